@@ -1,0 +1,128 @@
+"""The inventory (`hosts.yaml`): hosts, groups and variables, as pydantic models.
+
+These models describe the file as written; `deploy.config.load` turns them into resolved
+per-host settings. Unknown keys are errors (a typo such as ``identity_fle`` must not be
+silently ignored on a production inventory).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+DEFAULT_STATE_DIR = "/var/lib/deploy"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+#: Validation context key: keep templated strings as written (see ``_Strict._keep_templates``).
+AS_WRITTEN = "as_written"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _keep_templates(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        """Under context ``{AS_WRITTEN: True}``, leave a ``{{ template }}`` string as written.
+
+        Files are validated twice: as written when loaded (typos are found before any variable
+        is known) and per host after templating (`deploy.config.load`). ``port: "{{ p }}"`` is
+        no int until then, so the first pass keeps such strings; only it passes the context.
+        """
+        if (
+            isinstance(value, str)
+            and ("{{" in value or "{%" in value)
+            and isinstance(info.context, dict)
+            and info.context.get(AS_WRITTEN)
+        ):
+            return value
+        return handler(value)
+
+
+class HostSpec(_Strict):
+    """One host as written in ``hosts:``. Every field may use ``{{ var }}`` templating."""
+
+    address: str | None = Field(
+        default=None,
+        description="IP address, DNS name or ~/.ssh/config alias; defaults to the host's name.",
+    )
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="SSH port (default 22 or ssh_config's)."
+    )
+    user: str | None = Field(
+        default=None, description="Login user (default: ssh_config's, then the local user)."
+    )
+    identity_file: str | None = Field(
+        default=None, description="Private key file; the agent and ~/.ssh keys are tried too."
+    )
+    known_hosts: str = Field(
+        default=DEFAULT_KNOWN_HOSTS,
+        description="known_hosts file whose keys are trusted; unknown or changed keys are refused.",
+    )
+    accept_new_host_keys: bool = Field(
+        default=False,
+        description=(
+            "Like OpenSSH's StrictHostKeyChecking=accept-new: trust and record a first-seen key."
+        ),
+    )
+    password_env: str | None = Field(
+        default=None,
+        description=(
+            "Name of an environment variable holding the password or key passphrase"
+            " (never the secret itself)."
+        ),
+    )
+    connect_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to wait for TCP + SSH handshake."
+    )
+    state_dir: str = Field(
+        default=DEFAULT_STATE_DIR,
+        description="Directory on the host for the lock, journals and saved copies.",
+    )
+    vars: dict[str, Any] = Field(default_factory=dict, description="Variables for this host.")
+
+
+class GroupSpec(_Strict):
+    """A group written as a mapping: its hosts and the variables they share."""
+
+    hosts: list[str] = Field(default_factory=list)
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class Inventory(_Strict):
+    """The whole ``hosts.yaml``."""
+
+    hosts: dict[str, HostSpec | None] = Field(
+        default_factory=dict,
+        description="Host name -> settings (an empty value takes every default).",
+    )
+    groups: dict[str, list[str] | GroupSpec] = Field(
+        default_factory=dict, description="Group name -> list of hosts, or {hosts, vars}."
+    )
+    vars: dict[str, Any] = Field(default_factory=dict, description="Variables for every host.")
+
+    @field_validator("hosts")
+    @classmethod
+    def _fill_empty_hosts(cls, hosts: dict[str, HostSpec | None]) -> dict[str, HostSpec | None]:
+        return {name: spec if spec is not None else HostSpec() for name, spec in hosts.items()}
+
+    def group(self, name: str) -> GroupSpec:
+        """The group as a `GroupSpec`, whichever form it was written in."""
+        raw = self.groups[name]
+        return raw if isinstance(raw, GroupSpec) else GroupSpec(hosts=list(raw))
+
+    def host(self, name: str) -> HostSpec:
+        spec = self.hosts[name]
+        assert spec is not None  # filled by _fill_empty_hosts
+        return spec

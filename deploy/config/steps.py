@@ -1,0 +1,260 @@
+"""The step vocabulary of playbooks: one model per action, its keys part of the public interface.
+
+A step in YAML is a mapping with exactly one action key plus common keys::
+
+    - name: Add the EAGLE-3 methods
+      tags: [files]
+      python_insert: {path: "{{ model_file }}", class: KimiK25ForConditionalGeneration, code: ...}
+
+Each ``*Step`` model below is one such mapping; `StepEntry` is the union, discriminated by
+which action key is present, so that pydantic reports errors under the right key and the JSON
+Schema (``deploy schema``) offers completion per action.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+
+#: Validation context key: keep templated strings as written (see ``_Strict._keep_templates``).
+AS_WRITTEN = "as_written"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _keep_templates(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        """Under context ``{AS_WRITTEN: True}``, leave a ``{{ template }}`` string as written.
+
+        Files are validated twice: as written when loaded (typos are found before any variable
+        is known) and per host after templating (`deploy.config.load`). ``port: "{{ p }}"`` is
+        no int until then, so the first pass keeps such strings; only it passes the context.
+        """
+        if (
+            isinstance(value, str)
+            and ("{{" in value or "{%" in value)
+            and isinstance(info.context, dict)
+            and info.context.get(AS_WRITTEN)
+        ):
+            return value
+        return handler(value)
+
+
+# --- action arguments -------------------------------------------------------------------------
+
+
+class BackupArgs(_Strict):
+    """Save a checksummed copy of ``path`` under ``state_dir`` (never beside the file)."""
+
+    path: str = Field(description="Absolute path of the file on the host.")
+
+
+class InsertAnchor(_Strict):
+    """Insert right after, or right before, the named member of the class."""
+
+    after: str | None = None
+    before: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> InsertAnchor:
+        if (self.after is None) == (self.before is None):
+            raise ValueError("give exactly one of 'after' or 'before'")
+        return self
+
+
+class PythonInsertArgs(_Strict):
+    """Insert methods (or any statements) into a class body, found with the ``ast`` module."""
+
+    path: str = Field(description="Absolute path of the Python file on the host.")
+    class_: str = Field(alias="class", description="Class name; 'Outer.Inner' for a nested class.")
+    code: str = Field(description="The statements to insert, written at any indentation.")
+    where: Literal["end"] | InsertAnchor = Field(
+        default="end", description="'end' of the class body, or {after: NAME} / {before: NAME}."
+    )
+    replace: bool = Field(
+        default=False,
+        description="Replace a same-named member whose body differs, instead of failing.",
+    )
+
+
+class PatchArgs(_Strict):
+    """Apply a unified diff with exact context; already applied means no change."""
+
+    path: str = Field(description="Absolute path of the file on the host.")
+    diff: str | None = Field(default=None, description="The unified diff text.")
+    diff_file: str | None = Field(
+        default=None, description="A file holding the diff, relative to the playbook."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PatchArgs:
+        if (self.diff is None) == (self.diff_file is None):
+            raise ValueError("give exactly one of 'diff' or 'diff_file'")
+        return self
+
+
+class AppendArgs(_Strict):
+    """Append text to the end of a file (no change if the file already ends with it)."""
+
+    path: str = Field(description="Absolute path of the file on the host.")
+    text: str = Field(description="The text to append.")
+
+
+class VerifyPythonArgs(_Strict):
+    """Check a Python file's structure, and that it compiles with the host's interpreter."""
+
+    path: str = Field(description="Absolute path of the Python file on the host.")
+    python: str = Field(
+        default="python3", description="Interpreter on the host used for 'compiles'."
+    )
+    compiles: bool = Field(default=False, description="Compile the file with 'python' on the host.")
+    class_has: dict[str, list[str]] = Field(
+        default_factory=dict, description="Class -> names that must be defined in its body."
+    )
+    not_module_level: list[str] = Field(
+        default_factory=list, description="Names that must not be defined at module level."
+    )
+    last_statement: str | None = Field(
+        default=None, description="Source of the statement that must come last in the module."
+    )
+
+
+class VerifyTailArgs(_Strict):
+    """Check that the file ends with the given lines."""
+
+    path: str = Field(description="Absolute path of the file on the host.")
+    lines: list[str] | None = Field(default=None, description="The last lines, in order.")
+    last_line: str | None = Field(default=None, description="Shorthand for one last line.")
+    ignore_blank: bool = Field(
+        default=True, description="Ignore blank lines at the end of the file."
+    )
+
+    @model_validator(mode="after")
+    def _one_expectation(self) -> VerifyTailArgs:
+        if (self.lines is None) == (self.last_line is None):
+            raise ValueError("give exactly one of 'lines' or 'last_line'")
+        return self
+
+    def expected(self) -> list[str]:
+        return list(self.lines) if self.lines is not None else [str(self.last_line)]
+
+
+class VerifyCommandArgs(_Strict):
+    """Run a shell command on the host and check its exit status and output."""
+
+    run: str = Field(description="Shell command, run as written (the one unquoted string).")
+    expect_exit: int = Field(default=0, description="Required exit status.")
+    expect_stdout: str | None = Field(
+        default=None, description="Regular expression that must match somewhere in stdout."
+    )
+    timeout: float = Field(default=300.0, gt=0, description="Seconds before the command is killed.")
+
+
+# --- step entries -----------------------------------------------------------------------------
+
+
+class StepCommon(_Strict):
+    """Keys every step accepts besides its action."""
+
+    name: str | None = Field(
+        default=None, description="What the step is for, shown in plans and reports."
+    )
+    tags: list[str] = Field(default_factory=list, description="Select with --tags / --skip-tags.")
+
+
+class BackupStep(StepCommon):
+    backup: BackupArgs
+
+
+class PythonInsertStep(StepCommon):
+    python_insert: PythonInsertArgs
+
+
+class PatchStep(StepCommon):
+    patch: PatchArgs
+
+
+class AppendStep(StepCommon):
+    append: AppendArgs
+
+
+class VerifyPythonStep(StepCommon):
+    verify_python: VerifyPythonArgs
+
+
+class VerifyTailStep(StepCommon):
+    verify_tail: VerifyTailArgs
+
+
+class VerifyCommandStep(StepCommon):
+    verify_command: VerifyCommandArgs
+
+
+#: action key -> step model. The order is the order shown in docs and error messages.
+STEP_MODELS: dict[str, type[StepCommon]] = {
+    "backup": BackupStep,
+    "python_insert": PythonInsertStep,
+    "patch": PatchStep,
+    "append": AppendStep,
+    "verify_python": VerifyPythonStep,
+    "verify_tail": VerifyTailStep,
+    "verify_command": VerifyCommandStep,
+}
+
+COMMON_KEYS = frozenset(StepCommon.model_fields)
+
+
+def step_kind(raw: Any) -> str | None:
+    """The action key of a raw step mapping (or model), or None when there is not exactly one."""
+    if isinstance(raw, StepCommon):
+        return action_of(raw)
+    if not isinstance(raw, dict):
+        return None
+    actions = [key for key in raw if key in STEP_MODELS]
+    return actions[0] if len(actions) == 1 else None
+
+
+def action_of(step: StepCommon) -> str:
+    """The action key of a validated step."""
+    for kind, model in STEP_MODELS.items():
+        if type(step) is model:
+            return kind
+    raise TypeError(f"not a step model: {type(step).__name__}")
+
+
+def args_of(step: StepCommon) -> BaseModel:
+    """The action's argument model of a validated step (e.g. its `PythonInsertArgs`)."""
+    value = getattr(step, action_of(step))
+    assert isinstance(value, BaseModel)
+    return value
+
+
+StepEntry = Annotated[
+    Annotated[BackupStep, Tag("backup")]
+    | Annotated[PythonInsertStep, Tag("python_insert")]
+    | Annotated[PatchStep, Tag("patch")]
+    | Annotated[AppendStep, Tag("append")]
+    | Annotated[VerifyPythonStep, Tag("verify_python")]
+    | Annotated[VerifyTailStep, Tag("verify_tail")]
+    | Annotated[VerifyCommandStep, Tag("verify_command")],
+    Discriminator(
+        step_kind,
+        custom_error_type="unknown_step",
+        custom_error_message="a step needs exactly one action key: " + ", ".join(STEP_MODELS),
+    ),
+]

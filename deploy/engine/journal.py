@@ -1,0 +1,152 @@
+"""The write-ahead journal and the saved copies of one run on one host.
+
+Layout under ``state_dir`` (DESIGN.md)::
+
+    runs/<run-id>/journal.jsonl   one JSON object per line: begin, intent, done, ..., end
+    runs/<run-id>/manifest.json   each file touched: path, sha256 before/after, mode, uid, gid, size
+    runs/<run-id>/files/<sha256>  saved copies, content-addressed
+
+An ``intent`` line is fsynced *before* the change it announces and a ``done`` line after it, so
+a rollback — by this process, or by a later one after a crash — knows every change that may
+have happened. The run directory is created lazily at the first change: a run that changes
+nothing leaves nothing on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import paramiko
+
+from deploy.errors import StepFailed
+from deploy.remote.host import RemoteHost
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time to the second plus 6 hex digits."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_dir(state_dir: str, run_id: str) -> str:
+    return f"{state_dir.rstrip('/')}/runs/{run_id}"
+
+
+class Journal:
+    """Appends to ``runs/<run-id>/journal.jsonl`` on the host; created on first use."""
+
+    def __init__(self, remote: RemoteHost, state_dir: str, run_id: str, meta: dict[str, Any]) -> None:
+        self.remote = remote
+        self.state_dir = state_dir
+        self.run_id = run_id
+        self.meta = meta
+        self.dir = run_dir(state_dir, run_id)
+        self._handle: paramiko.SFTPFile | None = None
+        self._saved: set[str] = set()
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def started(self) -> bool:
+        return self._handle is not None
+
+    def start(self) -> None:
+        """Create the run directory and write the ``begin`` line (idempotent)."""
+        if self._handle is not None:
+            return
+        self.remote.mkdir(self.dir)
+        self.remote.mkdir(f"{self.dir}/files")
+        self._handle = self.remote.open_append(f"{self.dir}/journal.jsonl")
+        self.write({"event": "begin", **self.meta})
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Append one line and fsync it before returning."""
+        self.start()
+        assert self._handle is not None
+        line = {"ts": now_iso(), **event}
+        self.events.append(line)
+        self.remote.append_durably(self._handle, (json.dumps(line, sort_keys=True) + "\n").encode())
+
+    def save_copy(self, content: bytes) -> str:
+        """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""
+        digest = sha256(content)
+        if digest not in self._saved:
+            self.start()
+            self.remote.write_atomic(f"{self.dir}/files/{digest}", content, mode=0o600)
+            self._saved.add(digest)
+        return digest
+
+    def finish(self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None) -> None:
+        """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json."""
+        if self._handle is None:
+            return
+        if manifest is not None:
+            body = json.dumps({"run_id": self.run_id, "files": manifest}, indent=2, sort_keys=True)
+            self.remote.write_atomic(f"{self.dir}/manifest.json", body.encode() + b"\n", mode=0o600)
+        self.write({"event": event, "outcome": outcome})
+        self.close()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            with contextlib.suppress(Exception):
+                self._handle.close()
+            self._handle = None
+
+
+def attach(remote: RemoteHost, state_dir: str, run_id: str) -> Journal:
+    """A `Journal` that appends to an existing run (rollback of an earlier run)."""
+    journal = Journal(remote, state_dir, run_id, {})
+    journal._handle = remote.open_append(f"{journal.dir}/journal.jsonl")
+    return journal
+
+
+def read_events(remote: RemoteHost, state_dir: str, run_id: str) -> list[dict[str, Any]]:
+    """Every complete line of a run's journal (a torn last line from a crash is skipped).
+
+    Raises:
+        StepFailed: the run does not exist on this host.
+    """
+    path = f"{run_dir(state_dir, run_id)}/journal.jsonl"
+    try:
+        raw = remote.read(path)
+    except FileNotFoundError as exc:
+        raise StepFailed(f"{remote.name}: no run {run_id} in {state_dir}/runs") from exc
+    events = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                events.append(value)
+    return events
+
+
+def read_copy(remote: RemoteHost, state_dir: str, run_id: str, digest: str) -> bytes:
+    """A saved copy, checked against its name.
+
+    Raises:
+        StepFailed: missing, or its content does not hash to its name (corrupted).
+    """
+    path = f"{run_dir(state_dir, run_id)}/files/{digest}"
+    try:
+        data = remote.read(path)
+    except FileNotFoundError as exc:
+        raise StepFailed(f"{remote.name}: saved copy {path} is missing") from exc
+    if sha256(data) != digest:
+        raise StepFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
+    return data
+
+
+def elapsed_since(start: float) -> float:
+    return round(time.monotonic() - start, 3)

@@ -1,0 +1,106 @@
+"""What a run produced, per step and per host: the values reports and history are made of."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from deploy.errors import (
+    EXIT_NOT_ATTEMPTED,
+    EXIT_OK,
+    EXIT_ROLLBACK_FAILED,
+    EXIT_ROLLED_BACK,
+    worst_exit_code,
+)
+
+StepStatus = Literal["changed", "unchanged", "ok", "would change", "failed", "skipped", "not run"]
+Outcome = Literal[
+    "changed",  # desired state reached, something changed
+    "unchanged",  # already in the desired state
+    "would change",  # --check: changes are needed
+    "failed",  # a step failed before anything was changed: nothing to undo
+    "rolled back",  # a step failed; every change was undone and checked
+    "rollback failed",  # undo incomplete: a human must look (exit 3)
+    "not attempted",  # unreachable, untrusted key, locked: nothing done (exit 4)
+    "restored",  # deploy rollback: the run was undone as asked
+    "nothing to do",  # rollback: no run to undo on this host
+]
+
+EXIT_BY_OUTCOME: dict[str, int] = {
+    "changed": EXIT_OK,
+    "unchanged": EXIT_OK,
+    "would change": EXIT_OK,
+    "nothing to do": EXIT_OK,
+    "restored": EXIT_OK,
+    "failed": EXIT_ROLLED_BACK,
+    "rolled back": EXIT_ROLLED_BACK,
+    "rollback failed": EXIT_ROLLBACK_FAILED,
+    "not attempted": EXIT_NOT_ATTEMPTED,
+}
+
+
+@dataclass
+class StepResult:
+    index: int
+    kind: str
+    title: str
+    status: StepStatus
+    summary: str = ""
+    diff: str = ""
+    duration: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HostResult:
+    host: str
+    outcome: Outcome = "unchanged"
+    steps: list[StepResult] = field(default_factory=list)
+    error: str | None = None
+    failed_step: int | None = None
+    #: One line per undo action (restored files, restarted services), in order.
+    rollback: list[str] = field(default_factory=list)
+    #: Unfinished earlier runs found on the host and undone before this run.
+    recovered: list[str] = field(default_factory=list)
+    changed_files: list[str] = field(default_factory=list)
+    duration: float = 0.0
+    run_id: str | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BY_OUTCOME[self.outcome]
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    command: str
+    playbook: str | None
+    started: str
+    check_mode: bool = False
+    hosts: list[HostResult] = field(default_factory=list)
+    duration: float = 0.0
+    user: str = ""
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return worst_exit_code([h.exit_code for h in self.hosts]) if self.hosts else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        for host, raw in zip(self.hosts, data["hosts"], strict=True):
+            raw["exit_code"] = host.exit_code
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        hosts = []
+        for raw in data.get("hosts", []):
+            raw = {k: v for k, v in raw.items() if k != "exit_code"}
+            steps = [StepResult(**s) for s in raw.pop("steps", [])]
+            hosts.append(HostResult(steps=steps, **raw))
+        fields = {k: v for k, v in data.items() if k not in ("hosts", "exit_code")}
+        return cls(hosts=hosts, **fields)

@@ -1,0 +1,156 @@
+"""The exceptions `deploy` raises on purpose, and the exit code each one means.
+
+Every error a user can cause or meet is a `DeployError`; the CLI maps ``exit_code`` to the
+process exit status in one place and prints ``str(error)`` as one line. Anything else that
+escapes is a bug and is shown with a traceback.
+
+    DeployError (1)
+    ├── InputError (2)                 bad options, inventory, playbook or variables; no host touched
+    ├── HostNotAttempted (4)           nothing was done on that host
+    │   ├── HostUnreachable            TCP/SSH/auth failure, connect timeout
+    │   ├── HostKeyUnknown             not in known_hosts (and no --accept-new-host-keys)
+    │   ├── HostKeyMismatch            known_hosts has another key for this host
+    │   └── LockHeld                   another run holds state_dir/lock
+    ├── StepFailed (1)                 a step could not do or prove its job
+    │   ├── EditError                  an edit cannot be computed (class missing, conflict, ...)
+    │   ├── CheckFailed                a verification found the content wrong
+    │   └── RemoteCommandFailed        a command on the host exited badly or timed out
+    └── RollbackFailed (3)             an undo could not be completed; a human must look
+        └── ForeignChange              the file changed since we wrote it; undo refused
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_ROLLED_BACK = 1
+EXIT_INPUT = 2
+EXIT_ROLLBACK_FAILED = 3
+EXIT_NOT_ATTEMPTED = 4
+
+#: DESIGN.md: with several hosts the most serious wins: 3, then 1, then 4, then 0.
+SEVERITY = {EXIT_ROLLBACK_FAILED: 4, EXIT_ROLLED_BACK: 3, EXIT_INPUT: 3, EXIT_NOT_ATTEMPTED: 2, EXIT_OK: 0}
+
+
+def worst_exit_code(codes: list[int]) -> int:
+    """Combine per-host exit codes into the run's code (3 > 1 > 4 > 0)."""
+    return max(codes, key=lambda c: SEVERITY.get(c, 1), default=EXIT_OK)
+
+
+class DeployError(Exception):
+    """Root of every expected failure; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = EXIT_ROLLED_BACK
+
+
+@dataclass
+class SourcePosition:
+    """Where in an input file a problem is: 1-based line and column, and the key path."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+    field: str = ""
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+
+class InputError(DeployError):
+    """Invalid input: reported as ``file:line:col field: message``; nothing was touched."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, message: str, position: SourcePosition | None = None) -> None:
+        self.message = message
+        self.position = position
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        if self.position is None:
+            return self.message
+        prefix = str(self.position)
+        if self.position.field:
+            prefix += f" {self.position.field}"
+        return f"{prefix}: {self.message}"
+
+
+class HostNotAttempted(DeployError):
+    """Nothing was changed on the host: it could not be reached, trusted or locked."""
+
+    exit_code = EXIT_NOT_ATTEMPTED
+
+
+class HostUnreachable(HostNotAttempted):
+    """The TCP connection, SSH handshake or authentication failed, or timed out."""
+
+
+class HostKeyUnknown(HostNotAttempted):
+    """The host's key is not in known_hosts, and accepting new keys was not asked for."""
+
+
+class HostKeyMismatch(HostNotAttempted):
+    """known_hosts holds a different key for this host: possibly a man-in-the-middle."""
+
+
+class LockHeld(HostNotAttempted):
+    """Another run holds ``state_dir/lock`` on this host."""
+
+
+class StepFailed(DeployError):
+    """A step could not do, or could not prove, its job; the host gets rolled back."""
+
+    exit_code = EXIT_ROLLED_BACK
+
+
+class EditError(StepFailed):
+    """The new content cannot be computed: class not found, conflicting method, bad hunk..."""
+
+
+class CheckFailed(StepFailed):
+    """A verification ran and found the content or the host not as required."""
+
+
+@dataclass
+class CommandResult:
+    """What a command on a host did: exit status, output, and how long it took."""
+
+    command: str
+    exit_status: int
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and not self.timed_out
+
+    def tail(self, lines: int = 10) -> str:
+        """The last lines of stderr, or of stdout when stderr is empty: for one-line messages."""
+        text = self.stderr.strip() or self.stdout.strip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class RemoteCommandFailed(StepFailed):
+    """A command on the host exited with an unexpected status or timed out."""
+
+    def __init__(self, message: str, result: CommandResult | None = None) -> None:
+        self.result = result
+        super().__init__(message)
+
+
+class RollbackFailed(DeployError):
+    """An undo could not be completed: the host is in a state a human must look at."""
+
+    exit_code = EXIT_ROLLBACK_FAILED
+
+
+class ForeignChange(RollbackFailed):
+    """The file no longer has the content we wrote: someone else changed it; undo refused."""

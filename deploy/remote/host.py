@@ -1,0 +1,337 @@
+"""`RemoteHost`: the only door to a host — run, read, stat, write atomically, lock.
+
+Lifecycle: ``RemoteHost(settings)`` does nothing; ``open()`` (or entering the ``with`` block)
+makes the one SSH connection used for the whole run; SFTP is opened lazily on first use and
+shared; ``close()`` releases the lock (if held) and the connection. Every method raises our own
+exceptions (`HostUnreachable` when the connection is lost), never paramiko's.
+
+Cost model (see docs/performance.md): an exec starts the user's login shell on the host
+(``.bashrc`` included, ~100 ms on some hosts), an SFTP request does not. So files are read,
+written and renamed over SFTP, and shell work is batched into as few execs as possible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import select
+import shlex
+import stat as statmod
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+
+from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed, StepFailed
+from deploy.remote.connect import ConnectSettings, open_connection
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What `stat` tells about a path (not following a final symlink)."""
+
+    path: str
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    mtime: float
+
+    @property
+    def is_symlink(self) -> bool:
+        return statmod.S_ISLNK(self.mode)
+
+    @property
+    def is_file(self) -> bool:
+        return statmod.S_ISREG(self.mode)
+
+    @property
+    def permissions(self) -> int:
+        return statmod.S_IMODE(self.mode)
+
+
+class RemoteHost:
+    """One host, one SSH connection, for one run. Not thread-safe: one thread per host."""
+
+    def __init__(self, settings: ConnectSettings) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self._conn: Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        #: Counts of round trips by kind, for the performance budget (docs/performance.md).
+        self.ops: dict[str, int] = {"exec": 0, "sftp": 0}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def open(self) -> RemoteHost:
+        if self._conn is None:
+            self._conn = open_connection(self.settings)
+        return self
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
+            self._sftp = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> RemoteHost:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def transport(self) -> paramiko.Transport:
+        if self._conn is None:
+            raise RuntimeError("RemoteHost used before open()")
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise HostUnreachable(f"{self.name}: the SSH connection was lost")
+        return transport
+
+    @property
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = paramiko.SFTPClient.from_transport(self.transport)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise HostUnreachable(f"{self.name}: cannot open SFTP: {exc}") from exc
+            if self._sftp is None:
+                raise HostUnreachable(f"{self.name}: the server refused the SFTP subsystem")
+        return self._sftp
+
+    def _lost(self, exc: BaseException, doing: str) -> HostUnreachable:
+        return HostUnreachable(f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}")
+
+    def _translate(self, exc: BaseException, doing: str, path: str) -> Exception:
+        """Map an SFTP failure to a filesystem error (StepFailed) or a lost connection.
+
+        SFTP reports disk-full, read-only filesystems and the like as a bare "Failure" without
+        errno, so the connection's liveness, not the exception type, tells the two apart.
+        """
+        conn = self._conn
+        transport = conn.client.get_transport() if conn is not None else None
+        alive = transport is not None and transport.is_active()
+        if isinstance(exc, PermissionError):
+            return StepFailed(f"{self.name}: permission denied {doing} {path}")
+        if isinstance(exc, OSError) and alive:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            return StepFailed(f"{self.name}: failed {doing} {path}: {reason}")
+        return self._lost(exc, f"{doing} {path}")
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def start(self, command: str) -> paramiko.Channel:
+        """Start ``command`` on a new exec channel and return the channel (caller reads it)."""
+        self.ops["exec"] += 1
+        try:
+            channel = self.transport.open_session(timeout=self.settings.connect_timeout)
+            channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(exc, f"starting {command[:60]!r}") from exc
+        return channel
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        """Run a shell command (already quoted by the caller) and collect its output.
+
+        On timeout the channel is closed and the result says ``timed_out``; callers that need
+        the remote process itself killed wrap the command in ``timeout(1)``.
+
+        Raises:
+            RemoteCommandFailed: ``check`` is true and the command failed or timed out.
+            HostUnreachable: the connection dropped.
+        """
+        began = time.monotonic()
+        channel = self.start(command)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        timed_out = False
+        try:
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            deadline = None if timeout is None else began + timeout
+            while True:
+                while channel.recv_ready():
+                    out.append(channel.recv(65536))
+                while channel.recv_stderr_ready():
+                    err.append(channel.recv_stderr(65536))
+                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                if channel.closed and not channel.exit_status_ready():
+                    raise HostUnreachable(f"{self.name}: the connection closed during {command[:60]!r}")
+                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if wait <= 0:
+                    timed_out = True
+                    break
+                select.select([channel], [], [], wait)
+            status = -1 if timed_out else channel.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(exc, f"running {command[:60]!r}") from exc
+        finally:
+            channel.close()
+        result = CommandResult(
+            command=command,
+            exit_status=status,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            duration=time.monotonic() - began,
+            timed_out=timed_out,
+        )
+        if check and not result.ok:
+            why = f"timed out after {timeout:g} s" if timed_out else f"exited {status}"
+            raise RemoteCommandFailed(f"{self.name}: `{command[:80]}` {why}: {result.tail(3)}", result)
+        return result
+
+    # -- files --------------------------------------------------------------------------------
+
+    def stat(self, path: str) -> FileStat | None:
+        """lstat ``path``; None when it does not exist."""
+        self.ops["sftp"] += 1
+        try:
+            attrs = self.sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._translate(exc, "reading the status of", path) from exc
+        return _file_stat(path, attrs)
+
+    def read(self, path: str) -> bytes:
+        """The whole content of ``path`` (one open, pipelined reads, close).
+
+        Raises:
+            FileNotFoundError: it does not exist (callers turn this into their own message).
+            StepFailed: permission denied or another filesystem error.
+        """
+        self.ops["sftp"] += 3
+        try:
+            with self.sftp.open(path, "rb") as handle:
+                handle.prefetch()
+                return handle.read()
+        except FileNotFoundError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._translate(exc, "reading", path) from exc
+
+    def write_atomic(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> None:
+        """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
+
+        Writes a temp file in the same directory, fsyncs it (fsync@openssh.com), gives it the
+        mode and owner, then renames it over the target (posix-rename@openssh.com). On any
+        failure the temp file is removed and the target is untouched.
+        """
+        directory, _, base = path.rpartition("/")
+        tmp = f"{directory}/.{base}.deploy-{secrets.token_hex(4)}.tmp"
+        sftp = self.sftp
+        self.ops["sftp"] += 5
+        try:
+            with sftp.open(tmp, "wx") as handle:  # O_CREAT|O_EXCL|O_WRONLY
+                handle.set_pipelined(True)
+                handle.write(data)
+                handle.flush()
+                _fsync(sftp, handle)
+            if mode is not None:
+                sftp.chmod(tmp, statmod.S_IMODE(mode))
+                self.ops["sftp"] += 1
+            if uid is not None and gid is not None:
+                current = sftp.stat(tmp)
+                if (current.st_uid, current.st_gid) != (uid, gid):
+                    sftp.chown(tmp, uid, gid)
+                    self.ops["sftp"] += 1
+            sftp.posix_rename(tmp, path)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            if isinstance(exc, paramiko.SSHException | EOFError | OSError):
+                raise self._translate(exc, "writing", path) from exc
+            raise
+
+    def remove(self, path: str) -> None:
+        self.ops["sftp"] += 1
+        with contextlib.suppress(FileNotFoundError):
+            self.sftp.remove(path)
+
+    def open_append(self, path: str) -> paramiko.SFTPFile:
+        """An append handle kept open for a run's journal (one open, then write+fsync per line)."""
+        self.ops["sftp"] += 1
+        try:
+            return self.sftp.open(path, "ab")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._translate(exc, "opening", path) from exc
+
+    def append_durably(self, handle: paramiko.SFTPFile, data: bytes) -> None:
+        """Write ``data`` to an append handle and fsync it before returning."""
+        self.ops["sftp"] += 2
+        try:
+            handle.write(data)
+            handle.flush()
+            _fsync(self.sftp, handle)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._translate(exc, "appending to", "the journal") from exc
+
+    def mkdir(self, path: str, mode: int = 0o700) -> None:
+        """Create one directory level (its parent must exist); an existing one is fine."""
+        self.ops["sftp"] += 1
+        try:
+            self.sftp.mkdir(path, mode)
+        except OSError as exc:
+            existing = self.stat(path)
+            if existing is None or not statmod.S_ISDIR(existing.mode):
+                raise StepFailed(f"{self.name}: cannot create {path}: {exc.strerror or exc}") from exc
+
+    def listdir(self, path: str) -> list[str]:
+        self.ops["sftp"] += 1
+        try:
+            return sorted(self.sftp.listdir(path))
+        except FileNotFoundError:
+            return []
+
+
+def _file_stat(path: str, attrs: Any) -> FileStat:
+    return FileStat(
+        path=path,
+        mode=int(attrs.st_mode or 0),
+        uid=int(attrs.st_uid or 0),
+        gid=int(attrs.st_gid or 0),
+        size=int(attrs.st_size or 0),
+        mtime=float(attrs.st_mtime or 0),
+    )
+
+
+def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
+    """fsync a remote file through OpenSSH's fsync@openssh.com extension.
+
+    paramiko has no public call for it; the request is the documented extension
+    (handle as its only argument), sent on the client's own request channel.
+    """
+    from paramiko.sftp import CMD_EXTENDED
+
+    sftp._request(CMD_EXTENDED, "fsync@openssh.com", handle.handle)
+
+
+def quote(value: str) -> str:
+    """Quote one argument for the remote POSIX shell (every remote argument goes through here)."""
+    return shlex.quote(value)

@@ -1,0 +1,142 @@
+"""The per-host lock: ``state_dir/lock``, held with flock(1) by a process tied to our session.
+
+One exec both takes the lock and reports what the engine must know before doing anything: the
+last journal line of every run kept on the host (so unfinished runs are found without further
+round trips). The flock is held by ``cat`` reading the channel's stdin, so it is released by
+the kernel the moment our SSH session ends — cleanly, or because the workstation died. A lock
+can therefore never be left behind by a dead run; the holder's description stays in the file
+for the next run to report.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import time
+from dataclasses import dataclass, field
+
+import paramiko
+
+from deploy.errors import HostUnreachable, LockHeld, StepFailed
+from deploy.remote.host import RemoteHost, quote
+
+_SCRIPT = r"""umask 077
+S={state}
+mkdir -p "$S/runs" || {{ echo "NOSTATE cannot create $S/runs"; exit 70; }}
+command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
+exec 9>>"$S/lock" || {{ echo "NOSTATE cannot open $S/lock"; exit 72; }}
+if flock -n 9; then
+  PREV=$(cat "$S/lock" 2>/dev/null)
+  printf '%s\n' {holder} > "$S/lock"
+  printf 'LOCKED\t%s\n' "$PREV"
+  for j in "$S"/runs/*/journal.jsonl; do
+    [ -f "$j" ] && printf 'RUN\t%s\t%s\n' "$(basename "$(dirname "$j")")" "$(tail -n 1 "$j")"
+  done
+  echo READY
+  exec cat >/dev/null
+else
+  printf 'BUSY\t%s\n' "$(cat "$S/lock" 2>/dev/null)"
+  exit 75
+fi
+"""
+
+
+@dataclass
+class RunSummary:
+    """A run kept on the host, as its journal's last line describes it."""
+
+    run_id: str
+    last: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.last.get("event") in ("end", "rollback_end")
+
+
+@dataclass
+class HostLock:
+    """A held lock; ``release()`` (or closing the connection) frees it."""
+
+    remote: RemoteHost
+    channel: paramiko.Channel
+    previous_holder: dict[str, object] | None
+    runs: list[RunSummary]
+
+    def release(self) -> None:
+        """End ``cat`` (EOF on its stdin) and wait briefly so the lock is free when we return."""
+        try:
+            self.channel.shutdown_write()
+            deadline = time.monotonic() + 5
+            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        except (paramiko.SSHException, OSError, EOFError):
+            pass
+        finally:
+            self.channel.close()
+
+
+def _holder_text(raw: str) -> dict[str, object] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def describe_holder(holder: dict[str, object] | None) -> str:
+    if not holder:
+        return "another run (no details recorded)"
+    return (
+        f"run {holder.get('run_id', '?')} by {holder.get('user', '?')}@{holder.get('workstation', '?')} "
+        f"(pid {holder.get('pid', '?')}) since {holder.get('since', '?')}"
+    )
+
+
+def acquire(remote: RemoteHost, state_dir: str, holder: dict[str, object], timeout: float = 30.0) -> HostLock:
+    """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
+
+    Raises:
+        LockHeld: another run holds the lock (nothing was changed).
+        StepFailed: the state directory cannot be created, or flock(1) is missing.
+    """
+    script = _SCRIPT.format(state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True)))
+    channel = remote.start(script)
+    buffer = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while b"READY\n" not in buffer:
+            if channel.recv_ready():
+                buffer += channel.recv(65536)
+                continue
+            if channel.exit_status_ready() and not channel.recv_ready():
+                break
+            if time.monotonic() > deadline:
+                raise HostUnreachable(f"{remote.name}: no answer while taking the lock in {state_dir}")
+            _wait_readable(channel, 0.05)
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        channel.close()
+        raise HostUnreachable(f"{remote.name}: connection lost while taking the lock: {exc}") from exc
+    text = buffer.decode("utf-8", "replace")
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    if first.startswith("LOCKED"):
+        previous = _holder_text(first.partition("\t")[2])
+        runs = []
+        for line in lines[1:]:
+            if line.startswith("RUN\t"):
+                _, run_id, last = (line.split("\t", 2) + [""])[:3]
+                runs.append(RunSummary(run_id, _holder_text(last) or {}))
+        return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
+    channel.close()
+    if first.startswith("BUSY"):
+        holder_info = _holder_text(first.partition("\t")[2])
+        raise LockHeld(f"{remote.name}: locked by {describe_holder(holder_info)}; nothing was done")
+    if first.startswith("NOFLOCK"):
+        raise StepFailed(f"{remote.name}: flock(1) is not installed on the host (util-linux)")
+    if first.startswith("NOSTATE"):
+        raise StepFailed(f"{remote.name}: {first.partition(' ')[2]} (state_dir {state_dir})")
+    raise StepFailed(f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}")
+
+
+def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:
+    select.select([channel], [], [], seconds)

@@ -1,0 +1,195 @@
+"""File mechanics shared by every step that reads or changes a file, and their undo.
+
+Reads go through the run's cache, so a file is fetched once per run however many steps look at
+it. A change is: save the original (once per run, content-addressed under ``state_dir``, never
+beside the file), journal the intent with both checksums and the file's mode and owner, write
+atomically, journal done. Undo reverses exactly that, and refuses to overwrite a file whose
+content is no longer what we wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deploy.edits.text import unified_diff
+from deploy.errors import ForeignChange, RollbackFailed, StepFailed
+from deploy.remote.host import RemoteHost
+from deploy.steps.base import FileChange, FileState, Planned, Step, StepContext
+
+
+def sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_file(ctx: StepContext, path: str) -> FileState:
+    """The file's current content as this run knows it; fetched from the host the first time.
+
+    Raises:
+        StepFailed: the path is missing, not absolute, a symlink or not a regular file.
+    """
+    cached = ctx.files.get(path)
+    if cached is not None:
+        return cached
+    if not path.startswith("/"):
+        raise StepFailed(f"{ctx.host}: {path!r} is not an absolute path")
+    info = ctx.remote.stat(path)
+    if info is None:
+        raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
+    if info.is_symlink:
+        # Following it would change a file the playbook does not name; replacing it would
+        # break the link. Refuse, and say which path to use instead.
+        raise StepFailed(f"{ctx.host}: {path} is a symlink; name the file it points to instead")
+    if not info.is_file:
+        raise StepFailed(f"{ctx.host}: {path} is not a regular file")
+    try:
+        content = ctx.remote.read(path)
+    except FileNotFoundError as exc:
+        raise StepFailed(f"{ctx.host}: {path} disappeared while being read; nothing was changed") from exc
+    state = FileState(path=path, content=content, stat=info, original=content)
+    ctx.files[path] = state
+    return state
+
+
+def save_original(ctx: StepContext, state: FileState) -> str:
+    """Save the run's original copy of a file (once); return its sha256."""
+    digest = ctx.saved.get(state.path)
+    if ctx.check_mode:
+        return digest or sha256(state.original)
+    if digest is None:
+        digest = ctx.journal.save_copy(state.original)
+        ctx.saved[state.path] = digest
+        ctx.journal.write({"event": "backup", "path": state.path, "sha256": digest, "step": ctx.step_index})
+    return digest
+
+
+def before_change(ctx: StepContext) -> None:
+    """Save every file a ``backup`` step named; called right before any change to the host."""
+    while ctx.pending_backups:
+        save_original(ctx, read_file(ctx, ctx.pending_backups.pop(0)))
+
+
+def write_file(ctx: StepContext, path: str, content: bytes) -> None:
+    """Change a file on the host: back up, journal the intent, write atomically, journal done."""
+    state = read_file(ctx, path)
+    if content == state.content:
+        return
+    if ctx.check_mode:
+        state.content = content
+        return
+    # Someone may have changed the file since we read it: compare size and mtime (cheap) before
+    # replacing it, so that we never overwrite a change we did not compute from.
+    now = ctx.remote.stat(path)
+    if now is None or (now.size, now.mtime) != (state.stat.size, state.stat.mtime):
+        raise StepFailed(f"{ctx.host}: {path} changed on the host while we were editing it; not written")
+    before_change(ctx)
+    backup = save_original(ctx, state)
+    record: dict[str, Any] = {
+        "event": "intent",
+        "op": "write",
+        "step": ctx.step_index,
+        "path": path,
+        "before": sha256(state.content),
+        "after": sha256(content),
+        "original": backup,
+        "mode": state.stat.permissions,
+        "uid": state.stat.uid,
+        "gid": state.stat.gid,
+        "size": len(content),
+    }
+    ctx.journal.write(record)
+    ctx.changed = True
+    ctx.remote.write_atomic(path, content, mode=state.stat.permissions, uid=state.stat.uid, gid=state.stat.gid)
+    after = ctx.remote.stat(path)
+    ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
+    state.content = content
+    if after is not None:
+        state.stat = after
+
+
+class EditStep(Step):
+    """A step that computes a file's new content from its current content (pure) and writes it."""
+
+    mutating = True
+
+    @property
+    def path(self) -> str:
+        return str(getattr(self.args, "path"))
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.path}"
+
+    def edit(self, content: bytes) -> tuple[bytes, str]:
+        """Return the new content and a one-line summary (pure; raise EditError on conflict)."""
+        raise NotImplementedError
+
+    def plan(self, ctx: StepContext) -> Planned:
+        state = read_file(ctx, self.path)
+        new, summary = self.edit(state.content)
+        if new == state.content:
+            return Planned(summary=summary, noop=True)
+        diff = unified_diff(state.content, new, self.path)
+        return Planned(summary=summary, changes=[FileChange(self.path, state.content, new, diff)])
+
+    def apply(self, ctx: StepContext, planned: Planned) -> None:
+        for change in planned.changes:
+            write_file(ctx, change.path, change.after)
+
+
+# --- undo --------------------------------------------------------------------------------------
+
+
+@dataclass
+class UndoOutcome:
+    path: str
+    action: str  # "restored", "already original", "refused", "failed"
+    detail: str = ""
+
+
+def undo_write(
+    remote: RemoteHost,
+    record: dict[str, Any],
+    original: bytes,
+    *,
+    force: bool = False,
+) -> UndoOutcome:
+    """Put a file back to its original content, from a journal ``intent`` record.
+
+    The file must hold what we wrote (``after``) or still the original (``before``: the write
+    never happened). Anything else means someone changed it since: refused (`ForeignChange`)
+    unless ``force``. The restored file is read back and its sha256 checked.
+
+    Raises:
+        ForeignChange: the file changed since we wrote it and ``force`` is false.
+        RollbackFailed: the original could not be written back or does not check out.
+    """
+    path = str(record["path"])
+    want = sha256(original)
+    try:
+        current = remote.read(path)
+    except FileNotFoundError:
+        current = None
+    except StepFailed as exc:
+        raise RollbackFailed(f"{remote.name}: cannot read {path} to restore it: {exc}") from exc
+    current_sha = None if current is None else sha256(current)
+    if current_sha == want:
+        return UndoOutcome(path, "already original")
+    if current_sha != record.get("after") and not force:
+        seen = "missing" if current_sha is None else f"sha256 {current_sha[:12]}"
+        raise ForeignChange(
+            f"{remote.name}: {path} changed since deploy wrote it ({seen}, we wrote "
+            f"{str(record.get('after'))[:12]}); not restored. Inspect it, then "
+            "`deploy rollback --force` to restore the saved copy anyway"
+        )
+    try:
+        remote.write_atomic(
+            path, original, mode=int(record.get("mode", 0o644)), uid=record.get("uid"), gid=record.get("gid")
+        )
+        check = remote.read(path)
+    except (StepFailed, FileNotFoundError) as exc:
+        raise RollbackFailed(f"{remote.name}: could not restore {path}: {exc}") from exc
+    if sha256(check) != want:
+        raise RollbackFailed(f"{remote.name}: restored {path} but its sha256 does not match the saved copy")
+    return UndoOutcome(path, "restored", f"sha256 {want[:12]}")

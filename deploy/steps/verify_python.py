@@ -1,0 +1,66 @@
+"""``verify_python`` — the file's structure is what the change promised, and it compiles.
+
+The structural checks (class members, nothing at module level, the last statement) run locally
+on the bytes already fetched. ``compiles`` runs the host's own interpreter — the one that will
+import the file, e.g. SGLang's venv — since what parses depends on the Python version. Under
+``--check`` the planned content is compiled from stdin, so nothing on the host is touched.
+"""
+
+from __future__ import annotations
+
+from deploy.checks.compile import compile_command, compile_problem
+from deploy.checks.python_ast import check_python
+from deploy.config.steps import VerifyPythonArgs
+from deploy.errors import CheckFailed
+from deploy.remote.host import quote
+from deploy.steps.base import Planned, Step, StepContext
+from deploy.steps.files import read_file
+
+_COMPILE_STDIN = 'import sys; compile(sys.stdin.buffer.read(), sys.argv[1], "exec")'
+
+
+class VerifyPythonStep(Step):
+    kind = "verify_python"
+    runs_in_check_mode = True
+
+    def describe(self) -> str:
+        assert isinstance(self.args, VerifyPythonArgs)
+        return f"verify_python {self.args.path}"
+
+    def plan(self, ctx: StepContext) -> Planned:
+        args = self.args
+        assert isinstance(args, VerifyPythonArgs)
+        what = []
+        if args.class_has:
+            what.append("class members")
+        if args.not_module_level:
+            what.append("nothing at module level")
+        if args.last_statement:
+            what.append("last statement")
+        if args.compiles:
+            what.append(f"compiles with {args.python}")
+        return Planned(summary="check " + (", ".join(what) or "that it parses"))
+
+    def verify(self, ctx: StepContext, planned: Planned) -> None:
+        args = self.args
+        assert isinstance(args, VerifyPythonArgs)
+        content = read_file(ctx, args.path).content
+        problems = check_python(
+            content,
+            class_has=args.class_has,
+            not_module_level=args.not_module_level,
+            last_statement=args.last_statement,
+            path=args.path,
+        )
+        if args.compiles:
+            if ctx.check_mode:
+                command = f"{quote(args.python)} -c {quote(_COMPILE_STDIN)} {quote(args.path)}"
+                result = ctx.remote.run(command, stdin=content, timeout=120)
+            else:
+                result = ctx.remote.run(compile_command(args.python, args.path), timeout=120)
+            problem = compile_problem(result.exit_status, result.stderr)
+            if problem:
+                problems.append(problem)
+        if problems:
+            raise CheckFailed(f"{args.path}: " + "; ".join(problems))
+        planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

@@ -58,9 +58,9 @@ class VerifyPythonStep(Step):
                 result = ctx.remote.run(command, stdin=content, timeout=120)
             else:
                 result = ctx.remote.run(compile_command(args.python, args.path), timeout=120)
-            problem = compile_problem(result.exit_status, result.stderr)
+            problem = compile_problem(result.exit_status, result.stderr, python=args.python)
             if problem:
                 problems.append(problem)
         if problems:
-            raise CheckFailed(f"{args.path}: " + "; ".join(problems))
+            raise CheckFailed("; ".join(problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

@@ -28,5 +28,5 @@ class VerifyTailStep(Step):
         content = read_file(ctx, args.path).content
         problems = check_tail(content, args.expected(), ignore_blank=args.ignore_blank, path=args.path)
         if problems:
-            raise CheckFailed(f"{args.path}: " + "; ".join(problems))
+            raise CheckFailed("; ".join(problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

@@ -1,0 +1,197 @@
+"""deploy.checks: the AST contract, the tail, and the host-side compile command."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.checks.compile import compile_command, compile_problem
+from deploy.checks.python_ast import check_python, module_level_definitions
+from deploy.checks.tail import check_tail
+
+MODULE = b"""\
+import os
+
+class A:
+    x = 1
+    y, (z, *rest) = 1, (2, 3)
+    n: int = 0
+
+    def f(self):
+        def inner():
+            pass
+
+    async def g(self):
+        pass
+
+    class Inner:
+        def h(self):
+            pass
+
+def helper():
+    pass
+
+if os.name == "nt":
+    platform_only = 1
+try:
+    import fast
+except ImportError:
+    fallback = None
+
+EntryClass = [A]
+"""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problems"),
+    [
+        ({}, []),
+        ({"class_has": {"A": ["x", "y", "z", "rest", "n", "f", "g", "Inner"]}}, []),
+        ({"class_has": {"A.Inner": ["h"]}}, []),
+        ({"class_has": {"A": ["inner", "h", "helper"]}}, [
+            "m.py: class A (line 3) does not define inner in its body",
+            "m.py: class A (line 3) does not define h in its body",
+            "m.py: class A (line 3) does not define helper in its body",
+        ]),
+        ({"class_has": {"Inner": ["h"]}},
+         ["m.py: class Inner not found; classes there: A, A.Inner"]),
+        ({"not_module_level": ["f", "x", "h", "inner"]}, []),
+        ({"not_module_level": ["helper", "platform_only", "fallback", "A"]}, [
+            "m.py: A is defined at module level (line 3), outside any class",
+            "m.py: helper is defined at module level (line 19), outside any class",
+            "m.py: platform_only is defined at module level (line 23), outside any class",
+            "m.py: fallback is defined at module level (line 27), outside any class",
+        ]),
+        ({"last_statement": "EntryClass = [A]"}, []),
+        ({"last_statement": "EntryClass = [ A ]  # formatting does not count"}, []),
+        ({"last_statement": "EntryClass = [B]"}, [
+            "m.py: the last statement is 'EntryClass = [A]' (line 29); "
+            "expected 'EntryClass = [B]', which is nowhere at top level",
+        ]),
+    ],
+)
+def test_check_python(kwargs: dict[str, Any], problems: list[str]) -> None:
+    assert check_python(MODULE, path="m.py", **kwargs) == problems
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        (b"x = 1\ndef f(:\n", "m.py:2: does not parse: invalid syntax"),
+        (b"class A:\nx = 1\n", "m.py:2: does not parse: expected an indented block"),
+        (b"x = '\xff'\n", "m.py:1: does not parse: (unicode error)"),
+        (b"x = 1\0\n", "m.py: does not parse: source code string cannot contain null bytes"),
+    ],
+)
+def test_check_python_parse_errors(source: bytes, problem: str) -> None:
+    (only,) = check_python(source, class_has={"A": ["f"]}, last_statement="x = 1", path="m.py")
+    assert only.startswith(problem)
+
+
+def test_check_python_empty_module_and_bad_expectation() -> None:
+    assert check_python(b"# nothing\n", last_statement="x = 1") == [
+        "<file>: the module has no statements; expected it to end with 'x = 1'"
+    ]
+    with pytest.raises(ValueError, match="one statement"):
+        check_python(b"x = 1\n", last_statement="x = 1\ny = 2")
+    with pytest.raises(ValueError, match="not valid Python"):
+        check_python(b"x = 1\n", last_statement="x = (")
+
+
+def test_check_python_on_crlf_and_latin1() -> None:
+    crlf = MODULE.replace(b"\n", b"\r\n")
+    assert check_python(crlf, class_has={"A": ["f"]}, last_statement="EntryClass = [A]") == []
+    latin = b"# coding: latin-1\nclass A:\n    s = '\xe9'\n"
+    assert check_python(latin, class_has={"A": ["s"]}) == []
+
+
+def test_module_level_definitions_order() -> None:
+    names = [name for name, _ in module_level_definitions(ast.parse(MODULE))]
+    assert names == ["A", "helper", "platform_only", "fallback", "EntryClass"]
+
+
+def test_check_python_real_files(kimi_source: Callable[[str], bytes]) -> None:
+    kimi = "KimiK25ForConditionalGeneration"
+    eagle3 = ["set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
+    contract: dict[str, Any] = {"class_has": {kimi: eagle3}, "not_module_level": eagle3,
+                "last_statement": f"EntryClass = [{kimi}]"}
+    assert check_python(kimi_source("0.5.10"), **contract) == []
+    assert check_python(kimi_source("0.5.9"), **contract) == [
+        f"<file>: class {kimi} (line 648) does not define {name} in its body" for name in eagle3
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected", "kwargs", "problems"),
+    [
+        (b"a\nb\nc\n", ["b", "c"], {}, []),
+        (b"a\r\nb\r\nc", ["b", "c"], {}, []),
+        (b"a\nb\nc\n\n\n", ["b", "c"], {}, []),
+        (b"a\nb\nc\n \n", ["b", "c", ""], {}, []),
+        (b"a\nb\nc\n\n", ["b", "c"], {"ignore_blank": False},
+         ["f:3: expected 'b', found 'c'", "f:4: expected 'c', found ''"]),
+        (b"a\nb\nc\n\n", ["c", ""], {"ignore_blank": False}, []),
+        (b"a\nX\nc\n", ["b", "c"], {}, ["f:2: expected 'b', found 'X'"]),
+        (b"c\n", ["b", "c"], {}, ["f: has 1 line, expected it to end with these 2: ['b', 'c']"]),
+        (b"", [], {}, []),
+        (b"x = '\xe9'\n", ["x = '\ufffd'"], {}, []),
+    ],
+)
+def test_check_tail(
+    source: bytes, expected: list[str], kwargs: dict[str, bool], problems: list[str]
+) -> None:
+    assert check_tail(source, expected, path="f", **kwargs) == problems
+
+
+def test_compile_command_quotes_every_argument() -> None:
+    command = compile_command("/opt/my venv/bin/python", "/srv/it's here.py")
+    words = shlex.split(command)
+    assert words[0] == "/opt/my venv/bin/python"
+    assert words[-1] == "/srv/it's here.py"
+    assert words[1:4] == ["-B", "-I", "-c"]
+
+
+@pytest.mark.parametrize(
+    ("source", "status", "problem"),
+    [
+        (b"x = 1\n", 0, None),
+        (b"x = (\n", 1,
+         "does not compile with PY: SyntaxError: '(' was never closed (m.py, line 1)"),
+        (b"def f():\nreturn\n", 1, "does not compile with PY: IndentationError: expected an "
+         "indented block after function definition on line 1 (m.py, line 2)"),
+    ],
+)
+def test_compile_command_runs_and_writes_nothing(
+    tmp_path: Path, source: bytes, status: int, problem: str | None
+) -> None:
+    target = tmp_path / "m.py"
+    target.write_bytes(source)
+    command = compile_command(sys.executable, str(target))
+    proc = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+    assert proc.returncode == status
+    expected = problem.replace("PY", sys.executable) if problem else None
+    assert compile_problem(proc.returncode, proc.stderr, python=sys.executable) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]  # no __pycache__, no .pyc
+
+
+@pytest.mark.parametrize(
+    ("status", "stderr", "python", "problem"),
+    [
+        (0, "", None, None),
+        (127, "sh: 1: /x/python: not found\n", "/x/python", "interpreter not found: /x/python"),
+        (127, "", None, "interpreter not found"),
+        (126, "Permission denied", "py", "interpreter cannot be executed (permission denied?): py"),
+        (1, "Traceback...\nSyntaxError: bad (f.py, line 3)\n\n", None,
+         "does not compile: SyntaxError: bad (f.py, line 3)"),
+        (1, "", "py", "does not compile with py: exit status 1, no output"),
+    ],
+)
+def test_compile_problem(status: int, stderr: str, python: str | None, problem: str | None) -> None:
+    assert compile_problem(status, stderr, python=python) == problem

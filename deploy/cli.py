@@ -37,17 +37,27 @@ def _fail(error: DeployError) -> NoReturn:
 
 
 inventory_option = click.option(
-    "-i", "--inventory", metavar="FILE", help="Inventory file (default: $DEPLOY_INVENTORY, else ./hosts.yaml)."
+    "-i",
+    "--inventory",
+    metavar="FILE",
+    help="Inventory file (default: $DEPLOY_INVENTORY, else ./hosts.yaml).",
 )
 limit_option = click.option(
-    "-l", "--limit", "limit", multiple=True, metavar="PATTERN",
+    "-l",
+    "--limit",
+    "limit",
+    multiple=True,
+    metavar="PATTERN",
     help="Only these hosts: names, groups, globs, !exclusions (repeatable).",
 )
 accept_new_option = click.option(
-    "--accept-new-host-keys", is_flag=True,
+    "--accept-new-host-keys",
+    is_flag=True,
     help="Trust and record host keys seen for the first time (changed keys are still refused).",
 )
-forks_option = click.option("--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel.")
+forks_option = click.option(
+    "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
+)
 
 
 @click.group(context_settings=CONTEXT)
@@ -67,13 +77,33 @@ def main() -> None:
 @click.argument("playbook")
 @inventory_option
 @limit_option
-@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Variable, highest precedence (repeatable; @file.yaml too).")
-@click.option("--check", is_flag=True, help="Show what would change (unified diff) and touch nothing.")
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Variable, highest precedence (repeatable; @file.yaml too).",
+)
+@click.option(
+    "--check", is_flag=True, help="Show what would change (unified diff) and touch nothing."
+)
 @click.option("--diff", "show_diff", is_flag=True, help="Show the diff of every changed file.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (the full report) on stdout.")
-@click.option("--tags", multiple=True, metavar="TAG", help="Only steps with one of these tags (comma-separated or repeated).")
-@click.option("--skip-tags", multiple=True, metavar="TAG", help="Skip steps with any of these tags.")
+@click.option(
+    "--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document (the full report) on stdout."
+)
+@click.option(
+    "--tags",
+    multiple=True,
+    metavar="TAG",
+    help="Only steps with one of these tags (comma-separated or repeated).",
+)
+@click.option(
+    "--skip-tags", multiple=True, metavar="TAG", help="Skip steps with any of these tags."
+)
 @click.option("-v", "--verbose", count=True, help="More detail (-vv: also the commands run).")
 @accept_new_option
 @forks_option
@@ -103,7 +133,8 @@ def apply(
         inv = load.load_inventory(inventory_path)
         pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
         plans = load.resolve(
-            inv, pb,
+            inv,
+            pb,
             extra_vars=load.parse_extra_vars(list(extra)),
             limit=list(limit) or None,
             tags=_split(tags),
@@ -115,13 +146,26 @@ def apply(
         _fail(InputError("no host matches the playbook's hosts and --limit"))
     interactive = sys.stdin.isatty() and not as_json
     if not check and not yes and not interactive:
-        _fail(InputError("refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"))
+        _fail(
+            InputError(
+                "refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"
+            )
+        )
     work = [(p.name, p.spec, p.steps, p.vars) for p in plans]
     name = pb.playbook.name
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     progress = _progress(as_json, verbose)
     if not check and not yes:
-        preview = run_apply(work, RunOptions(run_id=new_run_id(), playbook=name, check_mode=True, accept_new_host_keys=accept_new_host_keys), forks=forks)
+        preview = run_apply(
+            work,
+            RunOptions(
+                run_id=new_run_id(),
+                playbook=name,
+                check_mode=True,
+                accept_new_host_keys=accept_new_host_keys,
+            ),
+            forks=forks,
+        )
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour))
@@ -131,7 +175,13 @@ def apply(
         if not click.confirm("\nApply these changes?", default=False):
             click.echo("Nothing was changed.")
             sys.exit(0)
-    options = RunOptions(run_id=new_run_id(), playbook=name, check_mode=check, accept_new_host_keys=accept_new_host_keys, progress=progress)
+    options = RunOptions(
+        run_id=new_run_id(),
+        playbook=name,
+        check_mode=check,
+        accept_new_host_keys=accept_new_host_keys,
+        progress=progress,
+    )
     run = run_apply(work, options, forks=forks)
     if check and not as_json:
         from deploy.report.human import render_plan
@@ -144,8 +194,12 @@ def apply(
 @click.argument("run_id", required=False)
 @inventory_option
 @limit_option
-@click.option("--force", is_flag=True, help="Restore even files that changed since deploy wrote them.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal).")
+@click.option(
+    "--force", is_flag=True, help="Restore even files that changed since deploy wrote them."
+)
+@click.option(
+    "--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @accept_new_option
 @forks_option
@@ -174,19 +228,35 @@ def rollback(
         _fail(InputError("no host matches --limit"))
     if not yes:
         if not sys.stdin.isatty() or as_json:
-            _fail(InputError("refusing to roll back without confirmation: pass --yes (no terminal to ask on)"))
+            _fail(
+                InputError(
+                    "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
+                )
+            )
         what = f"run {run_id}" if run_id else "the last run"
         names = ", ".join(name for name, _ in hosts)
         if not click.confirm(f"Roll back {what} on {names}?", default=False):
             click.echo("Nothing was changed.")
             sys.exit(0)
-    run = run_rollback(hosts, run_id=new_run_id(), target_run=run_id, force=force, accept_new_host_keys=accept_new_host_keys, forks=forks)
+    run = run_rollback(
+        hosts,
+        run_id=new_run_id(),
+        target_run=run_id,
+        force=force,
+        accept_new_host_keys=accept_new_host_keys,
+        forks=forks,
+    )
     _finish(run, as_json=as_json, show_diff=False, record=True)
 
 
 @main.command(context_settings=CONTEXT)
 @inventory_option
-@click.option("--playbooks", "playbooks_dir", metavar="DIR", help="Directory of playbooks (default: ./playbooks).")
+@click.option(
+    "--playbooks",
+    "playbooks_dir",
+    metavar="DIR",
+    help="Directory of playbooks (default: ./playbooks).",
+)
 def validate(inventory: str | None, playbooks_dir: str | None) -> None:
     """Check the inventory and every playbook offline; contacts no host."""
     from deploy.config import load

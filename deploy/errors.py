@@ -30,7 +30,13 @@ EXIT_ROLLBACK_FAILED = 3
 EXIT_NOT_ATTEMPTED = 4
 
 #: DESIGN.md: with several hosts the most serious wins: 3, then 1, then 4, then 0.
-SEVERITY = {EXIT_ROLLBACK_FAILED: 4, EXIT_ROLLED_BACK: 3, EXIT_INPUT: 3, EXIT_NOT_ATTEMPTED: 2, EXIT_OK: 0}
+SEVERITY = {
+    EXIT_ROLLBACK_FAILED: 4,
+    EXIT_ROLLED_BACK: 3,
+    EXIT_INPUT: 3,
+    EXIT_NOT_ATTEMPTED: 2,
+    EXIT_OK: 0,
+}
 
 
 def worst_exit_code(codes: list[int]) -> int:

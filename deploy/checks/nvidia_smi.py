@@ -116,12 +116,14 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
         parts = line.split(",")
         if len(parts) < 4 or not parts[0].strip().isdigit():
             raise CheckFailed(f"unexpected nvidia-smi --query-compute-apps output: {line!r}")
-        apps.append(ComputeApp(
-            pid=int(parts[0]),
-            process_name=",".join(parts[1:-2]).strip(),
-            used_memory_mib=_number(parts[-2], line),
-            gpu_uuid=parts[-1].strip(),
-        ))
+        apps.append(
+            ComputeApp(
+                pid=int(parts[0]),
+                process_name=",".join(parts[1:-2]).strip(),
+                used_memory_mib=_number(parts[-2], line),
+                gpu_uuid=parts[-1].strip(),
+            )
+        )
     return apps
 
 
@@ -156,14 +158,16 @@ def parse_query_gpu(text: str, fields: Sequence[str] = GPU_FIELDS) -> list[GpuIn
         index = _number(row["index"], line)
         if index is None:
             raise CheckFailed(f"nvidia-smi --query-gpu printed no GPU index: {line!r}")
-        gpus.append(GpuInfo(
-            index=index,
-            uuid=_text(row.get("uuid")),
-            name=_text(row.get("name")),
-            memory_used_mib=_optional_number(row.get("memory.used"), line),
-            memory_total_mib=_optional_number(row.get("memory.total"), line),
-            utilization_pct=_optional_number(row.get("utilization.gpu"), line),
-        ))
+        gpus.append(
+            GpuInfo(
+                index=index,
+                uuid=_text(row.get("uuid")),
+                name=_text(row.get("name")),
+                memory_used_mib=_optional_number(row.get("memory.used"), line),
+                memory_total_mib=_optional_number(row.get("memory.total"), line),
+                utilization_pct=_optional_number(row.get("utilization.gpu"), line),
+            )
+        )
     return gpus
 
 
@@ -194,8 +198,9 @@ def gpus_released(
         return False, "nvidia-smi listed no GPU"
     by_uuid = {info.uuid: info.index for info in gpu_infos if info.uuid}
     uuids_known = all(index in by_index and by_index[index].uuid for index in selected)
-    problems = [f"GPU {index} is not listed by nvidia-smi" for index in selected
-                if index not in by_index]
+    problems = [
+        f"GPU {index} is not listed by nvidia-smi" for index in selected if index not in by_index
+    ]
     for app in apps:
         index = by_uuid.get(app.gpu_uuid)
         if index is not None and index in selected:
@@ -210,8 +215,9 @@ def gpus_released(
     for index in selected:
         used = by_index[index].memory_used_mib if index in by_index else None
         if used is not None and used >= threshold_mib:
-            problems.append(f"GPU {index} still has {used} MiB in use "
-                            f"(threshold {threshold_mib} MiB)")
+            problems.append(
+                f"GPU {index} still has {used} MiB in use (threshold {threshold_mib} MiB)"
+            )
     if problems:
         return False, "; ".join(problems)
     names = ", ".join(str(index) for index in selected)

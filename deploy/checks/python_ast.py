@@ -49,7 +49,9 @@ def find_classes(tree: ast.Module, dotted: str) -> list[ast.ClassDef]:
     scopes: list[list[ast.stmt]] = [tree.body]
     for part in dotted.split("."):
         found = [
-            stmt for body in scopes for stmt in body
+            stmt
+            for body in scopes
+            for stmt in body
             if isinstance(stmt, ast.ClassDef) and stmt.name == part
         ]
         scopes = [cls.body for cls in found]
@@ -181,7 +183,4 @@ def _last_statement_problem(
         shown = shown[:97] + "..."
     elsewhere = [s.lineno for s in tree.body if _dump(s) == _dump(expected)]
     hint = f", which is at line {elsewhere[-1]}" if elsewhere else ", which is nowhere at top level"
-    return (
-        f"{path}: the last statement is {shown!r} (line {last.lineno}); "
-        f"expected {text!r}{hint}"
-    )
+    return f"{path}: the last statement is {shown!r} (line {last.lineno}); expected {text!r}{hint}"

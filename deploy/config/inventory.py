@@ -7,7 +7,8 @@ silently ignored on a production inventory).
 
 from __future__ import annotations
 
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -22,8 +23,39 @@ DEFAULT_STATE_DIR = "/var/lib/deploy"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
-#: Validation context key: keep templated strings as written (see ``_Strict._keep_templates``).
+#: Validation context key: keep templated strings as written (see `kept_as_written`).
 AS_WRITTEN = "as_written"
+
+
+def _admits_text(annotation: Any) -> bool:
+    """Whether a rendered template (always a string) could validate as ``annotation``."""
+    if annotation in (str, int, float, bool):
+        return True
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return True
+    if origin in (Union, UnionType):
+        return any(_admits_text(arg) for arg in get_args(annotation))
+    if origin is Annotated:
+        return _admits_text(get_args(annotation)[0])
+    return False
+
+
+def kept_as_written(model: type[BaseModel], value: Any, info: ValidationInfo) -> bool:
+    """Whether to keep ``value`` unvalidated: a template, in an as-written pass, in a scalar field.
+
+    Files are validated twice: as written when loaded (typos are found before any variable is
+    known) and per host after templating (`deploy.config.load`). ``port: "{{ p }}"`` is no int
+    until then, so the first pass — the only one passing ``context={AS_WRITTEN: True}`` —
+    keeps such strings. A template where a mapping or list belongs is still an error: it
+    renders to a string, which never becomes one.
+    """
+    if not (isinstance(value, str) and ("{{" in value or "{%" in value)):
+        return False
+    if not (isinstance(info.context, dict) and info.context.get(AS_WRITTEN)):
+        return False
+    field = model.model_fields.get(info.field_name or "")
+    return field is not None and _admits_text(field.annotation)
 
 
 class _Strict(BaseModel):
@@ -34,20 +66,7 @@ class _Strict(BaseModel):
     def _keep_templates(
         cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> Any:
-        """Under context ``{AS_WRITTEN: True}``, leave a ``{{ template }}`` string as written.
-
-        Files are validated twice: as written when loaded (typos are found before any variable
-        is known) and per host after templating (`deploy.config.load`). ``port: "{{ p }}"`` is
-        no int until then, so the first pass keeps such strings; only it passes the context.
-        """
-        if (
-            isinstance(value, str)
-            and ("{{" in value or "{%" in value)
-            and isinstance(info.context, dict)
-            and info.context.get(AS_WRITTEN)
-        ):
-            return value
-        return handler(value)
+        return value if kept_as_written(cls, value, info) else handler(value)
 
 
 class HostSpec(_Strict):

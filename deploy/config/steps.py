@@ -27,8 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-#: Validation context key: keep templated strings as written (see ``_Strict._keep_templates``).
-AS_WRITTEN = "as_written"
+from deploy.config.inventory import kept_as_written
 
 
 class _Strict(BaseModel):
@@ -39,20 +38,7 @@ class _Strict(BaseModel):
     def _keep_templates(
         cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> Any:
-        """Under context ``{AS_WRITTEN: True}``, leave a ``{{ template }}`` string as written.
-
-        Files are validated twice: as written when loaded (typos are found before any variable
-        is known) and per host after templating (`deploy.config.load`). ``port: "{{ p }}"`` is
-        no int until then, so the first pass keeps such strings; only it passes the context.
-        """
-        if (
-            isinstance(value, str)
-            and ("{{" in value or "{%" in value)
-            and isinstance(info.context, dict)
-            and info.context.get(AS_WRITTEN)
-        ):
-            return value
-        return handler(value)
+        return value if kept_as_written(cls, value, info) else handler(value)
 
 
 # --- action arguments -------------------------------------------------------------------------

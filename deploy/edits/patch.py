@@ -75,9 +75,13 @@ class Hunk:
     def reversed(self) -> Hunk:
         swap = {"-": "+", "+": "-", " ": " "}
         return Hunk(
-            self.new_start, self.new_len, self.old_start, self.old_len,
+            self.new_start,
+            self.new_len,
+            self.old_start,
+            self.old_len,
             [(swap[tag], text) for tag, text in self.lines],
-            self.new_no_eol, self.old_no_eol,
+            self.new_no_eol,
+            self.old_no_eol,
         )
 
     def context(self) -> tuple[int, int]:
@@ -199,7 +203,9 @@ def apply_patch(source: bytes, diff: str, *, path: str = "<file>") -> EditResult
         raise PatchConflict(
             f"patch does not apply to {path}: hunk {forward.number} {forward.hunk.header}: "
             f"{forward.detail}",
-            path=path, hunk=forward.hunk.header, line=forward.line,
+            path=path,
+            hunk=forward.hunk.header,
+            line=forward.line,
         ) from None
     content = b"".join(lines)
     if content == source:

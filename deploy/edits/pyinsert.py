@@ -131,11 +131,15 @@ def insert_into_class(
                 f"{path}:{member.lineno}: class {class_name} already has {item.name} "
                 f"(line {member.lineno}) with a different definition; "
                 "set replace to overwrite it",
-                member=item.name, class_name=class_name, path=path, line=member.lineno,
+                member=item.name,
+                class_name=class_name,
+                path=path,
+                line=member.lineno,
             )
     if not inserts and not replaced:
         return EditResult(
-            source, False,
+            source,
+            False,
             f"no change: {', '.join(present)} already present with the same body "
             f"in class {class_name}",
         )

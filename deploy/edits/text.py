@@ -237,4 +237,3 @@ def _hunk_range(start: int, stop: int) -> str:
     if length == 0:
         return f"{start},0"
     return f"{start + 1},{length}"
-

@@ -24,7 +24,9 @@ from deploy.remote.host import RemoteHost
 HostWork = tuple[str, HostSpec, list[tuple[int, StepCommon]], dict[str, Any]]
 
 
-def _in_parallel(names: Sequence[str], work: Callable[[int], HostResult], forks: int) -> list[HostResult]:
+def _in_parallel(
+    names: Sequence[str], work: Callable[[int], HostResult], forks: int
+) -> list[HostResult]:
     if len(names) <= 1 or forks <= 1:
         return [work(i) for i in range(len(names))]
     with ThreadPoolExecutor(max_workers=min(forks, len(names)), thread_name_prefix="host") as pool:
@@ -70,13 +72,26 @@ def run_rollback(
 ) -> RunResult:
     """Undo ``target_run`` (or each host's newest run not yet undone) on every host."""
     began = time.monotonic()
-    run = RunResult(run_id=run_id, command="rollback", playbook=None, started=now_iso(), user=_user(), argv=sys.argv[1:])
+    run = RunResult(
+        run_id=run_id,
+        command="rollback",
+        playbook=None,
+        started=now_iso(),
+        user=_user(),
+        argv=sys.argv[1:],
+    )
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
         remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new_host_keys))
         try:
-            return rollback_host(remote, spec.state_dir, target_run, force=force, holder=holder_info(run_id, "rollback"))
+            return rollback_host(
+                remote,
+                spec.state_dir,
+                target_run,
+                force=force,
+                holder=holder_info(run_id, "rollback"),
+            )
         finally:
             remote.close()
 

@@ -114,7 +114,9 @@ def apply_host(
     try:
         if not options.check_mode:
             try:
-                lock = acquire(remote, spec.state_dir, holder_info(options.run_id, options.playbook))
+                lock = acquire(
+                    remote, spec.state_dir, holder_info(options.run_id, options.playbook)
+                )
             except HostNotAttempted as exc:
                 result.outcome, result.error = "not attempted", str(exc)
                 progress.host_event(name, str(exc))
@@ -134,7 +136,9 @@ def apply_host(
     return result
 
 
-def _recover(remote: RemoteHost, state_dir: str, lock: HostLock, result: HostResult, progress: Progress) -> bool:
+def _recover(
+    remote: RemoteHost, state_dir: str, lock: HostLock, result: HostResult, progress: Progress
+) -> bool:
     """Undo runs that a crash left unfinished on this host; False if that failed (exit 3)."""
     for run in unfinished_runs(lock.runs):
         progress.host_event(remote.name, f"found unfinished run {run.run_id}; undoing it first")
@@ -162,7 +166,12 @@ def _run_steps(
         remote,
         spec.state_dir,
         options.run_id,
-        {"run_id": options.run_id, "playbook": options.playbook, "host": name, **holder_info(options.run_id, options.playbook)},
+        {
+            "run_id": options.run_id,
+            "playbook": options.playbook,
+            "host": name,
+            **holder_info(options.run_id, options.playbook),
+        },
     )
     ctx = StepContext(
         host=name,
@@ -188,14 +197,18 @@ def _run_steps(
             step_result.diff = "".join(change.diff for change in planned.changes)
             if planned.changes:
                 step_result.status = "would change" if options.check_mode else "changed"
-                result.changed_files.extend(c.path for c in planned.changes if c.path not in result.changed_files)
+                result.changed_files.extend(
+                    c.path for c in planned.changes if c.path not in result.changed_files
+                )
             elif planned.noop:
                 step_result.status = "unchanged"
             elif options.check_mode and not step.runs_in_check_mode and not step.mutating:
                 step_result.status = "skipped"
         except Exception as exc:  # every failure, expected or not, must lead to the undo
             step_result.status = "failed"
-            step_result.summary = str(exc) if isinstance(exc, DeployError) else f"internal error: {exc!r}"
+            step_result.summary = (
+                str(exc) if isinstance(exc, DeployError) else f"internal error: {exc!r}"
+            )
             step_result.duration = round(time.monotonic() - began, 3)
             result.steps.append(step_result)
             progress.step_finished(name, step_result)
@@ -203,7 +216,12 @@ def _run_steps(
                 log.error("internal error on %s:\n%s", name, traceback.format_exc())
             for later_index, later in steps[position + 1 :]:
                 result.steps.append(
-                    StepResult(later_index, build_step(later, later_index).kind, build_step(later, later_index).title, "not run")
+                    StepResult(
+                        later_index,
+                        build_step(later, later_index).kind,
+                        build_step(later, later_index).title,
+                        "not run",
+                    )
                 )
             _fail(remote, spec, ctx, journal, result, index, step_result.summary, exc, progress)
             return
@@ -244,7 +262,13 @@ def _fail(
     progress.host_event(remote.name, f"step {index + 1} failed; rolling back")
     try:
         result.rollback = undo_run_events(
-            remote, spec.state_dir, journal.run_id, force=False, reason=reason, journal=journal, events=journal.events
+            remote,
+            spec.state_dir,
+            journal.run_id,
+            force=False,
+            reason=reason,
+            journal=journal,
+            events=journal.events,
         )
         result.outcome = "rolled back"
     except (RollbackFailed, HostUnreachable) as undo_error:
@@ -262,7 +286,13 @@ def _manifest(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         path = str(event["path"])
         entry = files.setdefault(
             path,
-            {"path": path, "sha256_before": event["before"], "mode": event["mode"], "uid": event["uid"], "gid": event["gid"]},
+            {
+                "path": path,
+                "sha256_before": event["before"],
+                "mode": event["mode"],
+                "uid": event["uid"],
+                "gid": event["gid"],
+            },
         )
         entry["sha256_after"] = event["after"]
         entry["size"] = event["size"]

@@ -48,7 +48,9 @@ def run_dir(state_dir: str, run_id: str) -> str:
 class Journal:
     """Appends to ``runs/<run-id>/journal.jsonl`` on the host; created on first use."""
 
-    def __init__(self, remote: RemoteHost, state_dir: str, run_id: str, meta: dict[str, Any]) -> None:
+    def __init__(
+        self, remote: RemoteHost, state_dir: str, run_id: str, meta: dict[str, Any]
+    ) -> None:
         self.remote = remote
         self.state_dir = state_dir
         self.run_id = run_id
@@ -88,7 +90,9 @@ class Journal:
             self._saved.add(digest)
         return digest
 
-    def finish(self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None) -> None:
+    def finish(
+        self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None
+    ) -> None:
         """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json."""
         if self._handle is None:
             return

@@ -17,9 +17,12 @@ from deploy.remote.host import RemoteHost
 from deploy.remote.lock import RunSummary, acquire
 from deploy.steps.files import undo_write
 
+
 def is_undone(run: RunSummary) -> bool:
     last = run.last
-    return last.get("event") == "rollback_end" or (last.get("event") == "end" and last.get("outcome") == "rolled_back")
+    return last.get("event") == "rollback_end" or (
+        last.get("event") == "end" and last.get("outcome") == "rolled_back"
+    )
 
 
 def unfinished_runs(runs: list[RunSummary]) -> list[RunSummary]:
@@ -63,10 +66,22 @@ def undo_run_events(
             if event.get("op") == "write":
                 original = read_copy(remote, state_dir, run_id, str(event["original"]))
                 outcome = undo_write(remote, event, original, force=force)
-                journal.write({"event": "undone", "op": "write", "path": outcome.path, "action": outcome.action})
-                lines.append(f"{outcome.action} {outcome.path}" + (f" ({outcome.detail})" if outcome.detail else ""))
+                journal.write(
+                    {
+                        "event": "undone",
+                        "op": "write",
+                        "path": outcome.path,
+                        "action": outcome.action,
+                    }
+                )
+                lines.append(
+                    f"{outcome.action} {outcome.path}"
+                    + (f" ({outcome.detail})" if outcome.detail else "")
+                )
             else:
-                raise RollbackFailed(f"{remote.name}: run {run_id} has a change this version cannot undo: {event.get('op')}")
+                raise RollbackFailed(
+                    f"{remote.name}: run {run_id} has a change this version cannot undo: {event.get('op')}"
+                )
             done.add(key)
     except DeployError as exc:
         failure = exc if isinstance(exc, RollbackFailed) else RollbackFailed(str(exc))
@@ -117,9 +132,15 @@ def rollback_host(
             return result
         result.run_id = target
         try:
-            result.rollback = undo_run_events(remote, state_dir, target, force=force, reason="deploy rollback")
+            result.rollback = undo_run_events(
+                remote, state_dir, target, force=force, reason="deploy rollback"
+            )
             result.outcome = "restored"
-            result.changed_files = [line.split(" ", 1)[1].split(" (")[0] for line in result.rollback if line.startswith("restored")]
+            result.changed_files = [
+                line.split(" ", 1)[1].split(" (")[0]
+                for line in result.rollback
+                if line.startswith("restored")
+            ]
         except RollbackFailed as exc:
             result.outcome, result.error = "rollback failed", str(exc)
     finally:

@@ -62,7 +62,9 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     def __init__(self, settings: ConnectSettings) -> None:
         self.settings = settings
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         path = self.settings.known_hosts_path()
         if not self.settings.accept_new_host_keys:
             raise HostKeyUnknown(
@@ -142,13 +144,17 @@ def open_connection(settings: ConnectSettings) -> Connection:
         ) from exc
     except paramiko.AuthenticationException as exc:
         conn.close()
-        raise HostUnreachable(f"{settings.name}: authentication failed as {conn.user}: {exc}") from exc
+        raise HostUnreachable(
+            f"{settings.name}: authentication failed as {conn.user}: {exc}"
+        ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         conn.close()
         target = f"{conn.host}:{conn.port}"
         if isinstance(exc, socket.timeout | TimeoutError):
             reason = f"timed out after {settings.connect_timeout:g} s"
-        elif isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
+        elif isinstance(
+            exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError
+        ):
             reason = "connection refused"
         else:
             reason = str(exc) or type(exc).__name__

@@ -109,7 +109,9 @@ class RemoteHost:
         return self._sftp
 
     def _lost(self, exc: BaseException, doing: str) -> HostUnreachable:
-        return HostUnreachable(f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}")
+        return HostUnreachable(
+            f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}"
+        )
 
     def _translate(self, exc: BaseException, doing: str, path: str) -> Exception:
         """Map an SFTP failure to a filesystem error (StepFailed) or a lost connection.
@@ -171,10 +173,16 @@ class RemoteHost:
                     out.append(channel.recv(65536))
                 while channel.recv_stderr_ready():
                     err.append(channel.recv_stderr(65536))
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                if (
+                    channel.exit_status_ready()
+                    and not channel.recv_ready()
+                    and not channel.recv_stderr_ready()
+                ):
                     break
                 if channel.closed and not channel.exit_status_ready():
-                    raise HostUnreachable(f"{self.name}: the connection closed during {command[:60]!r}")
+                    raise HostUnreachable(
+                        f"{self.name}: the connection closed during {command[:60]!r}"
+                    )
                 wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
                 if wait <= 0:
                     timed_out = True
@@ -195,7 +203,9 @@ class RemoteHost:
         )
         if check and not result.ok:
             why = f"timed out after {timeout:g} s" if timed_out else f"exited {status}"
-            raise RemoteCommandFailed(f"{self.name}: `{command[:80]}` {why}: {result.tail(3)}", result)
+            raise RemoteCommandFailed(
+                f"{self.name}: `{command[:80]}` {why}: {result.tail(3)}", result
+            )
         return result
 
     # -- files --------------------------------------------------------------------------------
@@ -300,7 +310,9 @@ class RemoteHost:
         except OSError as exc:
             existing = self.stat(path)
             if existing is None or not statmod.S_ISDIR(existing.mode):
-                raise StepFailed(f"{self.name}: cannot create {path}: {exc.strerror or exc}") from exc
+                raise StepFailed(
+                    f"{self.name}: cannot create {path}: {exc.strerror or exc}"
+                ) from exc
 
     def listdir(self, path: str) -> list[str]:
         self.ops["sftp"] += 1

@@ -92,14 +92,18 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
-def acquire(remote: RemoteHost, state_dir: str, holder: dict[str, object], timeout: float = 30.0) -> HostLock:
+def acquire(
+    remote: RemoteHost, state_dir: str, holder: dict[str, object], timeout: float = 30.0
+) -> HostLock:
     """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
-    script = _SCRIPT.format(state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True)))
+    script = _SCRIPT.format(
+        state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True))
+    )
     channel = remote.start(script)
     buffer = b""
     deadline = time.monotonic() + timeout
@@ -111,11 +115,15 @@ def acquire(remote: RemoteHost, state_dir: str, holder: dict[str, object], timeo
             if channel.exit_status_ready() and not channel.recv_ready():
                 break
             if time.monotonic() > deadline:
-                raise HostUnreachable(f"{remote.name}: no answer while taking the lock in {state_dir}")
+                raise HostUnreachable(
+                    f"{remote.name}: no answer while taking the lock in {state_dir}"
+                )
             _wait_readable(channel, 0.05)
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
-        raise HostUnreachable(f"{remote.name}: connection lost while taking the lock: {exc}") from exc
+        raise HostUnreachable(
+            f"{remote.name}: connection lost while taking the lock: {exc}"
+        ) from exc
     text = buffer.decode("utf-8", "replace")
     lines = text.splitlines()
     first = lines[0] if lines else ""
@@ -124,7 +132,7 @@ def acquire(remote: RemoteHost, state_dir: str, holder: dict[str, object], timeo
         runs = []
         for line in lines[1:]:
             if line.startswith("RUN\t"):
-                _, run_id, last = (line.split("\t", 2) + [""])[:3]
+                _, run_id, last = [*line.split("\t", 2), ""][:3]
                 runs.append(RunSummary(run_id, _holder_text(last) or {}))
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()
@@ -135,7 +143,9 @@ def acquire(remote: RemoteHost, state_dir: str, holder: dict[str, object], timeo
         raise StepFailed(f"{remote.name}: flock(1) is not installed on the host (util-linux)")
     if first.startswith("NOSTATE"):
         raise StepFailed(f"{remote.name}: {first.partition(' ')[2]} (state_dir {state_dir})")
-    raise StepFailed(f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}")
+    raise StepFailed(
+        f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
+    )
 
 
 def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:

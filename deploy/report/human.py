@@ -66,7 +66,9 @@ class ProgressPrinter:
 
     def step_finished(self, host: str, result: StepResult) -> None:
         status = paint(result.status, result.status, self.colour)
-        self._line(f"{host}: [{result.index + 1}] {result.title}: {status} ({result.duration:.2f} s) {result.summary}".rstrip())
+        self._line(
+            f"{host}: [{result.index + 1}] {result.title}: {status} ({result.duration:.2f} s) {result.summary}".rstrip()
+        )
 
 
 def render_steps(host: HostResult, *, colour: bool, diffs: bool) -> list[str]:
@@ -83,7 +85,9 @@ def render_steps(host: HostResult, *, colour: bool, diffs: bool) -> list[str]:
 
 def render_plan(run: RunResult, *, colour: bool = False) -> str:
     """The plan as ``--check`` shows it and as ``apply`` shows it before asking."""
-    out = [f"Plan for {run.playbook or run.command} ({len(run.hosts)} host(s)); nothing has been changed:"]
+    out = [
+        f"Plan for {run.playbook or run.command} ({len(run.hosts)} host(s)); nothing has been changed:"
+    ]
     for host in run.hosts:
         out.append("")
         out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
@@ -100,12 +104,19 @@ def _figures(host: HostResult) -> str:
     return ", ".join(figures)
 
 
-def render_summary(run: RunResult, *, colour: bool = False, diffs: bool = False, details: bool = True) -> str:
+def render_summary(
+    run: RunResult, *, colour: bool = False, diffs: bool = False, details: bool = True
+) -> str:
     """Per-host detail (failures, rollback actions, diffs on request), then one table."""
     out: list[str] = []
     if details:
         for host in run.hosts:
-            interesting = host.error or host.rollback or host.recovered or (diffs and any(s.diff for s in host.steps))
+            interesting = (
+                host.error
+                or host.rollback
+                or host.recovered
+                or (diffs and any(s.diff for s in host.steps))
+            )
             if not interesting:
                 continue
             out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
@@ -122,7 +133,13 @@ def render_summary(run: RunResult, *, colour: bool = False, diffs: bool = False,
             out.append("")
     headers = ["HOST", "OUTCOME", "CHANGED FILES", "TIME", "FIGURES"]
     rows = [
-        [h.host, h.outcome, ", ".join(h.changed_files) or "-", f"{h.duration:.2f} s", _figures(h) or "-"]
+        [
+            h.host,
+            h.outcome,
+            ", ".join(h.changed_files) or "-",
+            f"{h.duration:.2f} s",
+            _figures(h) or "-",
+        ]
         for h in run.hosts
     ]
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
@@ -131,7 +148,9 @@ def render_summary(run: RunResult, *, colour: bool = False, diffs: bool = False,
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
         cells[1] = paint(cells[1], row[1], colour)
         out.append("  ".join(cells).rstrip())
-    out.append(f"run {run.run_id}: exit {run.exit_code} ({_meaning(run.exit_code)}), {run.duration:.2f} s")
+    out.append(
+        f"run {run.run_id}: exit {run.exit_code} ({_meaning(run.exit_code)}), {run.duration:.2f} s"
+    )
     return "\n".join(out)
 
 

@@ -93,10 +93,14 @@ def _keygen(paths: list[Path], comment: str) -> None:
     for path in paths:
         for stale in (path, path.with_name(path.name + ".pub")):
             stale.unlink(missing_ok=True)  # ssh-keygen would ask "Overwrite (y/n)?"
-        procs.append(subprocess.Popen(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        ))
+        procs.append(
+            subprocess.Popen(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
     errors = [(p.communicate()[1].decode(errors="replace").strip(), p.returncode) for p in procs]
     for message, code in errors:
         if code:
@@ -282,17 +286,23 @@ class SshHost:
         """Start sshd with stderr appended to the log; `_await_ready` then polls it."""
         setenv = {MARKER_VAR: self._token, "DEPLOY_SANDBOX_ROOT": str(self.root), **self.env}
         config = self.workdir / "sshd_config"
-        config.write_text(_CONFIG.format(
-            port=self.port, workdir=_plain(str(self.workdir)),
-            setenv=" ".join(f'"{_plain(f"{key}={value}")}"' for key, value in setenv.items()),
-        ))
+        config.write_text(
+            _CONFIG.format(
+                port=self.port,
+                workdir=_plain(str(self.workdir)),
+                setenv=" ".join(f'"{_plain(f"{key}={value}")}"' for key, value in setenv.items()),
+            )
+        )
         argv = [self._sshd, "-D", "-e", "-f", str(config)]
         if setpriv := shutil.which("setpriv"):
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
         with open(self.log_file, "ab") as log:
             self._log_offset = log.tell()
             self._process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
                 start_new_session=True,  # a Ctrl-C in the terminal is ours to handle, not sshd's
             )
 
@@ -361,8 +371,10 @@ def _await_ready(
                 continue
             for _, conn in dialled:
                 conn.close()
-            raise SandboxError(f"sshd for {host.name} on port {host.port} exited with status "
-                               f"{host._process.returncode}:\n{_tail(log)}")
+            raise SandboxError(
+                f"sshd for {host.name} on port {host.port} exited with status "
+                f"{host._process.returncode}:\n{_tail(log)}"
+            )
         for host, conn in dialled:  # every daemon forks for its probe at once: read after
             with conn, contextlib.suppress(OSError):
                 if conn.recv(256).startswith(b"SSH-2.0"):
@@ -446,12 +458,21 @@ class SshdSandbox:
             workdir = self.base / name
             (workdir / "root").mkdir(parents=True, exist_ok=True)
             (workdir / "authorized_keys").write_text(pub_key)
-            hosts.append(SshHost(
-                name=name, address="127.0.0.1", port=port, user=getpass.getuser(),
-                identity_file=self.identity_file, known_hosts=self.known_hosts,
-                root=workdir / "root", state_dir=workdir / "root/var/lib/deploy", workdir=workdir,
-                env=dict(env or {}), _sshd=self.sshd,
-            ))
+            hosts.append(
+                SshHost(
+                    name=name,
+                    address="127.0.0.1",
+                    port=port,
+                    user=getpass.getuser(),
+                    identity_file=self.identity_file,
+                    known_hosts=self.known_hosts,
+                    root=workdir / "root",
+                    state_dir=workdir / "root/var/lib/deploy",
+                    workdir=workdir,
+                    env=dict(env or {}),
+                    _sshd=self.sshd,
+                )
+            )
         _keygen([h.host_key for h in hosts], "deploy-sandbox-host")
         try:
             for host in hosts:

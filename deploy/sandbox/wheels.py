@@ -41,8 +41,18 @@ def sglang_wheel(version: str) -> Path:
         return wheel
     directory.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "-q", "-d", str(directory), f"sglang=={version}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(directory),
+            f"sglang=={version}",
+        ],
         capture_output=True,
         text=True,
         check=False,

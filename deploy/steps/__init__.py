@@ -19,8 +19,13 @@ def build_step(entry: StepCommon, index: int) -> Step:
     classes: dict[str, type[Step]] = {
         cls.kind: cls
         for cls in (
-            BackupStep, PythonInsertStep, PatchStep, AppendStep,
-            VerifyPythonStep, VerifyTailStep, VerifyCommandStep,
+            BackupStep,
+            PythonInsertStep,
+            PatchStep,
+            AppendStep,
+            VerifyPythonStep,
+            VerifyTailStep,
+            VerifyCommandStep,
         )
     }
     return classes[action_of(entry)](entry, index)

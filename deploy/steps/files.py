@@ -47,7 +47,9 @@ def read_file(ctx: StepContext, path: str) -> FileState:
     try:
         content = ctx.remote.read(path)
     except FileNotFoundError as exc:
-        raise StepFailed(f"{ctx.host}: {path} disappeared while being read; nothing was changed") from exc
+        raise StepFailed(
+            f"{ctx.host}: {path} disappeared while being read; nothing was changed"
+        ) from exc
     state = FileState(path=path, content=content, stat=info, original=content)
     ctx.files[path] = state
     return state
@@ -61,7 +63,9 @@ def save_original(ctx: StepContext, state: FileState) -> str:
     if digest is None:
         digest = ctx.journal.save_copy(state.original)
         ctx.saved[state.path] = digest
-        ctx.journal.write({"event": "backup", "path": state.path, "sha256": digest, "step": ctx.step_index})
+        ctx.journal.write(
+            {"event": "backup", "path": state.path, "sha256": digest, "step": ctx.step_index}
+        )
     return digest
 
 
@@ -83,7 +87,9 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
     # replacing it, so that we never overwrite a change we did not compute from.
     now = ctx.remote.stat(path)
     if now is None or (now.size, now.mtime) != (state.stat.size, state.stat.mtime):
-        raise StepFailed(f"{ctx.host}: {path} changed on the host while we were editing it; not written")
+        raise StepFailed(
+            f"{ctx.host}: {path} changed on the host while we were editing it; not written"
+        )
     before_change(ctx)
     backup = save_original(ctx, state)
     record: dict[str, Any] = {
@@ -101,7 +107,9 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
     }
     ctx.journal.write(record)
     ctx.changed = True
-    ctx.remote.write_atomic(path, content, mode=state.stat.permissions, uid=state.stat.uid, gid=state.stat.gid)
+    ctx.remote.write_atomic(
+        path, content, mode=state.stat.permissions, uid=state.stat.uid, gid=state.stat.gid
+    )
     after = ctx.remote.stat(path)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
     state.content = content
@@ -116,7 +124,7 @@ class EditStep(Step):
 
     @property
     def path(self) -> str:
-        return str(getattr(self.args, "path"))
+        return str(self.args.path)
 
     def describe(self) -> str:
         return f"{self.kind} {self.path}"
@@ -185,11 +193,17 @@ def undo_write(
         )
     try:
         remote.write_atomic(
-            path, original, mode=int(record.get("mode", 0o644)), uid=record.get("uid"), gid=record.get("gid")
+            path,
+            original,
+            mode=int(record.get("mode", 0o644)),
+            uid=record.get("uid"),
+            gid=record.get("gid"),
         )
         check = remote.read(path)
     except (StepFailed, FileNotFoundError) as exc:
         raise RollbackFailed(f"{remote.name}: could not restore {path}: {exc}") from exc
     if sha256(check) != want:
-        raise RollbackFailed(f"{remote.name}: restored {path} but its sha256 does not match the saved copy")
+        raise RollbackFailed(
+            f"{remote.name}: restored {path} but its sha256 does not match the saved copy"
+        )
     return UndoOutcome(path, "restored", f"sha256 {want[:12]}")

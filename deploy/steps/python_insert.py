@@ -19,7 +19,11 @@ class PythonInsertStep(EditStep):
         assert isinstance(args, PythonInsertArgs)
         where: str | tuple[str, str] = "end"
         if not isinstance(args.where, str):
-            where = ("after", args.where.after) if args.where.after else ("before", str(args.where.before))
+            where = (
+                ("after", args.where.after)
+                if args.where.after
+                else ("before", str(args.where.before))
+            )
         result = insert_into_class(
             content, args.class_, args.code, where=where, replace=args.replace, path=args.path
         )

@@ -38,7 +38,11 @@ class VerifyCommandStep(Step):
             raise CheckFailed(
                 f"`{args.run}` exited {result.exit_status}, expected {args.expect_exit}: {result.tail(3)}"
             )
-        if args.expect_stdout is not None and not re.search(args.expect_stdout, result.stdout, re.MULTILINE):
+        if args.expect_stdout is not None and not re.search(
+            args.expect_stdout, result.stdout, re.MULTILINE
+        ):
             last = result.stdout.strip().splitlines()[-1:] or ["(empty)"]
-            raise CheckFailed(f"`{args.run}` output does not match /{args.expect_stdout}/; last line: {last[0]}")
+            raise CheckFailed(
+                f"`{args.run}` output does not match /{args.expect_stdout}/; last line: {last[0]}"
+            )
         planned.summary = f"ran `{args.run}`: exit {result.exit_status} as expected"

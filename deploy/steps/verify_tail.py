@@ -26,7 +26,9 @@ class VerifyTailStep(Step):
         args = self.args
         assert isinstance(args, VerifyTailArgs)
         content = read_file(ctx, args.path).content
-        problems = check_tail(content, args.expected(), ignore_blank=args.ignore_blank, path=args.path)
+        problems = check_tail(
+            content, args.expected(), ignore_blank=args.ignore_blank, path=args.path
+        )
         if problems:
             raise CheckFailed("; ".join(problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

@@ -26,8 +26,13 @@ def connect(host: SshHost, known_hosts: Path | None = None) -> paramiko.SSHClien
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
         client.connect(
-            host.address, port=host.port, username=host.user, key_filename=str(host.identity_file),
-            allow_agent=False, look_for_keys=False, timeout=5,
+            host.address,
+            port=host.port,
+            username=host.user,
+            key_filename=str(host.identity_file),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=5,
         )
     except BaseException:
         client.close()
@@ -70,7 +75,10 @@ def test_inventory_and_known_hosts_cover_every_host(
 ) -> None:
     hosts = sshd_sandbox.start_many(["a", "b"])
     path = sshd_sandbox.write_inventory(
-        tmp_path / "hosts.yaml", hosts, groups={"gpu": ["a", "b"]}, vars={"model": "kimi"},
+        tmp_path / "hosts.yaml",
+        hosts,
+        groups={"gpu": ["a", "b"]},
+        vars={"model": "kimi"},
         host_vars={"a": {"rank": 0}},
     )
     raw = yaml.safe_load(path.read_text())

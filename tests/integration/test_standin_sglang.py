@@ -40,11 +40,22 @@ from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, kimi_k25_source
 FAKE = Path(__file__).parents[2] / "deploy" / "sandbox" / "fake_sglang"
 FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
 READY = "The server is fired up and ready to roll!"
-NO_SET_EAGLE3 = ("AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute "
-                 "'set_eagle3_layers_to_capture'")
-EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft",
-          "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-          "--speculative-num-draft-tokens", "4"]
+NO_SET_EAGLE3 = (
+    "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute "
+    "'set_eagle3_layers_to_capture'"
+)
+EAGLE3 = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/draft",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
 LOAD = 0.5
 T = TypeVar("T")
 
@@ -100,9 +111,13 @@ def health(port: int) -> int | str:
 
 def gpu_holders(root: Path) -> list[tuple[int, str]]:
     """(pid, name) of each compute process the host tree's nvidia-smi lists."""
-    run = subprocess.run([sys.executable, root / "bin" / "nvidia-smi",
-                          *shlex.split(COMPUTE_APPS_QUERY)[1:]],
-                         env=clean_env(), capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, root / "bin" / "nvidia-smi", *shlex.split(COMPUTE_APPS_QUERY)[1:]],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [(app.pid, app.process_name) for app in parse_compute_apps(run.stdout)]
 
 
@@ -120,14 +135,20 @@ def session_members(sid: int) -> list[int]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SGLANG_STANDIN_", "NVIDIA_SMI_STANDIN_", "PYTHONPATH"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SGLANG_STANDIN_", "NVIDIA_SMI_STANDIN_", "PYTHONPATH"))
+    }
     return {**env, **extra}
 
 
 def make_tree(root: Path, model_source: bytes) -> Path:
-    shutil.copytree(FAKE / "sglang", root / "sglang" / "python" / "sglang",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        FAKE / "sglang",
+        root / "sglang" / "python" / "sglang",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     models = root / "sglang" / "python" / "sglang" / "srt" / "models"
     models.mkdir(parents=True)
     (models / "kimi_k25.py").write_bytes(model_source)
@@ -139,11 +160,16 @@ def make_tree(root: Path, model_source: bytes) -> Path:
 @pytest.fixture(scope="module")
 def sources() -> dict[str, bytes]:
     old = kimi_k25_source(PATCH_NEEDED)
-    methods = b"".join(b"\n    def %s(self, *args):\n        pass\n" % name
-                       for name in (b"set_eagle3_layers_to_capture", b"get_embed_and_head",
-                                    b"set_embed_and_head"))
-    return {"0.5.9": old, "0.5.10": kimi_k25_source(ALREADY_PATCHED),
-            "appended": old + methods.replace(b"\n    ", b"\n"), "broken": old + b"\n)\n"}
+    methods = b"".join(
+        b"\n    def %s(self, *args):\n        pass\n" % name
+        for name in (b"set_eagle3_layers_to_capture", b"get_embed_and_head", b"set_embed_and_head")
+    )
+    return {
+        "0.5.9": old,
+        "0.5.10": kimi_k25_source(ALREADY_PATCHED),
+        "appended": old + methods.replace(b"\n    ", b"\n"),
+        "broken": old + b"\n)\n",
+    }
 
 
 class Server:
@@ -153,16 +179,31 @@ class Server:
         self.root, self.port = root, port
         name = f"server-{port}-{time.monotonic_ns()}"
         self.out, self.err = root / f"{name}.out", root / f"{name}.err"
-        env = clean_env(PYTHONPATH=str(root / "sglang" / "python"),
-                        SGLANG_STANDIN_LOAD_SECONDS=str(LOAD),
-                        SGLANG_STANDIN_WARMUP_SECONDS="0.5",
-                        **{f"SGLANG_STANDIN_{k.upper()}": v for k, v in config.items()})
+        env = clean_env(
+            PYTHONPATH=str(root / "sglang" / "python"),
+            SGLANG_STANDIN_LOAD_SECONDS=str(LOAD),
+            SGLANG_STANDIN_WARMUP_SECONDS="0.5",
+            **{f"SGLANG_STANDIN_{k.upper()}": v for k, v in config.items()},
+        )
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/kimi",
-                 "--port", str(port), *flags],
-                cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "sglang.launch_server",
+                    "--model-path",
+                    "/models/kimi",
+                    "--port",
+                    str(port),
+                    *flags,
+                ],
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
         self.started = time.monotonic()
 
     def log(self) -> str:
@@ -190,8 +231,9 @@ def start(tmp_path: Path, sources: dict[str, bytes]) -> Iterator[Callable[..., S
     """``start(version, *flags, port=None, **config)``: a server on a fresh tree (or ``tree``)."""
     servers: list[Server] = []
 
-    def _start(version: str, *flags: str, port: int | None = None, tree: Path | None = None,
-               **config: str) -> Server:
+    def _start(
+        version: str, *flags: str, port: int | None = None, tree: Path | None = None, **config: str
+    ) -> Server:
         root = tree or make_tree(tmp_path / f"{version}-{len(servers)}", sources[version])
         servers.append(Server(root, list(flags), port or free_port(), **config))
         return servers[-1]
@@ -218,7 +260,7 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
     steps = ["Load weight begin", "Load weight end", "Capture cuda graph begin", READY]
     assert [log.index(step) for step in steps] == sorted(log.index(step) for step in steps)
 
-    (holder_pid, holder_name), = gpu_holders(server.root)
+    ((holder_pid, holder_name),) = gpu_holders(server.root)
     assert holder_name == "sglang::scheduler_TP0"
     stat = Path(f"/proc/{holder_pid}/stat").read_text().rsplit(")", 1)[1].split()
     assert int(stat[1]) == server.process.pid  # its parent is the server
@@ -226,8 +268,12 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
 
     status, info = request(server.port, "GET", "/model_info")
     assert status == 200 and info["model_path"] == "/models/kimi" and info["is_generation"]
-    status, out = request(server.port, "POST", "/generate",
-                          {"text": "Say hi", "sampling_params": {"max_new_tokens": 8}})
+    status, out = request(
+        server.port,
+        "POST",
+        "/generate",
+        {"text": "Say hi", "sampling_params": {"max_new_tokens": 8}},
+    )
     assert status == 200 and len(out["text"].split()) == 8
     meta = out["meta_info"]
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (2, 8)
@@ -287,32 +333,45 @@ def test_configuration_precedence(tmp_path: Path, sources: dict[str, bytes]) -> 
     """Defaults < standin.json beside launch_server.py < $SGLANG_STANDIN_<KEY>."""
     root = make_tree(tmp_path, sources["0.5.9"])
     package = root / "sglang" / "python" / "sglang"
-    (package / "standin.json").write_text(json.dumps(
-        {"load_seconds": 7, "tokens_per_s": 10, "orphan_scheduler": True}))
+    (package / "standin.json").write_text(
+        json.dumps({"load_seconds": 7, "tokens_per_s": 10, "orphan_scheduler": True})
+    )
 
     def config(**env: str) -> subprocess.CompletedProcess[str]:
         code = "import json, sglang.launch_server as s; print(json.dumps(s.load_config()))"
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=clean_env(PYTHONPATH=str(package.parent), **env))
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=clean_env(PYTHONPATH=str(package.parent), **env),
+        )
 
-    loaded = json.loads(config(SGLANG_STANDIN_TOKENS_PER_S="20",
-                               SGLANG_STANDIN_ORPHAN_SCHEDULER="false").stdout)
+    loaded = json.loads(
+        config(SGLANG_STANDIN_TOKENS_PER_S="20", SGLANG_STANDIN_ORPHAN_SCHEDULER="false").stdout
+    )
     assert (loaded["load_seconds"], loaded["tokens_per_s"], loaded["warmup_seconds"]) == (
-        7.0, 20.0, 1.0)
+        7.0,
+        20.0,
+        1.0,
+    )
     assert loaded["orphan_scheduler"] is False and loaded["die_after_ready_seconds"] is None
     assert loaded["gpu_state_dir"] == str(root / "sglang" / ".standin-gpu")
     assert loaded["model_file"] == str(package / "srt" / "models" / "kimi_k25.py")
     shared = json.loads(config(NVIDIA_SMI_STANDIN_STATE="/x").stdout)["gpu_state_dir"]
-    own = json.loads(config(NVIDIA_SMI_STANDIN_STATE="/x",
-                            SGLANG_STANDIN_GPU_STATE_DIR="/y").stdout)["gpu_state_dir"]
+    own = json.loads(
+        config(NVIDIA_SMI_STANDIN_STATE="/x", SGLANG_STANDIN_GPU_STATE_DIR="/y").stdout
+    )["gpu_state_dir"]
     assert (shared, own) == ("/x", "/y")
-    assert "orphan_scheduler must be true or false" in config(
-        SGLANG_STANDIN_ORPHAN_SCHEDULER="maybe").stderr
+    assert (
+        "orphan_scheduler must be true or false"
+        in config(SGLANG_STANDIN_ORPHAN_SCHEDULER="maybe").stderr
+    )
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "appended"])
 def test_eagle3_without_the_methods_dies_after_the_load(
-        start: Callable[..., Server], version: str) -> None:
+    start: Callable[..., Server], version: str
+) -> None:
     """0.5.9's file, and the ``cat >>`` mistake (methods at module level), fail alike."""
     server = start(version, *EAGLE3)
     assert server.exit_status() == 1
@@ -332,7 +391,7 @@ def test_a_file_that_does_not_compile_fails_at_once(start: Callable[..., Server]
 def test_orphaned_scheduler_keeps_gpu_memory_and_the_port(start: Callable[..., Server]) -> None:
     server = start("0.5.9", orphan_scheduler="true")
     server.wait_ready()
-    (orphan, _), = gpu_holders(server.root)
+    ((orphan, _),) = gpu_holders(server.root)
     server.process.send_signal(signal.SIGTERM)
     assert server.exit_status() == 0
     assert gpu_holders(server.root) == [(orphan, "sglang::scheduler_TP0")]
@@ -353,7 +412,9 @@ def test_crash_after_ready_kills_the_tree(start: Callable[..., Server]) -> None:
     server = start("0.5.10", "--tp", "2", die_after_ready_seconds="0.3")
     server.wait_ready()
     assert sorted(name for _, name in gpu_holders(server.root)) == [
-        "sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+        "sglang::scheduler_TP0",
+        "sglang::scheduler_TP1",
+    ]
     assert server.exit_status() == -signal.SIGKILL
     assert "Scheduler hit an exception" in server.stderr()
     assert health(server.port) == "refused"
@@ -365,8 +426,13 @@ def test_crash_after_ready_kills_the_tree(start: Callable[..., Server]) -> None:
 
 def smi(state: Path, *args: str, **env: str) -> str:
     script = FAKE / "bin" / "nvidia-smi"
-    run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                         check=True, env=clean_env(NVIDIA_SMI_STANDIN_STATE=str(state), **env))
+    run = subprocess.run(
+        [sys.executable, script, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean_env(NVIDIA_SMI_STANDIN_STATE=str(state), **env),
+    )
     return run.stdout
 
 
@@ -395,8 +461,7 @@ def test_fake_nvidia_smi_prints_the_captured_formats(tmp_path: Path) -> None:
         (tmp_path / str(holder.pid)).write_text(json.dumps(entry))
         same(smi(tmp_path, **h200), "plain_busy.txt", holder.pid)
         same(smi(tmp_path, *apps, **h200), "apps_busy.csv", holder.pid)
-        same(smi(tmp_path, *apps[:-1], "--format=csv", **h200), "apps_busy_header.csv",
-             holder.pid)
+        same(smi(tmp_path, *apps[:-1], "--format=csv", **h200), "apps_busy_header.csv", holder.pid)
         same(smi(tmp_path, *gpus, **h200), "query_gpu_busy.csv")
     finally:
         holder.kill()

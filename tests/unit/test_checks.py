@@ -55,26 +55,37 @@ EntryClass = [A]
         ({}, []),
         ({"class_has": {"A": ["x", "y", "z", "rest", "n", "f", "g", "Inner"]}}, []),
         ({"class_has": {"A.Inner": ["h"]}}, []),
-        ({"class_has": {"A": ["inner", "h", "helper"]}}, [
-            "m.py: class A (line 3) does not define inner in its body",
-            "m.py: class A (line 3) does not define h in its body",
-            "m.py: class A (line 3) does not define helper in its body",
-        ]),
-        ({"class_has": {"Inner": ["h"]}},
-         ["m.py: class Inner not found; classes there: A, A.Inner"]),
+        (
+            {"class_has": {"A": ["inner", "h", "helper"]}},
+            [
+                "m.py: class A (line 3) does not define inner in its body",
+                "m.py: class A (line 3) does not define h in its body",
+                "m.py: class A (line 3) does not define helper in its body",
+            ],
+        ),
+        (
+            {"class_has": {"Inner": ["h"]}},
+            ["m.py: class Inner not found; classes there: A, A.Inner"],
+        ),
         ({"not_module_level": ["f", "x", "h", "inner"]}, []),
-        ({"not_module_level": ["helper", "platform_only", "fallback", "A"]}, [
-            "m.py: A is defined at module level (line 3), outside any class",
-            "m.py: helper is defined at module level (line 19), outside any class",
-            "m.py: platform_only is defined at module level (line 23), outside any class",
-            "m.py: fallback is defined at module level (line 27), outside any class",
-        ]),
+        (
+            {"not_module_level": ["helper", "platform_only", "fallback", "A"]},
+            [
+                "m.py: A is defined at module level (line 3), outside any class",
+                "m.py: helper is defined at module level (line 19), outside any class",
+                "m.py: platform_only is defined at module level (line 23), outside any class",
+                "m.py: fallback is defined at module level (line 27), outside any class",
+            ],
+        ),
         ({"last_statement": "EntryClass = [A]"}, []),
         ({"last_statement": "EntryClass = [ A ]  # formatting does not count"}, []),
-        ({"last_statement": "EntryClass = [B]"}, [
-            "m.py: the last statement is 'EntryClass = [A]' (line 29); "
-            "expected 'EntryClass = [B]', which is nowhere at top level",
-        ]),
+        (
+            {"last_statement": "EntryClass = [B]"},
+            [
+                "m.py: the last statement is 'EntryClass = [A]' (line 29); "
+                "expected 'EntryClass = [B]', which is nowhere at top level",
+            ],
+        ),
     ],
 )
 def test_check_python(kwargs: dict[str, Any], problems: list[str]) -> None:
@@ -120,8 +131,11 @@ def test_module_level_definitions_order() -> None:
 def test_check_python_real_files(kimi_source: Callable[[str], bytes]) -> None:
     kimi = "KimiK25ForConditionalGeneration"
     eagle3 = ["set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
-    contract: dict[str, Any] = {"class_has": {kimi: eagle3}, "not_module_level": eagle3,
-                "last_statement": f"EntryClass = [{kimi}]"}
+    contract: dict[str, Any] = {
+        "class_has": {kimi: eagle3},
+        "not_module_level": eagle3,
+        "last_statement": f"EntryClass = [{kimi}]",
+    }
     assert check_python(kimi_source("0.5.10"), **contract) == []
     assert check_python(kimi_source("0.5.9"), **contract) == [
         f"<file>: class {kimi} (line 648) does not define {name} in its body" for name in eagle3
@@ -135,8 +149,12 @@ def test_check_python_real_files(kimi_source: Callable[[str], bytes]) -> None:
         (b"a\r\nb\r\nc", ["b", "c"], {}, []),
         (b"a\nb\nc\n\n\n", ["b", "c"], {}, []),
         (b"a\nb\nc\n \n", ["b", "c", ""], {}, []),
-        (b"a\nb\nc\n\n", ["b", "c"], {"ignore_blank": False},
-         ["f:3: expected 'b', found 'c'", "f:4: expected 'c', found ''"]),
+        (
+            b"a\nb\nc\n\n",
+            ["b", "c"],
+            {"ignore_blank": False},
+            ["f:3: expected 'b', found 'c'", "f:4: expected 'c', found ''"],
+        ),
         (b"a\nb\nc\n\n", ["c", ""], {"ignore_blank": False}, []),
         (b"a\nX\nc\n", ["b", "c"], {}, ["f:2: expected 'b', found 'X'"]),
         (b"c\n", ["b", "c"], {}, ["f: has 1 line, expected it to end with these 2: ['b', 'c']"]),
@@ -162,10 +180,17 @@ def test_compile_command_quotes_every_argument() -> None:
     ("source", "status", "problem"),
     [
         (b"x = 1\n", 0, None),
-        (b"x = (\n", 1,
-         "does not compile with PY: SyntaxError: '(' was never closed (m.py, line 1)"),
-        (b"def f():\nreturn\n", 1, "does not compile with PY: IndentationError: expected an "
-         "indented block after function definition on line 1 (m.py, line 2)"),
+        (
+            b"x = (\n",
+            1,
+            "does not compile with PY: SyntaxError: '(' was never closed (m.py, line 1)",
+        ),
+        (
+            b"def f():\nreturn\n",
+            1,
+            "does not compile with PY: IndentationError: expected an "
+            "indented block after function definition on line 1 (m.py, line 2)",
+        ),
     ],
 )
 def test_compile_command_runs_and_writes_nothing(
@@ -188,8 +213,12 @@ def test_compile_command_runs_and_writes_nothing(
         (127, "sh: 1: /x/python: not found\n", "/x/python", "interpreter not found: /x/python"),
         (127, "", None, "interpreter not found"),
         (126, "Permission denied", "py", "interpreter cannot be executed (permission denied?): py"),
-        (1, "Traceback...\nSyntaxError: bad (f.py, line 3)\n\n", None,
-         "does not compile: SyntaxError: bad (f.py, line 3)"),
+        (
+            1,
+            "Traceback...\nSyntaxError: bad (f.py, line 3)\n\n",
+            None,
+            "does not compile: SyntaxError: bad (f.py, line 3)",
+        ),
         (1, "", "py", "does not compile with py: exit status 1, no output"),
     ],
 )

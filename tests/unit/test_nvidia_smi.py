@@ -72,18 +72,23 @@ def test_parse_query_gpu(name: str, case: tuple[tuple[str, ...], list[GpuInfo]])
 
 
 def test_query_gpu_with_header_and_units_reads_the_header() -> None:
-    text = ("index, uuid, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
-            f"0, {UUID}, NVIDIA H200, 19601 MiB, 143771 MiB, 0 %\n")
+    text = (
+        "index, uuid, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
+        f"0, {UUID}, NVIDIA H200, 19601 MiB, 143771 MiB, 0 %\n"
+    )
     assert parse_query_gpu(text, fields=("ignored",)) == [BUSY]
 
 
 def test_eight_gpus_and_unavailable_fields() -> None:
-    lines = [f"{i}, GPU-{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, {i}, 97887, [N/A]"
-             for i in range(8)]
+    lines = [
+        f"{i}, GPU-{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, {i}, 97887, [N/A]"
+        for i in range(8)
+    ]
     gpus = parse_query_gpu("\n".join(lines) + "\n")
     assert [gpu.index for gpu in gpus] == list(range(8))
-    assert gpus[7] == GpuInfo(7, "GPU-7", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 7,
-                              97887, None)
+    assert gpus[7] == GpuInfo(
+        7, "GPU-7", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 7, 97887, None
+    )
 
 
 def test_process_name_with_commas_and_unknown_memory() -> None:
@@ -99,11 +104,14 @@ def test_other_outputs_are_refused(name: str) -> None:
         parse_query_gpu(capture(name))
 
 
-@pytest.mark.parametrize("text", [
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
-    "that the latest NVIDIA driver is installed and running.\n",
-    "No devices were found\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+        "that the latest NVIDIA driver is installed and running.\n",
+        "No devices were found\n",
+    ],
+)
 def test_driver_errors_are_refused(text: str) -> None:
     with pytest.raises(CheckFailed, match="nvidia-smi"):
         parse_compute_apps(text)
@@ -119,20 +127,29 @@ def test_wrong_column_count_and_missing_index_are_refused() -> None:
 
 
 def test_busy_gpu_is_not_released_and_the_holder_is_named() -> None:
-    released, why = gpus_released(parse_compute_apps(capture("apps_busy.csv")), "all",
-                                  parse_query_gpu(capture("query_gpu_busy.csv")))
+    released, why = gpus_released(
+        parse_compute_apps(capture("apps_busy.csv")),
+        "all",
+        parse_query_gpu(capture("query_gpu_busy.csv")),
+    )
     assert not released
-    assert why == ("pid 420 python3 holds 19.6 GB on GPU 0; "
-                   "GPU 0 still has 19601 MiB in use (threshold 1024 MiB)")
+    assert why == (
+        "pid 420 python3 holds 19.6 GB on GPU 0; "
+        "GPU 0 still has 19601 MiB in use (threshold 1024 MiB)"
+    )
 
 
-@pytest.mark.parametrize(("apps", "gpus", "fields"), [
-    ("apps_idle.csv", "query_gpu_idle.csv", GPU_FIELDS),
-    ("apps_after_kill.csv", "query_gpu_after_kill.csv", GPU_MEMORY_FIELDS),
-])
+@pytest.mark.parametrize(
+    ("apps", "gpus", "fields"),
+    [
+        ("apps_idle.csv", "query_gpu_idle.csv", GPU_FIELDS),
+        ("apps_after_kill.csv", "query_gpu_after_kill.csv", GPU_MEMORY_FIELDS),
+    ],
+)
 def test_idle_and_after_kill_are_released(apps: str, gpus: str, fields: tuple[str, ...]) -> None:
-    released, why = gpus_released(parse_compute_apps(capture(apps)), [0],
-                                  parse_query_gpu(capture(gpus), fields))
+    released, why = gpus_released(
+        parse_compute_apps(capture(apps)), [0], parse_query_gpu(capture(gpus), fields)
+    )
     assert released, why
     assert why.startswith("GPU 0: no compute process")
 

@@ -35,7 +35,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
 
             EntryClass = [A]
             """),
-        "A", G, {},
+        "A",
+        G,
+        {},
         src("""
             class A:
                 def f(self):
@@ -51,38 +53,50 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
     (
         "crlf",
         b"class A:\r\n    def f(self):\r\n        return 1\r\n\r\n\r\nx = A()\r\n",
-        "A", G, {},
+        "A",
+        G,
+        {},
         b"class A:\r\n    def f(self):\r\n        return 1\r\n\r\n    def g(self):\r\n"
         b"        return 2\r\n\r\n\r\nx = A()\r\n",
     ),
     (
         "old Mac CR newlines",
         b"class A:\r    x = 1\r\rB = 1\r",
-        "A", G, {},
+        "A",
+        G,
+        {},
         b"class A:\r    x = 1\r\r    def g(self):\r        return 2\r\rB = 1\r",
     ),
     (
         "code indented with tabs, file with spaces",
         b"class A:\n    x = 1\n",
-        "A", "\tdef g(self):\n\t\tif self:\n\t\t\treturn 2\n", {},
+        "A",
+        "\tdef g(self):\n\t\tif self:\n\t\t\treturn 2\n",
+        {},
         b"class A:\n    x = 1\n\n    def g(self):\n        if self:\n            return 2\n",
     ),
     (
         "no trailing newline stays without one",
         b"class A:\n    x = 1",
-        "A", G, {},
+        "A",
+        G,
+        {},
         b"class A:\n    x = 1\n\n    def g(self):\n        return 2",
     ),
     (
         "tabs",
         b"class A:\n\tdef f(self):\n\t\treturn 1\n",
-        "A", "def g(self):\n    if self:\n        return 2\n", {},
+        "A",
+        "def g(self):\n    if self:\n        return 2\n",
+        {},
         b"class A:\n\tdef f(self):\n\t\treturn 1\n\n\tdef g(self):\n\t\tif self:\n\t\t\treturn 2\n",
     ),
     (
         "two-space file, code indented anyhow",
         b"class A:\n  def f(self):\n    return 1\n",
-        "A", "        def g(self):\n            if self:\n                return 2\n", {},
+        "A",
+        "        def g(self):\n            if self:\n                return 2\n",
+        {},
         b"class A:\n  def f(self):\n    return 1\n\n  def g(self):\n    if self:\n      return 2\n",
     ),
     (
@@ -94,7 +108,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
             class B:
                 pass
             """),
-        "A", G, {},
+        "A",
+        G,
+        {},
         src("""
             class A:
                 def f(self):
@@ -120,7 +136,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
             # about EntryClass
             EntryClass = [A]
             """),
-        "A", G, {},
+        "A",
+        G,
+        {},
         src("""
             class A:
                 def f(self):
@@ -146,7 +164,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
                 def m(self):
                     pass
             """),
-        "Outer.Inner", G, {},
+        "Outer.Inner",
+        G,
+        {},
         src("""
             class Outer:
                 class Inner:
@@ -171,7 +191,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
                 def f(self):
                     return 1
             """),
-        "A", G, {"where": ("before", "f")},
+        "A",
+        G,
+        {"where": ("before", "f")},
         src("""
             class A:
                 x = 1
@@ -193,7 +215,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
                 def f(self):
                     pass
             """),
-        "A", G, {"where": ("before", "f")},
+        "A",
+        G,
+        {"where": ("before", "f")},
         src("""
             class A:
                 def g(self):
@@ -214,7 +238,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
                 def h(self):
                     pass
             """),
-        "A", G, {"where": ("after", "f")},
+        "A",
+        G,
+        {"where": ("after", "f")},
         src("""
             class A:
                 def f(self):
@@ -231,19 +257,25 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
     (
         "after an assignment with no blank line below",
         b"class A:\n    x = 1\n    y = 2\n",
-        "A", "z: int = 3", {"where": ("after", "x")},
+        "A",
+        "z: int = 3",
+        {"where": ("after", "x")},
         b"class A:\n    x = 1\n\n    z: int = 3\n\n    y = 2\n",
     ),
     (
         "after the last member is the end",
         b"class A:\n    x = 1\n    # trailing\nB = 1\n",
-        "A", "y = 2", {"where": ("after", "x")},
+        "A",
+        "y = 2",
+        {"where": ("after", "x")},
         b"class A:\n    x = 1\n    # trailing\n\n    y = 2\n\nB = 1\n",
     ),
     (
         "class with only a docstring",
         b'class A:\n    """Doc."""\n',
-        "A", "async def g(self):\n    await x\n", {},
+        "A",
+        "async def g(self):\n    await x\n",
+        {},
         b'class A:\n    """Doc."""\n\n    async def g(self):\n        await x\n',
     ),
     (
@@ -259,7 +291,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
     (
         "only the missing item is inserted",
         b"class A:\n    def g(self):\n        return (2)  # same AST\n",
-        "A", G + "def h(self):\n    pass\n", {},
+        "A",
+        G + "def h(self):\n    pass\n",
+        {},
         b"class A:\n    def g(self):\n        return (2)  # same AST\n\n"
         b"    def h(self):\n        pass\n",
     ),
@@ -275,7 +309,9 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
                 def h(self):
                     pass
             """),
-        "A", "@new\ndef g(self):\n    return 2\n", {"replace": True},
+        "A",
+        "@new\ndef g(self):\n    return 2\n",
+        {"replace": True},
         src("""
             class A:
                 @new
@@ -289,20 +325,26 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
     (
         "replace and insert in one go",
         b"class A:\n    def g(self):\n        return 1\n",
-        "A", G + "def h(self):\n    pass\n", {"replace": True, "where": ("before", "g")},
+        "A",
+        G + "def h(self):\n    pass\n",
+        {"replace": True, "where": ("before", "g")},
         b"class A:\n    def h(self):\n        pass\n\n    def g(self):\n        return 2\n",
     ),
     (
         "latin-1 file with a coding cookie",
         b"# -*- coding: latin-1 -*-\nclass A:\n    s = '\xe9'\n",
-        "A", "def g(self):\n    return '\u00e8'\n", {},
+        "A",
+        "def g(self):\n    return '\u00e8'\n",
+        {},
         b"# -*- coding: latin-1 -*-\nclass A:\n    s = '\xe9'\n\n"
         b"    def g(self):\n        return '\xe8'\n",
     ),
     (
         "utf-8 BOM kept once",
         b"\xef\xbb\xbfclass A:\n    x = 1\n",
-        "A", "def g(self):\n    return '\u00e9'\n", {},
+        "A",
+        "def g(self):\n    return '\u00e9'\n",
+        {},
         b"\xef\xbb\xbfclass A:\n    x = 1\n\n    def g(self):\n        return '\xc3\xa9'\n",
     ),
 ]
@@ -360,33 +402,79 @@ def test_docstrings_count_in_the_comparison() -> None:
 @pytest.mark.parametrize(
     ("source", "class_name", "code", "kwargs", "error", "message"),
     [
-        (b"class A:\n    pass\nclass B:\n    class C:\n        pass\n", "Z", G, {},
-         ClassNotFound, r"^class Z not found in m\.py; classes there: A, B, B\.C$"),
-        (b"class B:\n    class C:\n        pass\n", "C", G, {},
-         ClassNotFound, "class C not found"),  # a nested class is not a top-level one
-        (b"def f():\n    class A:\n        pass\n", "A", G, {},
-         ClassNotFound, "classes there: none"),
+        (
+            b"class A:\n    pass\nclass B:\n    class C:\n        pass\n",
+            "Z",
+            G,
+            {},
+            ClassNotFound,
+            r"^class Z not found in m\.py; classes there: A, B, B\.C$",
+        ),
+        (
+            b"class B:\n    class C:\n        pass\n",
+            "C",
+            G,
+            {},
+            ClassNotFound,
+            "class C not found",
+        ),  # a nested class is not a top-level one
+        (
+            b"def f():\n    class A:\n        pass\n",
+            "A",
+            G,
+            {},
+            ClassNotFound,
+            "classes there: none",
+        ),
         (b"x = 1\nclass A(:\n", "A", G, {}, EditError, r"^m\.py:2: does not parse"),
-        (b"class A:\n    pass\n", "A", "def g(self)\n    pass\n", {},
-         EditError, "code to insert does not parse: line 1"),
+        (
+            b"class A:\n    pass\n",
+            "A",
+            "def g(self)\n    pass\n",
+            {},
+            EditError,
+            "code to insert does not parse: line 1",
+        ),
         (b"class A:\n    pass\n", "A", "   \n", {}, EditError, "empty"),
         (b"class A:\n    pass\n", "A", "# just a comment\n", {}, EditError, "empty"),
         (b"class A:\n    pass\n", "A", "print(1)\n", {}, EditError, "only definitions"),
         (b"class A:\n    pass\n", "A", "a = b = 1\n", {}, EditError, "only definitions"),
         (b"class A:\n    pass\n", "A", G + G, {}, EditError, "defines g twice"),
-        (b"class A:\n    x = 1\n", "A", G, {"where": ("after", "nope")},
-         EditError, r"anchor nope is not a member of class A \(members: x\)"),
+        (
+            b"class A:\n    x = 1\n",
+            "A",
+            G,
+            {"where": ("after", "nope")},
+            EditError,
+            r"anchor nope is not a member of class A \(members: x\)",
+        ),
         (b"class A:\n    x = 1\n", "A", G, {"where": "middle"}, EditError, "where must be"),
         (b"class A: pass\n", "A", G, {}, EditError, "body on the class line"),
-        (b"class A:\n    x = 1\nclass A:\n    y = 1\n", "A", G, {},
-         EditError, r"defined 2 times in m\.py \(lines 1, 3\); refusing to guess"),
-        (b"# coding: latin-1\nclass A:\n    x = 1\n", "A", "y = '\u2192'", {},
-         EditError, "cannot encode"),
+        (
+            b"class A:\n    x = 1\nclass A:\n    y = 1\n",
+            "A",
+            G,
+            {},
+            EditError,
+            r"defined 2 times in m\.py \(lines 1, 3\); refusing to guess",
+        ),
+        (
+            b"# coding: latin-1\nclass A:\n    x = 1\n",
+            "A",
+            "y = '\u2192'",
+            {},
+            EditError,
+            "cannot encode",
+        ),
     ],
 )
 def test_errors(
-    source: bytes, class_name: str, code: str, kwargs: dict[str, Any],
-    error: type[Exception], message: str,
+    source: bytes,
+    class_name: str,
+    code: str,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    message: str,
 ) -> None:
     with pytest.raises(error, match=message):
         insert_into_class(source, class_name, code, path="m.py", **kwargs)
@@ -402,8 +490,9 @@ ENTRY = f"EntryClass = [{KIMI}]"
 def methods_of(source: bytes, class_name: str, names: list[str]) -> str:
     """The source text of ``names`` exactly as ``class_name`` in ``source`` defines them."""
     lines = source.decode().splitlines(keepends=True)
-    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)
-               and n.name == class_name)
+    cls = next(
+        n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == class_name
+    )
     chunks = []
     for node in cls.body:
         if isinstance(node, ast.FunctionDef) and node.name in names:
@@ -431,9 +520,10 @@ def test_real_0_5_9_gets_the_methods_inside_the_class(
     assert result.changed
     assert result.summary == f"inserted {', '.join(EAGLE3)} at the end of class {KIMI}"
     after = result.content
-    assert check_python(
-        after, class_has={KIMI: EAGLE3}, not_module_level=EAGLE3, last_statement=ENTRY
-    ) == []
+    assert (
+        check_python(after, class_has={KIMI: EAGLE3}, not_module_level=EAGLE3, last_statement=ENTRY)
+        == []
+    )
     compile(after, "kimi_k25.py", "exec")
     # the three methods are 0.5.10's, node for node
     wanted = member_dumps(kimi_source("0.5.10"))
@@ -446,8 +536,10 @@ def test_real_0_5_9_gets_the_methods_inside_the_class(
     inserted = [i for tag, _, _, j1, j2 in opcodes if tag == "insert" for i in range(j1, j2)]
     assert [line for i, line in enumerate(new_lines) if i not in set(inserted)] == old_lines
     # and they sit before the blank lines that precede EntryClass
-    assert after.endswith(b"        self.language_model.set_embed_and_head(embed, head)\n"
-                          b"\n\n" + ENTRY.encode() + b"\n")
+    assert after.endswith(
+        b"        self.language_model.set_embed_and_head(embed, head)\n"
+        b"\n\n" + ENTRY.encode() + b"\n"
+    )
     # a re-run on the result is a no-op
     assert not insert_into_class(after, KIMI, eagle3_code).changed
 
@@ -468,9 +560,10 @@ def test_real_0_5_9_with_crlf_stays_crlf(
     crlf = kimi_source("0.5.9").replace(b"\n", b"\r\n")
     after = insert_into_class(crlf, KIMI, eagle3_code).content
     assert b"\n" not in after.replace(b"\r\n", b"")
-    assert after.replace(b"\r\n", b"\n") == insert_into_class(
-        kimi_source("0.5.9"), KIMI, eagle3_code
-    ).content
+    assert (
+        after.replace(b"\r\n", b"\n")
+        == insert_into_class(kimi_source("0.5.9"), KIMI, eagle3_code).content
+    )
 
 
 def test_real_appending_is_the_classic_mistake(
@@ -479,7 +572,10 @@ def test_real_appending_is_the_classic_mistake(
     appended = append_text(kimi_source("0.5.9"), textwrap.dedent(eagle3_code)).content
     compile(appended, "kimi_k25.py", "exec")  # it compiles...
     problems = check_python(
-        appended, class_has={KIMI: EAGLE3}, not_module_level=EAGLE3, last_statement=ENTRY,
+        appended,
+        class_has={KIMI: EAGLE3},
+        not_module_level=EAGLE3,
+        last_statement=ENTRY,
         path="kimi_k25.py",
     )
     # ...but the methods are at module level, not in the class, and EntryClass is not last
@@ -487,8 +583,10 @@ def test_real_appending_is_the_classic_mistake(
         f"kimi_k25.py: class {KIMI} (line 648) does not define set_eagle3_layers_to_capture "
         "in its body"
     )
-    assert "kimi_k25.py: set_eagle3_layers_to_capture is defined at module level (line 777), "\
+    assert (
+        "kimi_k25.py: set_eagle3_layers_to_capture is defined at module level (line 777), "
         "outside any class" in problems
+    )
     assert len(problems) == 7
     assert problems[-1].startswith("kimi_k25.py: the last statement is 'def set_embed_and_head(")
     assert problems[-1].endswith(f"expected {ENTRY!r}, which is at line 776")

@@ -39,10 +39,16 @@ def test_detect_newline(data: bytes, expected: bytes) -> None:
     [
         (b"x = 'caf\xc3\xa9'\n", "utf-8", "x = 'café'\n"),
         (b"\xef\xbb\xbfx = 1\n", "utf-8-sig", "x = 1\n"),
-        (b"# -*- coding: latin-1 -*-\nx = '\xe9'\n", "iso-8859-1",
-         "# -*- coding: latin-1 -*-\nx = 'é'\n"),
-        (b"#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '\x80'\n", "cp1252",
-         "#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '€'\n"),
+        (
+            b"# -*- coding: latin-1 -*-\nx = '\xe9'\n",
+            "iso-8859-1",
+            "# -*- coding: latin-1 -*-\nx = 'é'\n",
+        ),
+        (
+            b"#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '\x80'\n",
+            "cp1252",
+            "#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\nx = '€'\n",
+        ),
     ],
 )
 def test_decode_and_encode_round_trip(data: bytes, encoding: str, text: str) -> None:

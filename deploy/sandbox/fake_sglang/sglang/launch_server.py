@@ -53,17 +53,32 @@ EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_emb
 READY_LINE = "The server is fired up and ready to roll!"
 VERSION = "0.5.9-standin"
 DEFAULTS: dict[str, Any] = {
-    "load_seconds": 2.0, "warmup_seconds": 1.0, "tokens_per_s": 50.0,
-    "eagle3_tokens_per_s": 90.0, "orphan_scheduler": False, "die_after_ready_seconds": None,
-    "gpu_state_dir": str(HERE.parent.parent / ".standin-gpu"), "gpu_memory_mib": 19600,
+    "load_seconds": 2.0,
+    "warmup_seconds": 1.0,
+    "tokens_per_s": 50.0,
+    "eagle3_tokens_per_s": 90.0,
+    "orphan_scheduler": False,
+    "die_after_ready_seconds": None,
+    "gpu_state_dir": str(HERE.parent.parent / ".standin-gpu"),
+    "gpu_memory_mib": 19600,
     "model_file": str(HERE / "srt" / "models" / "kimi_k25.py"),
 }
-_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
-             "0": False, "false": False, "no": False, "off": False}
+_BOOLEANS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 #: Children run this rather than this file, so ``pgrep -f launch_server`` misses them, as it
 #: misses SGLang's (a reason to stop the server by process group).
-BOOTSTRAP = ("import json,os,sys;c=json.loads(os.environ.pop('_SGLANG_STANDIN_CHILD'));"
-             "sys.path.insert(0,c['path']);__import__(c['module'],fromlist=['x'])._child_main(c)")
+BOOTSTRAP = (
+    "import json,os,sys;c=json.loads(os.environ.pop('_SGLANG_STANDIN_CHILD'));"
+    "sys.path.insert(0,c['path']);__import__(c['module'],fromlist=['x'])._child_main(c)"
+)
 _STOP = {"requested": False}
 _LOG_LOCK = threading.Lock()
 
@@ -115,10 +130,16 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--host", default="127.0.0.1")
     add("--port", type=int, default=30000)
     add("--trust-remote-code", action="store_true")
-    for flag, kind in (("--speculative-algorithm", str), ("--speculative-draft-model-path", str),
-                       ("--speculative-num-steps", int), ("--speculative-eagle-topk", int),
-                       ("--speculative-num-draft-tokens", int), ("--mem-fraction-static", float),
-                       ("--context-length", int), ("--served-model-name", str)):
+    for flag, kind in (
+        ("--speculative-algorithm", str),
+        ("--speculative-draft-model-path", str),
+        ("--speculative-num-steps", int),
+        ("--speculative-eagle-topk", int),
+        ("--speculative-num-draft-tokens", int),
+        ("--mem-fraction-static", float),
+        ("--context-length", int),
+        ("--served-model-name", str),
+    ):
         add(flag, type=kind)
     args, unknown = parser.parse_known_args(argv)
     args.tokenizer_path = args.tokenizer_path or args.model_path
@@ -143,19 +164,43 @@ def wait_or_stop(seconds: float) -> bool:
 
 #: (file, line, function, code) of 0.5.9's frames on the way to each failure.
 _FRAMES = {
-    "head": [("srt/managers/scheduler.py", 3130, "run_scheduler_process",
-              "scheduler = Scheduler("),
-             ("srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()")],
-    "import": [("srt/models/registry.py", 96, "import_model_classes",
-                "module = importlib.import_module(name)")],
-    "target": [("srt/managers/tp_worker.py", 330, "_init_model_runner",
-                "self._model_runner = ModelRunner("),
-               ("srt/model_executor/model_runner.py", 622, "initialize",
-                "self.model.{method}(")],
-    "draft": [("srt/speculative/eagle_worker.py", 157, "__init__",
-               "embed, head = self.target_worker.model_runner.model.{method}()")],
-    "torch": [("/usr/local/lib/python3.11/site-packages/torch/nn/modules/module.py", 1940,
-               "__getattr__", "raise AttributeError(")],
+    "head": [
+        ("srt/managers/scheduler.py", 3130, "run_scheduler_process", "scheduler = Scheduler("),
+        ("srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()"),
+    ],
+    "import": [
+        (
+            "srt/models/registry.py",
+            96,
+            "import_model_classes",
+            "module = importlib.import_module(name)",
+        )
+    ],
+    "target": [
+        (
+            "srt/managers/tp_worker.py",
+            330,
+            "_init_model_runner",
+            "self._model_runner = ModelRunner(",
+        ),
+        ("srt/model_executor/model_runner.py", 622, "initialize", "self.model.{method}("),
+    ],
+    "draft": [
+        (
+            "srt/speculative/eagle_worker.py",
+            157,
+            "__init__",
+            "embed, head = self.target_worker.model_runner.model.{method}()",
+        )
+    ],
+    "torch": [
+        (
+            "/usr/local/lib/python3.11/site-packages/torch/nn/modules/module.py",
+            1940,
+            "__getattr__",
+            "raise AttributeError(",
+        )
+    ],
 }
 
 
@@ -163,21 +208,25 @@ def sglang_traceback(keys: list[str], last: str, method: str = "") -> str:
     """A traceback through SGLang's own files, ending in ``last``."""
     lines = ["Traceback (most recent call last):"]
     for file, line, function, code in (frame for key in keys for frame in _FRAMES[key]):
-        lines += [f'  File "{HERE / file}", line {line}, in {function}',
-                  f"    {code.format(method=method)}"]
+        lines += [
+            f'  File "{HERE / file}", line {line}, in {function}',
+            f"    {code.format(method=method)}",
+        ]
     return "\n".join(lines) + "\n" + last.rstrip("\n")
 
 
 def import_failure(model_file: Path) -> str | None:
     """The traceback of importing ``model_file`` when that fails (missing, or not compiling)."""
     if not model_file.exists():
-        return sglang_traceback(["head"], f"ValueError: Model architectures ['{MODEL_CLASS}'] "
-                                          f"are not supported for now ({model_file} is missing).")
+        return sglang_traceback(
+            ["head"],
+            f"ValueError: Model architectures ['{MODEL_CLASS}'] "
+            f"are not supported for now ({model_file} is missing).",
+        )
     try:
         compile(model_file.read_bytes(), str(model_file), "exec")
     except SyntaxError as error:
-        return sglang_traceback(["head", "import"],
-                                "".join(traceback.format_exception_only(error)))
+        return sglang_traceback(["head", "import"], "".join(traceback.format_exception_only(error)))
     return None
 
 
@@ -187,16 +236,22 @@ def eagle3_failure(model_file: Path) -> str | None:
     Only the class body counts: methods appended at module level after ``EntryClass`` (the
     ``cat >>`` mistake) leave the file compiling and the server dying exactly like this.
     """
-    defined = {member.name for node in ast.parse(model_file.read_bytes()).body
-               if isinstance(node, ast.ClassDef) and node.name == MODEL_CLASS
-               for member in node.body
-               if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)}
+    defined = {
+        member.name
+        for node in ast.parse(model_file.read_bytes()).body
+        if isinstance(node, ast.ClassDef) and node.name == MODEL_CLASS
+        for member in node.body
+        if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
     missing = [name for name in EAGLE3_METHODS if name not in defined]
     if not missing:
         return None
     path = "target" if missing[0] == EAGLE3_METHODS[0] else "draft"  # who calls it first
-    return sglang_traceback(["head", path, "torch"], f"AttributeError: '{MODEL_CLASS}' object "
-                            f"has no attribute '{missing[0]}'", missing[0])
+    return sglang_traceback(
+        ["head", path, "torch"],
+        f"AttributeError: '{MODEL_CLASS}' object has no attribute '{missing[0]}'",
+        missing[0],
+    )
 
 
 # --- child processes ---------------------------------------------------------------------------
@@ -214,14 +269,24 @@ def spawn_children(args: argparse.Namespace, config: dict[str, Any]) -> list[Chi
     for rank, title in enumerate([*titles, "sglang::detokenizer"]):
         scheduler = rank < args.tp_size
         ours, theirs = socket.socketpair() if scheduler else (None, None)
-        spec = {"title": title, "path": str(HERE.parent), "module": "sglang.launch_server",
-                "parent": os.getpid(), "orphan": scheduler and config["orphan_scheduler"],
-                "gpu_index": rank if scheduler else None, "fd": theirs and theirs.fileno(),
-                "state_dir": config["gpu_state_dir"], "memory_mib": config["gpu_memory_mib"]}
+        spec = {
+            "title": title,
+            "path": str(HERE.parent),
+            "module": "sglang.launch_server",
+            "parent": os.getpid(),
+            "orphan": scheduler and config["orphan_scheduler"],
+            "gpu_index": rank if scheduler else None,
+            "fd": theirs and theirs.fileno(),
+            "state_dir": config["gpu_state_dir"],
+            "memory_mib": config["gpu_memory_mib"],
+        }
         process = subprocess.Popen(
-            [title, "-c", BOOTSTRAP], executable=sys.executable, stdin=subprocess.DEVNULL,
+            [title, "-c", BOOTSTRAP],
+            executable=sys.executable,
+            stdin=subprocess.DEVNULL,
             env={**os.environ, "_SGLANG_STANDIN_CHILD": json.dumps(spec)},
-            pass_fds=[theirs.fileno()] if theirs else [])
+            pass_fds=[theirs.fileno()] if theirs else [],
+        )
         if theirs:
             theirs.close()
         children.append(Child(process, ours))
@@ -255,12 +320,23 @@ def _child_main(spec: dict[str, Any]) -> None:
     if spec["gpu_index"] is not None:  # nvidia-smi ignores it once this pid is gone or reused
         registration = Path(spec["state_dir"]) / str(os.getpid())
         registration.parent.mkdir(parents=True, exist_ok=True)
-        start_time = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19] \
-            if Path("/proc/self/stat").exists() else None
+        start_time = (
+            Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]
+            if Path("/proc/self/stat").exists()
+            else None
+        )
         temporary = registration.with_name(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({
-            "pid": os.getpid(), "name": spec["title"], "used_memory_mib": spec["memory_mib"],
-            "gpu_index": spec["gpu_index"], "start_time": start_time}))
+        temporary.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "name": spec["title"],
+                    "used_memory_mib": spec["memory_mib"],
+                    "gpu_index": spec["gpu_index"],
+                    "start_time": start_time,
+                }
+            )
+        )
         temporary.replace(registration)
     held: list[int] = []  # the parent's listening socket, kept open for as long as we live
     if spec["fd"] is not None:
@@ -282,8 +358,24 @@ def _receive_fds(channel: socket.socket, held: list[int]) -> None:
 
 # --- the HTTP server ---------------------------------------------------------------------------
 
-_WORDS = ("the", "model", "answers", "with", "steady", "tokens", "while", "draft", "heads",
-          "guess", "ahead", "and", "verify", "each", "step", "quickly")
+_WORDS = (
+    "the",
+    "model",
+    "answers",
+    "with",
+    "steady",
+    "tokens",
+    "while",
+    "draft",
+    "heads",
+    "guess",
+    "ahead",
+    "and",
+    "verify",
+    "each",
+    "step",
+    "quickly",
+)
 
 
 class Standin(ThreadingHTTPServer):
@@ -325,8 +417,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def error(self, status: int, message: str) -> None:
-        self.reply(status, {"object": "error", "message": message, "param": None,
-                            "type": self.responses[status][0], "code": status})
+        self.reply(
+            status,
+            {
+                "object": "error",
+                "message": message,
+                "param": None,
+                "type": self.responses[status][0],
+                "code": status,
+            },
+        )
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         phrase = self.responses.get(int(code), ("",))[0] if str(code).isdigit() else ""
@@ -340,13 +440,27 @@ class Handler(BaseHTTPRequestHandler):
                 log("Health check request received during shutdown. Returning 503.")
             self.reply(200 if server.phase == "ready" else 503)
         elif path in ("/model_info", "/get_model_info"):
-            self.reply(200, {
-                "model_path": server.args.model_path, "tokenizer_path": server.args.tokenizer_path,
-                "is_generation": True, "has_image_understanding": True, "model_type": "kimi_k25",
-                "architectures": [MODEL_CLASS], "weight_version": "default"})
+            self.reply(
+                200,
+                {
+                    "model_path": server.args.model_path,
+                    "tokenizer_path": server.args.tokenizer_path,
+                    "is_generation": True,
+                    "has_image_understanding": True,
+                    "model_type": "kimi_k25",
+                    "architectures": [MODEL_CLASS],
+                    "weight_version": "default",
+                },
+            )
         elif path in ("/server_info", "/get_server_info"):
-            self.reply(200, {**vars(server.args), "internal_states": [server.internal_state()],
-                             "version": VERSION})
+            self.reply(
+                200,
+                {
+                    **vars(server.args),
+                    "internal_states": [server.internal_state()],
+                    "version": VERSION,
+                },
+            )
         else:
             self.reply(404, {"detail": "Not Found"})
 
@@ -365,8 +479,11 @@ class Handler(BaseHTTPRequestHandler):
         prompt: Any = request.get("text", request.get("input_ids"))
         params = request.get("sampling_params") or {}
         max_new = params.get("max_new_tokens", 128) if isinstance(params, dict) else None
-        batch = isinstance(prompt, list) and bool(prompt) and all(
-            isinstance(item, str | list) for item in prompt)
+        batch = (
+            isinstance(prompt, list)
+            and bool(prompt)
+            and all(isinstance(item, str | list) for item in prompt)
+        )
         if not (isinstance(prompt, str) or batch or (isinstance(prompt, list) and prompt)):
             self.error(400, "Either text or input_ids should be provided.")
         elif type(max_new) is not int or max_new < 0:
@@ -384,8 +501,11 @@ class Handler(BaseHTTPRequestHandler):
         with server.lock:
             server.inflight += 1
             server.peak = max(server.peak, server.inflight)
-        log(f"Prefill batch. #new-seq: {len(prompts)}, #cached-token: 0, "
-            f"#running-req: {server.inflight - 1}, #queue-req: 0", "TP0")
+        log(
+            f"Prefill batch. #new-seq: {len(prompts)}, #cached-token: 0, "
+            f"#running-req: {server.inflight - 1}, #queue-req: 0",
+            "TP0",
+        )
         time.sleep(max_new / server.speed)
         with server.lock:  # like SGLang's: tokens/s of the whole running batch
             server.last_gen_throughput = round(server.speed * server.peak, 2)
@@ -395,12 +515,19 @@ class Handler(BaseHTTPRequestHandler):
         for prompt in prompts:
             seed = zlib.crc32(json.dumps(prompt).encode())
             prompt_tokens = len(prompt if isinstance(prompt, list) else str(prompt).split())
-            outputs.append({
-                "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(max_new)),
-                "meta_info": {
-                    "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
-                    "prompt_tokens": max(1, prompt_tokens), "completion_tokens": max_new,
-                    "cached_tokens": 0, "e2e_latency": round(time.monotonic() - started, 4)}})
+            outputs.append(
+                {
+                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(max_new)),
+                    "meta_info": {
+                        "id": uuid.uuid4().hex,
+                        "finish_reason": {"type": "length", "length": max_new},
+                        "prompt_tokens": max(1, prompt_tokens),
+                        "completion_tokens": max_new,
+                        "cached_tokens": 0,
+                        "e2e_latency": round(time.monotonic() - started, 4),
+                    },
+                }
+            )
         self.reply(200, outputs if batch else outputs[0])
 
 
@@ -430,8 +557,10 @@ def main(argv: list[str] | None = None) -> int:
 def fail(message: str, children: list[Child], config: dict[str, Any]) -> int:
     """A scheduler died: its traceback on stderr, the children killed, exit status 1."""
     log(f"Scheduler hit an exception: {message}", "TP0", sys.stderr)
-    log("Received sigquit from a child process. It usually means the child failed.",
-        stream=sys.stderr)
+    log(
+        "Received sigquit from a child process. It usually means the child failed.",
+        stream=sys.stderr,
+    )
     stop_children(children, config["orphan_scheduler"], kill=True)
     return 1
 
@@ -445,10 +574,12 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
         return fail(failure, children, config)
     if wait_or_stop(load * 0.8):
         return 0
-    log(f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, avail mem=75.48 GB, "
-        f"mem usage={config['gpu_memory_mib'] / 1024:.2f} GB.", "TP0")
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=74.91 GB",
-        "TP0")
+    log(
+        f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, avail mem=75.48 GB, "
+        f"mem usage={config['gpu_memory_mib'] / 1024:.2f} GB.",
+        "TP0",
+    )
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=74.91 GB", "TP0")
     if wait_or_stop(load * 0.2):
         return 0
     log(f"Capture cuda graph end. Time elapsed: {load * 0.2:.2f} s. mem usage=0.57 GB.", "TP0")
@@ -459,8 +590,11 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
     try:
         server = Standin(args, config)
     except OSError as error:
-        log(f"ERROR:    [Errno {error.errno}] error while attempting to bind on address "
-            f"({args.host!r}, {args.port}): {(error.strerror or '').lower()}", stream=sys.stderr)
+        log(
+            f"ERROR:    [Errno {error.errno}] error while attempting to bind on address "
+            f"({args.host!r}, {args.port}): {(error.strerror or '').lower()}",
+            stream=sys.stderr,
+        )
         return 1
     for child in children:
         if child.channel:
@@ -474,8 +608,12 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
             log(READY_LINE)
             die_after = config["die_after_ready_seconds"]
             if not wait_or_stop(float("inf") if die_after is None else die_after):
-                fail("Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: an "
-                     "illegal memory access was encountered", children, config)
+                fail(
+                    "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: an "
+                    "illegal memory access was encountered",
+                    children,
+                    config,
+                )
                 os.kill(os.getpid(), signal.SIGKILL)
         server.phase = "draining"
         log(f"Gracefully exiting... Remaining number of requests: {server.inflight}.")

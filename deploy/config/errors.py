@@ -1,0 +1,391 @@
+"""Turn pydantic's `ValidationError` into one-line `InputError`s that point into the YAML file.
+
+pydantic describes a problem by a ``loc`` through the *model* (``('steps', 0, 'python_insert',
+'python_insert', 'bogus')``: the second ``python_insert`` is the union tag) and in its own
+words ("Extra inputs are not permitted"). Users think in the *file*: ``steps[0].python_insert
+.bogus`` on line 12, "unknown key 'bogus' (allowed: path, class, ...)". This module walks the
+loc alongside the model's type annotations, so that it can drop union labels, list the keys a
+mapping allows, and name what was expected; then it looks the path up in `Positions`.
+
+Union alternatives (``where: end | {after: NAME}``) make pydantic report one error per
+alternative; they are folded into one problem: the alternative the input got furthest in if
+there is one, else "expected 'end' or a mapping, got 'x'".
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, Tag, ValidationError
+from pydantic_core import ErrorDetails
+
+from deploy.config.steps import COMMON_KEYS, STEP_MODELS
+from deploy.config.yamlpos import KeyPath, Positions, describe_type, one_line, path_item
+from deploy.errors import InputError
+
+#: pydantic error types that mean "the value is not of the right kind", and that kind in words.
+_EXPECTED = {
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "set_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_parsing_size": "an integer of sensible size",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "none_required": "nothing (null)",
+}
+#: Of those, the ones where the offending value says more than its type ("got 'abc'").
+_SHOW_VALUE = {
+    "int_parsing",
+    "int_parsing_size",
+    "int_from_float",
+    "float_parsing",
+    "bool_parsing",
+    "literal_error",
+}
+
+_MISSING: Any = object()
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or '' when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def short(value: Any, limit: int = 40) -> str:
+    """A value as it appears in a message: repr, one line, cut to ``limit`` characters."""
+    text = one_line(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def value_at(data: Any, path: Sequence[Any]) -> Any:
+    """The item of nested ``data`` at ``path``, or the `_MISSING` sentinel."""
+    for item in path:
+        in_dict = isinstance(data, dict) and item in data
+        in_list = isinstance(data, list) and isinstance(item, int) and 0 <= item < len(data)
+        if not (in_dict or in_list):
+            return _MISSING
+        data = data[item]
+    return data
+
+
+# --- walking a loc through the annotations ----------------------------------------------------
+
+
+def _unwrap(ann: Any) -> tuple[Any, str | None]:
+    """Strip ``Annotated``; return the bare type and its pydantic ``Tag`` if it carries one."""
+    tag = None
+    while get_origin(ann) is Annotated:
+        args = get_args(ann)
+        for meta in args[1:]:
+            if isinstance(meta, Tag):
+                tag = meta.tag
+        ann = args[0]
+    return ann, tag
+
+
+def _union_members(ann: Any) -> list[tuple[Any, str | None]] | None:
+    if get_origin(ann) in (Union, types.UnionType):
+        members = [_unwrap(arg) for arg in get_args(ann)]
+        return [(m, tag) for m, tag in members if m is not type(None)]
+    return None
+
+
+def _label_matches(label: str, member: Any, tag: str | None) -> bool:
+    if tag is not None:
+        return label == tag
+    if isinstance(member, type):
+        name = member.__name__
+        return label == name or label.endswith(f", {name}]")
+    if get_origin(member) is Literal:
+        return label.startswith("literal[")
+    return label == str(member)
+
+
+def _member_words(member: Any) -> str:
+    if isinstance(member, type) and issubclass(member, BaseModel):
+        return "a mapping"
+    if get_origin(member) is Literal:
+        return " or ".join(repr(v) for v in get_args(member))
+    origin = get_origin(member)
+    if origin in (list, tuple, set):
+        return "a list"
+    if origin is dict:
+        return "a mapping"
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
+        member, str(member)
+    )
+
+
+@dataclass
+class _Walk:
+    """What walking one loc found: the path for humans and what the annotations say about it."""
+
+    path: KeyPath
+    parent_model: type[BaseModel] | None = None  # the model whose field is the last path item
+    union_base: KeyPath | None = None  # where an alternatives (non-tagged) union was entered
+    union_words: tuple[str, ...] = ()  # what each alternative expects, in words
+    key_error: bool = False  # the problem is a mapping key itself, not its value
+
+
+def _walk(root: Any, loc: Sequence[int | str]) -> _Walk:
+    """Follow pydantic's ``loc`` through the annotations from ``root``.
+
+    Union labels (a step's action tag, ``literal['end']``, ``GroupSpec``...) are consumed
+    without entering the path; a ``[key]`` item marks an error in a mapping key itself.
+    """
+    ann: Any = root
+    walk = _Walk(())
+    items = list(loc)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        ann, _ = _unwrap(ann)
+        members = _union_members(ann)
+        if members is not None and len(members) == 1:
+            ann = members[0][0]
+            continue
+        if members is not None:
+            label = str(item)
+            chosen = next((m for m, t in members if _label_matches(label, m, t)), Any)
+            is_tagged = any(t is not None for _, t in members)
+            if not is_tagged and walk.union_base is None:
+                walk.union_base = walk.path
+                walk.union_words = tuple(_member_words(m) for m, _ in members)
+            ann = chosen
+            index += 1
+            continue
+        if item == "[key]":
+            walk.key_error = True
+            index += 1
+            continue
+        walk.parent_model = None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            walk.parent_model = ann
+            field = next((f for n, f in ann.model_fields.items() if item in (n, f.alias)), None)
+            ann = field.annotation if field is not None else Any
+        elif get_origin(ann) in (list, tuple, set):
+            args = get_args(ann)
+            ann = args[0] if args else Any
+        elif get_origin(ann) is dict:
+            args = get_args(ann)
+            ann = args[1] if len(args) == 2 else Any
+        else:
+            ann = Any
+        walk.path = (*walk.path, item)
+        index += 1
+    return walk
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+def _allowed_keys(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _unknown_step(raw: Any) -> tuple[str, KeyPath]:
+    """The message for a step that is not exactly one known action, and the sub-path to blame."""
+    steps = ", ".join(STEP_MODELS)
+    if not isinstance(raw, dict):
+        return f"expected a step (a mapping with one action key), got {describe_type(raw)}", ()
+    actions = [k for k in raw if k in STEP_MODELS]
+    if len(actions) > 1:
+        found = " and ".join(repr(a) for a in actions)
+        return f"a step has exactly one action, found {found} (split it into steps)", ()
+    others = [k for k in raw if k not in COMMON_KEYS and k not in STEP_MODELS]
+    if others:
+        name = str(others[0])
+        return f"unknown step {name!r} (steps: {steps}){suggest(name, STEP_MODELS)}", (others[0],)
+    return f"a step needs an action key (steps: {steps})", ()
+
+
+def _message(err: ErrorDetails, walk: _Walk, raw: Any) -> tuple[str, KeyPath, bool]:
+    """Plain words for one error; also any extra path to blame, and whether to point at a key."""
+    kind = err["type"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind == "unknown_step":
+        message, extra = _unknown_step(raw)
+        return message, extra, bool(extra)
+    if kind == "extra_forbidden":
+        key = str(walk.path[-1]) if walk.path else "?"
+        if walk.parent_model is None:
+            return f"unknown key {key!r}", (), True
+        allowed = _allowed_keys(walk.parent_model)
+        # In a step, the misspelt key may be the action itself: suggest those too.
+        is_step = set(allowed) >= COMMON_KEYS
+        hint = suggest(key, [*allowed, *STEP_MODELS] if is_step else allowed)
+        return f"unknown key {key!r} (allowed: {', '.join(allowed)}){hint}", (), True
+    if kind == "missing":
+        key = str(walk.path[-1]) if walk.path else "?"
+        return f"missing required key {key!r}", (), False
+    if walk.key_error:
+        if isinstance(value, bool) or value is None:
+            written = "a boolean" if isinstance(value, bool) else "null"
+            return f"this key reads as {written} in YAML: quote it", (), True
+        return f"key {value!r} must be a string (quote it: '{value}')", (), True
+    if kind in _EXPECTED or kind == "literal_error":
+        expected = ctx.get("expected", "?") if kind == "literal_error" else _EXPECTED[kind]
+        got = short(value) if kind in _SHOW_VALUE else describe_type(value)
+        return f"expected {expected}, got {got}", (), False
+    if kind in ("value_error", "assertion_error"):
+        text = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return text, (), False
+    if kind == "too_short" and "min_length" in ctx:
+        n = ctx["min_length"]
+        items = "item" if n == 1 else "items"
+        return f"needs at least {n} {items}, got {ctx.get('actual_length')}", (), False
+    if kind == "recursion_loop":
+        return "the data refers to itself (recursive aliases are not allowed)", (), False
+    text = err["msg"].replace("Input should be", "must be")
+    if kind.startswith(("greater", "less", "string_too", "too_")):
+        text += f", got {short(value)}"
+    return text, (), False
+
+
+@dataclass(frozen=True)
+class _Problem:
+    error: InputError
+    order: tuple[int, int]
+
+
+def validation_problems(
+    exc: ValidationError,
+    *,
+    root: Any,
+    data: Any,
+    positions: Positions,
+    base: KeyPath = (),
+) -> list[InputError]:
+    """Every problem in ``exc``, one `InputError` each, in file order.
+
+    ``root`` is the type that was validated (a model class, or an annotation such as
+    ``StepEntry``), ``data`` the raw input, and ``base`` the key path of that input inside
+    the file ``positions`` describes (``("steps", 3)`` when one step was validated).
+    """
+    groups: dict[KeyPath, list[tuple[ErrorDetails, _Walk]]] = {}
+    singles: list[tuple[ErrorDetails, _Walk]] = []
+    for err in exc.errors(include_url=False):
+        walk = _walk(root, err["loc"])
+        if walk.key_error and walk.path:  # pydantic writes a True key as 1: use the key itself
+            walk.path = (*walk.path[:-1], path_item(err.get("input")))
+        if walk.union_base is not None:
+            groups.setdefault(walk.union_base, []).append((err, walk))
+        else:
+            singles.append((err, walk))
+    chosen = list(singles)
+    union_messages: list[tuple[KeyPath, str]] = []
+    for union_base, errs in groups.items():
+        deeper = [
+            (e, w)
+            for e, w in errs
+            if w.path != union_base or (e["type"] not in _EXPECTED and e["type"] != "literal_error")
+        ]
+        if deeper:
+            chosen.append(deeper[0])
+        else:
+            words = " or ".join(dict.fromkeys(errs[0][1].union_words))
+            value = value_at(data, union_base)
+            got = short(value) if isinstance(value, str) else describe_type(value)
+            union_messages.append((union_base, f"expected {words}, got {got}"))
+
+    problems: list[_Problem] = []
+
+    def add(path: KeyPath, message: str, prefer_key: bool) -> None:
+        position = positions.locate((*base, *path), prefer_key=prefer_key)
+        order = (position.line or 1 << 30, position.column or 0)
+        problems.append(_Problem(InputError(one_line(message), position), order))
+
+    for err, walk in chosen:
+        raw = value_at(data, walk.path)
+        message, extra, prefer_key = _message(err, walk, raw)
+        add((*walk.path, *extra), message, prefer_key)
+    for path, message in union_messages:
+        add(path, message, False)
+    problems.sort(key=lambda p: p.order)
+    return [p.error for p in problems]
+
+
+def validation_error(
+    exc: ValidationError,
+    *,
+    root: Any,
+    data: Any,
+    positions: Positions,
+    base: KeyPath = (),
+    suffix: str = "",
+) -> InputProblems:
+    """The first problem of ``exc`` in file order, as one `InputError` with "(+N more)".
+
+    ``suffix`` is appended to the message (e.g. `` (host gpu-1)``).
+    """
+    problems = validation_problems(exc, root=root, data=data, positions=positions, base=base)
+    if not problems:  # pydantic always reports at least one; be safe anyway
+        problems = [InputError(one_line(str(exc)), positions.locate(base))]
+    return InputProblems(problems, suffix)
+
+
+class InputProblems(InputError):
+    """Several problems found at once: reads as the first one plus "(+N more)".
+
+    ``problems`` keeps every one, for ``deploy validate``, which shows them all.
+    """
+
+    def __init__(self, problems: list[InputError], suffix: str = "") -> None:
+        self.problems = problems
+        first = problems[0]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(first.message + suffix + more, first.position)
+
+
+class Problems:
+    """Raise the first problem (``resolve``) or collect them all (``deploy validate``).
+
+    A problem found while resolving for one host carries that host; collected, the same
+    problem on several hosts becomes one line naming them all.
+    """
+
+    def __init__(self, collect: bool) -> None:
+        self.collect = collect
+        self.found: list[tuple[InputError, str | None]] = []
+
+    def report(self, error: InputError, host: str | None = None) -> None:
+        if not self.collect:
+            if host is None:
+                raise error
+            raise InputError(f"{error.message} (host {host})", error.position)
+        for problem in getattr(error, "problems", None) or [error]:
+            self.found.append((problem, host))
+
+    @staticmethod
+    def expand(error: InputError) -> list[str]:
+        """Every problem an error stands for (an `InputProblems` holds several), as lines."""
+        return [str(p) for p in getattr(error, "problems", None) or [error]]
+
+    def lines(self) -> list[str]:
+        """One line per distinct problem; the same problem on several hosts is listed once."""
+        hosts: dict[str, list[str]] = {}
+        for error, host in self.found:
+            hosts.setdefault(str(error), [])
+            if host is not None and host not in hosts[str(error)]:
+                hosts[str(error)].append(host)
+        lines = []
+        for text, names in hosts.items():
+            if names:
+                text += f" (host{'s' if len(names) > 1 else ''} {', '.join(names)})"
+            lines.append(text)
+        return lines

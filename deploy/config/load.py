@@ -1,0 +1,435 @@
+"""The config layer's door: files and command-line input in, validated per-host plans out.
+
+    load_inventory(path) ─┐
+    load_playbook(path)  ─┼─> resolve(...) -> [HostPlan, ...]     (deploy apply, --check)
+    parse_extra_vars(-e) ─┘   validate_all(...) -> ["file:line:col field: message", ...]
+
+Every file is validated twice. Loading checks the file *as written*: YAML syntax, duplicate
+keys, unknown keys, types, host patterns and group members — before any variable is known, so
+a typo is reported even for hosts the run would not touch. `resolve` then renders every string
+per host and validates the result again, so that ``port: "{{ ssh_port }}"`` is checked as the
+port it becomes. Nothing here touches the network; every failure is an `InputError` of one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from deploy.config.errors import Problems, suggest, validation_error
+from deploy.config.inventory import AS_WRITTEN, HostSpec, Inventory
+from deploy.config.playbook import Playbook
+from deploy.config.select import check_inventory, check_tags, filter_steps, select_hosts
+from deploy.config.steps import StepCommon, StepEntry
+from deploy.config.template import (
+    BUILTIN_VARS,
+    ExtraVars,
+    Origin,
+    Variables,
+    check_var_names,
+    is_template,
+    parse_extra_vars,
+)
+from deploy.config.yamlpos import KeyPath, Positions, format_path, load_yaml
+from deploy.errors import InputError, SourcePosition
+
+INVENTORY_ENV = "DEPLOY_INVENTORY"
+PLAYBOOK_SUFFIXES = (".yaml", ".yml")
+_STEP_ADAPTER: TypeAdapter[StepCommon] = TypeAdapter(StepEntry)
+
+
+@dataclass(frozen=True)
+class LoadedInventory:
+    """An inventory file, validated as written; ``data`` is the raw YAML it came from.
+
+    Host fields written as templates (``port: "{{ ssh_port }}"``) hold their template text in
+    ``inventory``; use `HostPlan.spec` for the resolved, fully validated settings.
+    """
+
+    path: Path
+    inventory: Inventory
+    data: dict[str, Any]
+    positions: Positions
+
+
+@dataclass(frozen=True)
+class LoadedPlaybook:
+    """A playbook file, validated as written (templates not yet rendered)."""
+
+    path: Path
+    playbook: Playbook
+    data: dict[str, Any]
+    positions: Positions
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Everything the engine needs to run one playbook on one host, fully templated.
+
+    ``steps`` pairs each selected step with its index in the playbook (``steps[i]`` in error
+    messages and reports). A patch step's ``diff_file`` has been read: it carries ``diff``.
+    ``vars`` are the merged variables, rendered (one that nothing uses and that cannot be
+    rendered is kept as written).
+    """
+
+    name: str
+    spec: HostSpec
+    vars: dict[str, Any]
+    steps: list[tuple[int, StepCommon]]
+    playbook: Playbook
+    playbook_path: Path
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def load_inventory(path: Path) -> LoadedInventory:
+    """Load and check ``hosts.yaml``.
+
+    Raises:
+        InputError: the file is missing or invalid (YAML, keys, types, groups, variable names).
+    """
+    if not path.is_file():
+        raise InputError(f"inventory not found: {path} (use -i FILE or set {INVENTORY_ENV})")
+    doc = load_yaml(path)
+    try:
+        inventory = Inventory.model_validate(doc.data, context={AS_WRITTEN: True})
+    except ValidationError as exc:
+        raise validation_error(
+            exc, root=Inventory, data=doc.data, positions=doc.positions
+        ) from None
+    check_inventory(inventory, doc.positions)
+    check_var_names(inventory.vars, doc.positions, ("vars",))
+    for name in inventory.groups:
+        base: KeyPath = ("groups", name, "vars")
+        check_var_names(inventory.group(name).vars, doc.positions, base)
+    for name in inventory.hosts:
+        check_var_names(inventory.host(name).vars, doc.positions, ("hosts", name, "vars"))
+    return LoadedInventory(path, inventory, doc.data, doc.positions)
+
+
+def available_playbooks(playbooks_dir: Path) -> list[Path]:
+    """The playbook files in ``playbooks_dir``, sorted by name (none if it does not exist)."""
+    if not playbooks_dir.is_dir():
+        return []
+    return sorted(p for p in playbooks_dir.iterdir() if p.suffix in PLAYBOOK_SUFFIXES)
+
+
+def find_playbook(name_or_path: str, playbooks_dir: Path) -> Path:
+    """The playbook file a command line names: a name in ``playbooks_dir``, or a path.
+
+    ``kimi-eagle3``, ``kimi-eagle3.yaml`` and ``playbooks/kimi-eagle3.yaml`` all work; an
+    argument with a ``/`` is only ever a path.
+
+    Raises:
+        InputError: not found, listing the playbooks that exist.
+    """
+    given = Path(name_or_path)
+    if ("/" in name_or_path or given.suffix in PLAYBOOK_SUFFIXES) and given.is_file():
+        return given
+    if "/" not in name_or_path and name_or_path:
+        for suffix in ("", *PLAYBOOK_SUFFIXES):
+            candidate = playbooks_dir / f"{name_or_path}{suffix}"
+            if candidate.is_file() and candidate.suffix in PLAYBOOK_SUFFIXES:
+                return candidate
+    names = [p.stem for p in available_playbooks(playbooks_dir)]
+    listing = f"available: {', '.join(names)}" if names else f"no playbooks in {playbooks_dir}"
+    hint = suggest(given.stem, names)
+    raise InputError(f"playbook not found: {name_or_path} ({listing}){hint}")
+
+
+def load_playbook(path: Path) -> LoadedPlaybook:
+    """Load and check one playbook file.
+
+    Raises:
+        InputError: missing or invalid file, templated tags, or bad variable names.
+    """
+    if not path.is_file():
+        raise InputError(f"playbook not found: {path}")
+    doc = load_yaml(path)
+    try:
+        playbook = Playbook.model_validate(doc.data, context={AS_WRITTEN: True})
+    except ValidationError as exc:
+        raise validation_error(exc, root=Playbook, data=doc.data, positions=doc.positions) from None
+    check_var_names(playbook.vars, doc.positions, ("vars",))
+    for index, step in enumerate(playbook.steps):
+        for number, tag in enumerate(step.tags):
+            if is_template(tag):
+                raise InputError(
+                    "tags are not templated (they select steps before variables are known)",
+                    doc.positions.locate(("steps", index, "tags", number)),
+                )
+    return LoadedPlaybook(path, playbook, doc.data, doc.positions)
+
+
+# --- resolving ----------------------------------------------------------------------------
+
+
+def merge_vars(
+    inv: LoadedInventory,
+    pb: LoadedPlaybook | None,
+    host: str,
+    extra_vars: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Origin]]:
+    """The variables of ``host`` for this run, as written, and where each value came from.
+
+    Precedence, lowest first; a higher source replaces a variable outright (mappings and lists
+    are not merged, as in Ansible's default):
+
+    1. playbook ``vars`` (the playbook's defaults);
+    2. inventory ``vars`` (every host);
+    3. ``vars`` of each group that lists the host, groups in alphabetical order of their names,
+       a later group winning (as in Ansible);
+    4. the host's own ``vars``;
+    5. extra vars, ``-e KEY=VALUE`` / ``-e @FILE.yaml`` (a later ``-e`` winning).
+
+    On top of all, built-ins no source may set: ``inventory_hostname`` (the host's name in the
+    inventory) and ``playbook_dir`` (the playbook's directory, absolute; absent when no
+    playbook is involved, as for ``rollback``).
+    """
+    values: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+
+    def layer(source: Mapping[str, Any], origin_of: Any) -> None:
+        for name, value in source.items():
+            values[name] = value
+            origins[name] = origin_of(name)
+
+    if pb is not None:
+        layer(pb.playbook.vars, lambda n: Origin(pb.positions, ("vars", n)))
+    inventory = inv.inventory
+    layer(inventory.vars, lambda n: Origin(inv.positions, ("vars", n)))
+    for group in sorted(inventory.groups):
+        spec = inventory.group(group)
+        if host in spec.hosts:
+            layer(spec.vars, lambda n, g=group: Origin(inv.positions, ("groups", g, "vars", n)))
+    layer(inventory.host(host).vars, lambda n: Origin(inv.positions, ("hosts", host, "vars", n)))
+    extra_origins = getattr(extra_vars, "origins", {})
+    layer(extra_vars, lambda n: extra_origins.get(n) or Origin(None, (n,), label="-e"))
+    builtins = {"inventory_hostname": host}
+    if pb is not None:
+        builtins["playbook_dir"] = str(pb.path.parent.resolve())
+    layer(builtins, lambda n: Origin(None, (n,), label="built-in"))
+    return values, origins
+
+
+def _read_diff(
+    pb: LoadedPlaybook, index: int, args: dict[str, Any], cache: dict[Path, str]
+) -> None:
+    """Replace a patch step's ``diff_file`` by the text it names (relative to the playbook)."""
+    name = args.get("diff_file")
+    if not isinstance(name, str) or "diff" in args:
+        return  # nothing to read, or both given: validation says so
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = pb.path.parent / path
+    if path not in cache:
+        position = pb.positions.locate(("steps", index, "patch", "diff_file"))
+        try:
+            cache[path] = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(f"diff file not found: {path}", position) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read diff file {path}: {exc}", position) from None
+    del args["diff_file"]
+    args["diff"] = cache[path]
+
+
+def _host_spec(inv: LoadedInventory, host: str, variables: Variables) -> HostSpec:
+    raw = inv.data["hosts"][host] or {}
+    written = {key: value for key, value in raw.items() if key != "vars"}
+    rendered = variables.render(written, Origin(inv.positions, ("hosts", host)))
+    rendered["vars"] = raw.get("vars", {})
+    try:
+        return HostSpec.model_validate(rendered)
+    except ValidationError as exc:
+        raise validation_error(
+            exc, root=HostSpec, data=rendered, positions=inv.positions, base=("hosts", host)
+        ) from None
+
+
+def _step(
+    pb: LoadedPlaybook, index: int, variables: Variables, diffs: dict[Path, str]
+) -> StepCommon:
+    raw: dict[str, Any] = pb.data["steps"][index]
+    origin = Origin(pb.positions, ("steps", index))
+    rendered = {
+        key: value if key == "tags" else variables.render(value, origin.child(key))
+        for key, value in raw.items()
+    }
+    if isinstance(rendered.get("patch"), dict):
+        rendered["patch"] = dict(rendered["patch"])
+        _read_diff(pb, index, rendered["patch"], diffs)
+    try:
+        return _STEP_ADAPTER.validate_python(rendered)
+    except ValidationError as exc:
+        raise validation_error(
+            exc, root=StepEntry, data=rendered, positions=pb.positions, base=("steps", index)
+        ) from None
+
+
+def _plan(
+    inv: LoadedInventory,
+    pb: LoadedPlaybook,
+    host: str,
+    extra_vars: Mapping[str, Any],
+    indexes: list[int],
+    diffs: dict[Path, str],
+    problems: Problems,
+) -> HostPlan | None:
+    values, origins = merge_vars(inv, pb, host, extra_vars)
+    variables = Variables(values, origins)
+    spec: HostSpec | None = None
+    try:
+        spec = _host_spec(inv, host, variables)
+    except InputError as exc:
+        named = exc.position is not None and exc.position.field.startswith(
+            format_path(("hosts", host))
+        )
+        problems.report(exc, None if named else host)
+    steps: list[tuple[int, StepCommon]] = []
+    for index in indexes:
+        try:
+            steps.append((index, _step(pb, index, variables, diffs)))
+        except InputError as exc:
+            problems.report(exc, host)
+    if spec is None or len(steps) != len(indexes):
+        return None
+    return HostPlan(host, spec, variables.resolved(), steps, pb.playbook, pb.path)
+
+
+def _resolve(
+    inv: LoadedInventory,
+    pb: LoadedPlaybook,
+    problems: Problems,
+    *,
+    extra_vars: Mapping[str, Any],
+    limit: Sequence[str] | None,
+    tags: Iterable[str] | None,
+    skip_tags: Iterable[str] | None,
+) -> list[HostPlan]:
+    for name in set(extra_vars) & set(BUILTIN_VARS):
+        message = f"variable {name!r} is built in and cannot be set"
+        problems.report(InputError(message, SourcePosition("-e")))
+    pattern = pb.playbook.hosts
+    hosts = select_hosts(
+        inv.inventory, pattern, limit, pattern_position=pb.positions.locate(("hosts",))
+    )
+    if not hosts:
+        limited = f" with --limit {','.join(limit)}" if limit else ""
+        raise InputError(
+            f"no hosts selected: {pattern!r}{limited} matches no host in {inv.path}",
+            pb.positions.locate(("hosts",)),
+        )
+    check_tags(pb.playbook.steps, tags, skip_tags)
+    indexes = [index for index, _ in filter_steps(pb.playbook.steps, tags, skip_tags)]
+    if not indexes:
+        raise InputError(f"no steps selected in {pb.path} (check --tags / --skip-tags)")
+    diffs: dict[Path, str] = {}
+    plans = [_plan(inv, pb, host, extra_vars, indexes, diffs, problems) for host in hosts]
+    return [plan for plan in plans if plan is not None]
+
+
+def resolve(
+    inv: LoadedInventory,
+    pb: LoadedPlaybook,
+    *,
+    extra_vars: Mapping[str, Any] | None = None,
+    limit: Sequence[str] | None = None,
+    tags: Iterable[str] | None = None,
+    skip_tags: Iterable[str] | None = None,
+) -> list[HostPlan]:
+    """One `HostPlan` per selected host, in inventory order, everything rendered and checked.
+
+    Hosts are the playbook's ``hosts`` pattern narrowed by ``limit`` (several ``--limit``
+    values are united); steps are filtered by ``tags``/``skip_tags`` (`filter_steps`).
+    Variables are merged as `merge_vars` describes. Any problem — an undefined variable in a
+    step that will run, a field that is invalid once rendered, a missing ``diff_file`` —
+    stops here, before anything runs.
+
+    Raises:
+        InputError: the first problem, at the file:line of the string that causes it, with
+            the host it was found for.
+    """
+    return _resolve(
+        inv,
+        pb,
+        Problems(collect=False),
+        extra_vars=extra_vars or {},
+        limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
+    )
+
+
+def resolve_hosts(
+    inv: LoadedInventory,
+    *,
+    limit: Sequence[str] | None = None,
+    extra_vars: Mapping[str, Any] | None = None,
+) -> list[tuple[str, HostSpec]]:
+    """Every inventory host (narrowed by ``limit``) with its rendered, validated settings.
+
+    For commands that run no playbook (``rollback``): variables are merged as in `merge_vars`
+    without the playbook layer.
+
+    Raises:
+        InputError: a bad ``--limit``, or a host setting that is invalid once rendered.
+    """
+    hosts = select_hosts(inv.inventory, "all", limit)
+    out = []
+    for host in hosts:
+        values, origins = merge_vars(inv, None, host, extra_vars or {})
+        out.append((host, _host_spec(inv, host, Variables(values, origins))))
+    return out
+
+
+def validate_all(inventory_path: Path, playbooks_dir: Path) -> list[str]:
+    """Every problem in the inventory and in every playbook, one line each (none: all good).
+
+    Each playbook is resolved against its hosts with no extra vars, so a playbook that needs
+    ``-e NAME=...`` is reported as using an undefined variable. The same problem on several
+    hosts is one line listing them.
+    """
+    lines: list[str] = []
+    inv: LoadedInventory | None = None
+    try:
+        inv = load_inventory(inventory_path)
+    except InputError as exc:
+        lines.extend(Problems.expand(exc))
+    playbooks = available_playbooks(playbooks_dir)
+    if not playbooks:
+        lines.append(f"{playbooks_dir}: no playbooks found (*.yaml)")
+    for path in playbooks:
+        try:
+            pb = load_playbook(path)
+            if inv is None:
+                continue
+            problems = Problems(collect=True)
+            _resolve(inv, pb, problems, extra_vars={}, limit=None, tags=None, skip_tags=None)
+            lines.extend(problems.lines())
+        except InputError as exc:
+            lines.extend(Problems.expand(exc))
+    return lines
+
+
+__all__ = [  # the door; parse_extra_vars and ExtraVars live with the variables they make
+    "BUILTIN_VARS",
+    "INVENTORY_ENV",
+    "ExtraVars",
+    "HostPlan",
+    "LoadedInventory",
+    "LoadedPlaybook",
+    "find_playbook",
+    "load_inventory",
+    "load_playbook",
+    "merge_vars",
+    "parse_extra_vars",
+    "resolve",
+    "resolve_hosts",
+    "validate_all",
+]

@@ -1,0 +1,123 @@
+"""Fixtures for end-to-end runs of the `deploy` command against real sshd hosts.
+
+A "kimi host" is a sandbox sshd whose root holds SGLang's real ``kimi_k25.py`` where an editable
+SGLang checkout keeps it; the inventory points ``model_file`` at it and ``sglang_python`` at this
+interpreter. The CLI runs as a real subprocess, as an operator or cron would run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from deploy.sandbox.sshd import SshdSandbox, SshHost
+from deploy.sandbox.wheels import kimi_k25_source
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class KimiHost:
+    host: SshHost
+    model_file: Path
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.host.state_dir / "runs"
+
+    def runs(self) -> list[str]:
+        return sorted(p.name for p in self.runs_dir.iterdir()) if self.runs_dir.exists() else []
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+class Deploy:
+    """Runs ``deploy`` as a subprocess in a working directory holding hosts.yaml."""
+
+    def __init__(self, workdir: Path, inventory: Path) -> None:
+        self.workdir = workdir
+        self.inventory = inventory
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 120) -> Result:
+        proc = subprocess.run(
+            [sys.executable, "-m", "deploy.cli", *args],
+            cwd=self.workdir,
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "DEPLOY_INVENTORY": str(self.inventory)},
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "deploy.cli", *args],
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "DEPLOY_INVENTORY": str(self.inventory)},
+        )
+
+
+@pytest.fixture
+def make_kimi_hosts(
+    sshd_sandbox: SshdSandbox, tmp_path: Path
+) -> Callable[..., tuple[list[KimiHost], Deploy]]:
+    """Start N sandbox hosts with a given SGLang version's kimi_k25.py, and a `Deploy` runner."""
+
+    def make(versions: list[str | None], **host_vars: object) -> tuple[list[KimiHost], Deploy]:
+        hosts = sshd_sandbox.start_many([f"gpu-{i + 1}" for i in range(len(versions))])
+        kimi_hosts = []
+        per_host: dict[str, dict[str, object]] = {}
+        for host, version in zip(hosts, versions, strict=True):
+            model = host.root / MODEL_REL
+            model.parent.mkdir(parents=True, exist_ok=True)
+            if version is not None:
+                model.write_bytes(kimi_k25_source(version))
+            kimi_hosts.append(KimiHost(host, model))
+            per_host[host.name] = {"model_file": str(model), **host_vars}
+        workdir = tmp_path / "workstation"
+        workdir.mkdir(exist_ok=True)
+        (workdir / "playbooks").symlink_to(REPO / "playbooks")
+        inventory = sshd_sandbox.write_inventory(
+            workdir / "hosts.yaml",
+            hosts,
+            groups={"gpu": [h.name for h in hosts]},
+            vars={"sglang_python": sys.executable},
+            host_vars=per_host,
+        )
+        return kimi_hosts, Deploy(workdir, inventory)
+
+    return make
+
+
+@pytest.fixture
+def kimi_059(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]],
+) -> tuple[KimiHost, Deploy]:
+    hosts, deploy = make_kimi_hosts(["0.5.9"])
+    return hosts[0], deploy

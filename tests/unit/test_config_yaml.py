@@ -1,0 +1,160 @@
+"""YAML loading with positions: every key and value located, every bad file one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deploy.config.yamlpos import format_path, load_yaml, load_yaml_text
+from deploy.errors import InputError
+
+
+def error_of(text: str, file: str = "f.yaml") -> str:
+    with pytest.raises(InputError) as info:
+        load_yaml_text(text, file)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_positions_of_keys_and_values_are_one_based() -> None:
+    doc = load_yaml_text(
+        "name: x\nsteps:\n  - python_insert:\n      class: Foo\n      where: {after: bar}\n",
+        "pb.yaml",
+    )
+    pos = doc.positions
+    assert pos.values[("name",)] == (1, 7)
+    assert pos.keys[("name",)] == (1, 1)
+    assert pos.values[("steps", 0)] == (3, 5)
+    assert pos.keys[("steps", 0, "python_insert", "class")] == (4, 7)
+    assert pos.values[("steps", 0, "python_insert", "class")] == (4, 14)
+    assert pos.values[("steps", 0, "python_insert", "where", "after")] == (5, 22)
+
+
+def test_locate_falls_back_to_nearest_ancestor_and_names_the_field() -> None:
+    doc = load_yaml_text("steps:\n  - backup:\n      x: 1\n", "pb.yaml")
+    where = doc.positions.locate(("steps", 0, "backup", "path"))
+    assert (where.line, where.column) == (3, 7)  # the mapping that lacks 'path'
+    assert where.field == "steps[0].backup.path"
+    assert str(where) == "pb.yaml:3:7"
+
+
+def test_locate_prefers_key_when_asked() -> None:
+    doc = load_yaml_text("hosts:\n  a:\n    bogus: 1\n", "h.yaml")
+    assert doc.positions.nearest(("hosts", "a", "bogus"), prefer_key=True) == (3, 5)
+    assert doc.positions.nearest(("hosts", "a", "bogus")) == (3, 12)
+
+
+def test_non_string_keys_are_kept_like_the_data() -> None:
+    doc = load_yaml_text("1: one\n'2': two\n", "f.yaml")
+    assert doc.data == {1: "one", "2": "two"}
+    assert doc.positions.values[(1,)] == (1, 4)
+    assert doc.positions.values[("2",)] == (2, 6)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "a: [1\nb: 2\n",
+            "f.yaml:2:2: YAML syntax error: while parsing a flow sequence (started on line 1):"
+            " expected ',' or ']', but got ':'",
+        ),
+        ("a: b: c\n", "f.yaml:1:5: YAML syntax error: mapping values are not allowed here"),
+        (
+            'a: "x\n',
+            "f.yaml:2:1: YAML syntax error: while scanning a quoted scalar (started on line 1):"
+            " found unexpected end of stream",
+        ),
+        ("a: *nope\n", "f.yaml:1:4: YAML syntax error: found undefined alias 'nope'"),
+        (
+            "a: !!python/object:os.system x\n",
+            "f.yaml:1:4: YAML syntax error: could not determine a constructor for the tag"
+            " 'tag:yaml.org,2002:python/object:os.system'",
+        ),
+        (
+            "a: 1\n---\nb: 2\n",
+            "f.yaml:2:1: YAML syntax error: expected a single document in the stream"
+            " (started on line 1): but found another document",
+        ),
+    ],
+)
+def test_syntax_errors_have_line_column_and_problem(text: str, expected: str) -> None:
+    assert error_of(text) == expected
+
+
+def test_unacceptable_character_is_located() -> None:
+    assert error_of("a: 1\nb: \x07\n") == (
+        "f.yaml:2:4: character #x0007 is not allowed in YAML (special characters are not allowed)"
+    )
+
+
+def test_duplicate_key_is_an_error_naming_both_lines() -> None:
+    text = "hosts:\n  a: {}\n  b:\n    port: 22\n    port: 2222\n"
+    assert error_of(text) == "f.yaml:5:5: duplicate key 'port' (first defined on line 4)"
+
+
+def test_merge_keys_may_be_overridden() -> None:
+    doc = load_yaml_text("base: &b {port: 22, user: x}\nhost:\n  <<: *b\n  port: 2222\n", "f")
+    assert doc.data["host"] == {"port": 2222, "user": "x"}
+    assert doc.positions.values[("host", "port")] == (4, 9)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "f.yaml: the file is empty (expected a YAML mapping)"),
+        ("# nothing here\n", "f.yaml: the file is empty (expected a YAML mapping)"),
+        ("- a\n- b\n", "f.yaml:1:1: expected a mapping at the top level, got a list"),
+        ("just text\n", "f.yaml:1:1: expected a mapping at the top level, got a string"),
+        ("null\n", "f.yaml:1:1: expected a mapping at the top level, got nothing (null)"),
+    ],
+)
+def test_top_level_must_be_a_mapping(text: str, expected: str) -> None:
+    assert error_of(text) == expected
+
+
+def test_recursive_alias_is_refused() -> None:
+    assert error_of("a: &x [1, *x]\n") == (
+        "f.yaml:1:4: an alias refers to a node that contains it (recursive data is not allowed)"
+    )
+
+
+def test_alias_bomb_is_refused() -> None:
+    lines = ['l0: &l0 ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, 8):
+        refs = ",".join([f"*l{i - 1}"] * 10)
+        lines.append(f"l{i}: &l{i} [{refs}]")
+    message = error_of("\n".join(lines) + "\n")
+    assert message == "f.yaml:1:1: the document expands to more than 1000000 nodes through aliases"
+
+
+def test_deep_nesting_is_an_input_error() -> None:
+    assert error_of("a: " + "[" * 3000 + "]" * 3000 + "\n") == (
+        "f.yaml: the document is nested too deeply"
+    )
+
+
+def test_load_yaml_reports_bad_utf8_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"a: 1\nb: \xff\n")
+    with pytest.raises(InputError) as info:
+        load_yaml(bad)
+    assert str(info.value) == f"{bad}:2:4: the file is not valid UTF-8"
+    with pytest.raises(InputError, match="cannot read the file"):
+        load_yaml(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        (("steps", 0, "python_insert", "class"), "steps[0].python_insert.class"),
+        (("hosts", "gpu-1", "port"), "hosts.gpu-1.port"),
+        (("hosts", "10.0.0.1"), 'hosts["10.0.0.1"]'),
+        (("vars", "a\nb"), 'vars["a\\nb"]'),
+        ((), ""),
+    ],
+)
+def test_format_path(path: tuple[str | int, ...], text: str) -> None:
+    assert format_path(path) == text

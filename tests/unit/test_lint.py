@@ -1,0 +1,22 @@
+"""The code base stays ruff-clean: CI runs this with the rest of the tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_check_is_clean() -> None:
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff is part of the [test] extra: pip install -e '.[test]'"
+    proc = subprocess.run(
+        [ruff, "check", "--quiet", "deploy", "tests", "bench"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

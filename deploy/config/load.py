@@ -14,7 +14,7 @@ port it becomes. Nothing here touches the network; every failure is an `InputErr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from deploy.config.errors import Problems, suggest, validation_error
 from deploy.config.inventory import AS_WRITTEN, HostSpec, Inventory
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_inventory, check_tags, filter_steps, select_hosts
-from deploy.config.steps import StepCommon, StepEntry
+from deploy.config.services import ServiceSpec
+from deploy.config.steps import StepCommon, StepEntry, action_of, args_of
 from deploy.config.template import (
     BUILTIN_VARS,
     ExtraVars,
@@ -82,6 +83,7 @@ class HostPlan:
     steps: list[tuple[int, StepCommon]]
     playbook: Playbook
     playbook_path: Path
+    services: dict[str, ServiceSpec] = field(default_factory=dict)
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -163,6 +165,14 @@ def load_playbook(path: Path) -> LoadedPlaybook:
                     "tags are not templated (they select steps before variables are known)",
                     doc.positions.locate(("steps", index, "tags", number)),
                 )
+    for index, step in enumerate(playbook.steps):
+        service = getattr(args_of(step), "service", None)
+        if isinstance(service, str) and not is_template(service) and service not in playbook.services:
+            defined = ", ".join(playbook.services) or "none defined under 'services:'"
+            raise InputError(
+                f"unknown service {service!r} (services: {defined})",
+                doc.positions.locate(("steps", index, action_of(step), "service")),
+            )
     return LoadedPlaybook(path, playbook, doc.data, doc.positions)
 
 
@@ -272,6 +282,26 @@ def _step(
         ) from None
 
 
+def _services(
+    pb: LoadedPlaybook, steps: list[tuple[int, StepCommon]], variables: Variables
+) -> dict[str, ServiceSpec]:
+    """The services the selected steps use, rendered for this host (unused ones are not)."""
+    used = {getattr(args_of(step), "service", None) for _, step in steps}
+    out: dict[str, ServiceSpec] = {}
+    for name in sorted(n for n in used if isinstance(n, str)):
+        if name not in pb.data.get("services", {}):
+            raise InputError(f"unknown service {name!r}", pb.positions.locate(("steps",)))
+        raw = pb.data["services"][name] or {}
+        rendered = variables.render(raw, Origin(pb.positions, ("services", name)))
+        try:
+            out[name] = ServiceSpec.model_validate(rendered)
+        except ValidationError as exc:
+            raise validation_error(
+                exc, root=ServiceSpec, data=rendered, positions=pb.positions, base=("services", name)
+            ) from None
+    return out
+
+
 def _plan(
     inv: LoadedInventory,
     pb: LoadedPlaybook,
@@ -297,9 +327,15 @@ def _plan(
             steps.append((index, _step(pb, index, variables, diffs)))
         except InputError as exc:
             problems.report(exc, host)
+    services: dict[str, ServiceSpec] = {}
+    try:
+        services = _services(pb, steps, variables)
+    except InputError as exc:
+        problems.report(exc, host)
+        return None
     if spec is None or len(steps) != len(indexes):
         return None
-    return HostPlan(host, spec, variables.resolved(), steps, pb.playbook, pb.path)
+    return HostPlan(host, spec, variables.resolved(), steps, pb.playbook, pb.path, services)
 
 
 def _resolve(

@@ -151,6 +151,58 @@ class VerifyCommandArgs(_Strict):
     timeout: float = Field(default=300.0, gt=0, description="Seconds before the command is killed.")
 
 
+class ServiceArgs(_Strict):
+    """Name of a service defined under the playbook's ``services:``."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    timeout: float | None = Field(
+        default=None, gt=0, description="Seconds to wait for the stop (default: the service's)."
+    )
+
+
+class WaitHealthyArgs(_Strict):
+    """Wait until the service answers 200 on its health URL (refused and 503 mean: not yet)."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    url: str | None = Field(
+        default=None, description="Path or http://127.0.0.1:PORT/path on the host (default: the service's)."
+    )
+    timeout: float = Field(default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly).")
+    interval: float = Field(default=1.0, ge=0.5, description="Seconds between polls (at most 2 a second).")
+
+
+class SmokeArgs(_Strict):
+    """One POST /generate: non-empty text and completion_tokens > 0, optional regex."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    prompt: str = Field(default="The capital of France is", description="Prompt text.")
+    expect: str | None = Field(default=None, description="Regular expression the text must match.")
+    max_new_tokens: int = Field(default=16, ge=1)
+    timeout: float = Field(default=300.0, gt=0)
+
+
+class GateThroughputArgs(_Strict):
+    """Output tokens per second under a short concurrent load must reach a floor."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    min_tokens_per_s: float | None = Field(default=None, ge=0, description="Absolute floor.")
+    baseline: Literal["before"] | None = Field(
+        default=None, description="'before': measure the old server before the restart too."
+    )
+    min_ratio: float = Field(default=1.0, gt=0, description="New / before must reach this.")
+    requests: int = Field(default=8, ge=1, description="Requests in the load.")
+    concurrency: int = Field(default=4, ge=1, description="Requests in flight at once.")
+    max_new_tokens: int = Field(default=64, ge=1, description="Tokens generated per request.")
+    prompt: str = Field(default="Write a short story about a lighthouse keeper.")
+    timeout: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _some_floor(self) -> GateThroughputArgs:
+        if self.min_tokens_per_s is None and self.baseline is None:
+            raise ValueError("give min_tokens_per_s, baseline: before, or both")
+        return self
+
+
 # --- step entries -----------------------------------------------------------------------------
 
 
@@ -191,6 +243,30 @@ class VerifyCommandStep(StepCommon):
     verify_command: VerifyCommandArgs
 
 
+class RestartStep(StepCommon):
+    restart: ServiceArgs
+
+
+class StopStep(StepCommon):
+    stop: ServiceArgs
+
+
+class StartStep(StepCommon):
+    start: ServiceArgs
+
+
+class WaitHealthyStep(StepCommon):
+    wait_healthy: WaitHealthyArgs
+
+
+class SmokeStep(StepCommon):
+    smoke: SmokeArgs
+
+
+class GateThroughputStep(StepCommon):
+    gate_throughput: GateThroughputArgs
+
+
 #: action key -> step model. The order is the order shown in docs and error messages.
 STEP_MODELS: dict[str, type[StepCommon]] = {
     "backup": BackupStep,
@@ -200,6 +276,12 @@ STEP_MODELS: dict[str, type[StepCommon]] = {
     "verify_python": VerifyPythonStep,
     "verify_tail": VerifyTailStep,
     "verify_command": VerifyCommandStep,
+    "restart": RestartStep,
+    "stop": StopStep,
+    "start": StartStep,
+    "wait_healthy": WaitHealthyStep,
+    "smoke": SmokeStep,
+    "gate_throughput": GateThroughputStep,
 }
 
 COMMON_KEYS = frozenset(StepCommon.model_fields)
@@ -237,7 +319,13 @@ StepEntry = Annotated[
     | Annotated[AppendStep, Tag("append")]
     | Annotated[VerifyPythonStep, Tag("verify_python")]
     | Annotated[VerifyTailStep, Tag("verify_tail")]
-    | Annotated[VerifyCommandStep, Tag("verify_command")],
+    | Annotated[VerifyCommandStep, Tag("verify_command")]
+    | Annotated[RestartStep, Tag("restart")]
+    | Annotated[StopStep, Tag("stop")]
+    | Annotated[StartStep, Tag("start")]
+    | Annotated[WaitHealthyStep, Tag("wait_healthy")]
+    | Annotated[SmokeStep, Tag("smoke")]
+    | Annotated[GateThroughputStep, Tag("gate_throughput")],
     Discriminator(
         step_kind,
         custom_error_type="unknown_step",

@@ -62,8 +62,8 @@ def test_unknown_step_suggests_the_closest_action(tmp_path: Path) -> None:
     err = playbook_error(tmp_path, HEAD + "  - backup: {path: /a}\n  - pyhton_insert: {}\n")
     assert message(err, tmp_path) == (
         "pb.yaml:5:5 steps[1].pyhton_insert: unknown step 'pyhton_insert' (steps: backup,"
-        " python_insert, patch, append, verify_python, verify_tail, verify_command)"
-        " (did you mean 'python_insert'?)"
+        " python_insert, patch, append, verify_python, verify_tail, verify_command, restart,"
+        " stop, start, wait_healthy, smoke, gate_throughput) (did you mean 'python_insert'?)"
     )
 
 
@@ -157,7 +157,7 @@ def test_first_problem_in_file_order_with_count(tmp_path: Path) -> None:
     assert [message(p, tmp_path) for p in err.problems] == [
         "pb.yaml:2:8 hosts: expected a string, got a list",
         "pb.yaml:3:8 steps: needs at least 1 item, got 0",
-        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, steps)",
+        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, services, steps)",
     ]
 
 

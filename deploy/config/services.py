@@ -1,0 +1,72 @@
+"""How a service runs on a host (`services:` in a playbook), for restart, health and undo.
+
+A service is what the service steps (``restart``, ``wait_healthy``, ``smoke``,
+``gate_throughput``) act on. Every field is templated per host, so an inventory overrides it
+through variables (``sglang_port``, ``sglang_extra_args``...). Defaults fit SGLang.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from deploy.config.steps import _Strict
+
+
+class ServiceSpec(_Strict):
+    """One service: how to start it, find it, stop it and ask whether it is healthy."""
+
+    manager: Literal["process", "systemd"] = Field(
+        default="process",
+        description="'process': deploy starts it (setsid, nohup, pid and log under state_dir); "
+        "'systemd': systemctl on `unit`.",
+    )
+    command: str | None = Field(
+        default=None, description="Shell command line that starts the server (manager: process)."
+    )
+    unit: str | None = Field(default=None, description="systemd unit name (manager: systemd).")
+    cwd: str = Field(default="/", description="Working directory of the started process.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment added for the started process."
+    )
+    address: str = Field(
+        default="127.0.0.1", description="Where the server listens, as seen on the host itself."
+    )
+    port: int = Field(default=30000, ge=1, le=65535, description="The server's HTTP port.")
+    health_path: str = Field(
+        default="/health_generate", description="200 here means ready (SGLang: a 1-token generation)."
+    )
+    match: str = Field(
+        default="sglang.launch_server",
+        description="Substring of the command line that identifies this service's server; a "
+        "listener on the port without it is not stopped unless --force.",
+    )
+    process_prefix: str = Field(
+        default="sglang::",
+        description="Title prefix of child processes the server may orphan (reaped after a stop).",
+    )
+    stop_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds between SIGTERM and SIGKILL of the process group."
+    )
+    start_timeout: float = Field(
+        default=2700.0, gt=0, description="Seconds the old server gets to be healthy again on undo."
+    )
+    gpus: Literal["all"] | list[int] | None = Field(
+        default=None,
+        description="GPUs the server uses: after a stop, wait until nvidia-smi shows them free.",
+    )
+    gpu_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for GPUs to free.")
+    gpu_threshold_mib: int = Field(
+        default=1024, ge=0, description="Memory used on a GPU below which it counts as released."
+    )
+    nvidia_smi: str = Field(default="nvidia-smi", description="nvidia-smi on the host.")
+    agent_python: str = Field(
+        default="python3", description="Interpreter on the host that runs deploy's process helper."
+    )
+
+    @model_validator(mode="after")
+    def _manager_fields(self) -> ServiceSpec:
+        if self.manager == "systemd" and not self.unit:
+            raise ValueError("manager 'systemd' needs 'unit'")
+        return self

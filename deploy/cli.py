@@ -31,8 +31,10 @@ def _playbooks_dir(inventory: Path) -> Path:
     return here if here.is_dir() else inventory.parent / "playbooks"
 
 
-def _fail(error: DeployError) -> NoReturn:
+def _fail(error: DeployError, out: Any = None) -> NoReturn:
     click.echo(f"deploy: {error}", err=True)
+    for warning in out.failed_early(str(error), error.exit_code) if out is not None else []:
+        click.echo(f"deploy: warning: {warning}", err=True)
     sys.exit(error.exit_code)
 
 
@@ -58,6 +60,33 @@ accept_new_option = click.option(
 forks_option = click.option(
     "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
 )
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document on stdout (docs/json-report.md).",
+)
+_FILE = click.Path(dir_okay=False, path_type=Path)
+_UNATTENDED = (
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=1),
+        metavar="SECONDS",
+        help="Overall limit: no host starts after it; a host still busy is reported interrupted.",
+    ),
+    click.option("--report", "report_file", type=_FILE, help="Also write the JSON report to FILE."),
+    click.option("--log-file", type=_FILE, help="Append a plain, timestamped log to FILE."),
+    click.option(
+        "--notify-url", metavar="URL", help="POST a summary and the report there on exit != 0."
+    ),
+)
+
+
+def unattended_options(command: Any) -> Any:
+    """``--timeout``, ``--report``, ``--log-file``, ``--notify-url``: for scheduled runs."""
+    for option in reversed(_UNATTENDED):
+        command = option(command)
+    return command
 
 
 @click.group(context_settings=CONTEXT)
@@ -70,6 +99,8 @@ def main() -> None:
       deploy apply kimi-eagle3 --check    what would change, as a diff; touches nothing
       deploy rollback                     put back what the last run changed
       deploy history                      what ran where, when, with what outcome
+      deploy status                       each host's lock, last run, unfinished runs
+      deploy schedule kimi-eagle3 --on-calendar "Mon *-*-* 03:00"   a systemd timer for it
     """
 
 
@@ -92,9 +123,7 @@ def main() -> None:
 @click.option(
     "--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal)."
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON document (the full report) on stdout."
-)
+@json_option
 @click.option(
     "--tags",
     multiple=True,
@@ -107,6 +136,16 @@ def main() -> None:
 @click.option("-v", "--verbose", count=True, help="More detail (-vv: also the commands run).")
 @accept_new_option
 @forks_option
+@click.option("--serial", metavar="N|N%[,...]", help="Rolling batches (overrides the playbook's).")
+@click.option("--max-fail", metavar="N|N%", help="Failed hosts a batch may have (default 0).")
+@click.option(
+    "--wait-lock",
+    type=click.FloatRange(min=0),
+    default=0,
+    metavar="SECONDS",
+    help="If this playbook+inventory is already running here, wait (default: exit 4 at once).",
+)
+@unattended_options
 def apply(
     playbook: str,
     inventory: str | None,
@@ -121,14 +160,25 @@ def apply(
     verbose: int,
     accept_new_host_keys: bool,
     forks: int,
+    serial: str | None,
+    max_fail: str | None,
+    wait_lock: float,
+    timeout: float | None,
+    report_file: Path | None,
+    log_file: Path | None,
+    notify_url: str | None,
 ) -> None:
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
     from deploy.config import load
-    from deploy.engine.fleet import run_apply
-    from deploy.engine.host_run import RunOptions
+    from deploy.engine import batches, local_lock
+    from deploy.engine.fleet import Listeners, run_apply
+    from deploy.engine.host_run import RunOptions, holder_info
     from deploy.engine.journal import new_run_id
 
+    _logging(verbose)
     inventory_path = _inventory_path(inventory)
+    run_id = new_run_id()
+    out = _delivery(f"apply {playbook}", run_id, report_file, log_file, notify_url)
     try:
         inv = load.load_inventory(inventory_path)
         pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
@@ -140,21 +190,29 @@ def apply(
             tags=_split(tags),
             skip_tags=_split(skip_tags),
         )
-    except InputError as exc:
-        _fail(exc)
-    if not plans:
-        _fail(InputError("no host matches the playbook's hosts and --limit"))
-    interactive = sys.stdin.isatty() and not as_json
-    if not check and not yes and not interactive:
-        _fail(
-            InputError(
+        sizes = serial or pb.playbook.serial
+        pace = {
+            "serial": batches.parse_serial(sizes) if sizes is not None else None,
+            "max_fail": _maybe(batches.parse_max_fail, max_fail, pb.playbook.max_fail),
+            "timeout": timeout,
+        }
+        if not plans:
+            raise InputError("no host matches the playbook's hosts and --limit")
+        interactive = sys.stdin.isatty() and not as_json
+        if not check and not yes and not interactive:
+            raise InputError(
                 "refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"
             )
-        )
-    work = [(p.name, p.spec, p.steps, p.vars) for p in plans]
+        if not check:  # held until this process ends, however it ends
+            local_lock.acquire(
+                pb.path, inventory_path, holder_info(run_id, pb.playbook.name), wait=wait_lock
+            )
+    except DeployError as exc:
+        _fail(exc, out)
+    work = plans
     name = pb.playbook.name
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    progress = _progress(as_json, verbose)
+    progress = Listeners(_progress(as_json, verbose), out.log_file)
     if not check and not yes:
         preview = run_apply(
             work,
@@ -171,23 +229,23 @@ def apply(
         click.echo(render_plan(preview, colour=colour))
         if all(h.outcome in ("unchanged", "not attempted") for h in preview.hosts):
             click.echo("\nNothing to change.")
-            _finish(preview, as_json=False, show_diff=False, record=False)
+            _finish(preview, as_json=False, show_diff=False, record=False, out=out)
         if not click.confirm("\nApply these changes?", default=False):
             click.echo("Nothing was changed.")
             sys.exit(0)
     options = RunOptions(
-        run_id=new_run_id(),
+        run_id=run_id,
         playbook=name,
         check_mode=check,
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
     )
-    run = run_apply(work, options, forks=forks)
+    run = run_apply(work, options, forks=forks, **pace)
     if check and not as_json:
         from deploy.report.human import render_plan
 
         click.echo(render_plan(run, colour=colour))
-    _finish(run, as_json=as_json, show_diff=show_diff, record=not check)
+    _finish(run, as_json=as_json, show_diff=show_diff, record=not check, out=out)
 
 
 @main.command(context_settings=CONTEXT)
@@ -200,9 +258,10 @@ def apply(
 @click.option(
     "--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@json_option
 @accept_new_option
 @forks_option
+@unattended_options
 def rollback(
     run_id: str | None,
     inventory: str | None,
@@ -212,27 +271,31 @@ def rollback(
     as_json: bool,
     accept_new_host_keys: bool,
     forks: int,
+    timeout: float | None,
+    report_file: Path | None,
+    log_file: Path | None,
+    notify_url: str | None,
 ) -> None:
     """Put back what RUN_ID (default: each host's last run not yet undone) changed."""
     from deploy.config import load
     from deploy.engine.fleet import run_rollback
     from deploy.engine.journal import new_run_id
 
+    new_id = new_run_id()
+    out = _delivery("rollback", new_id, report_file, log_file, notify_url)
     inventory_path = _inventory_path(inventory)
     try:
         inv = load.load_inventory(inventory_path)
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
-    except InputError as exc:
-        _fail(exc)
-    if not hosts:
-        _fail(InputError("no host matches --limit"))
-    if not yes:
-        if not sys.stdin.isatty() or as_json:
-            _fail(
-                InputError(
-                    "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
-                )
+        if not hosts:
+            raise InputError("no host matches --limit")
+        if not yes and (not sys.stdin.isatty() or as_json):
+            raise InputError(
+                "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
             )
+    except InputError as exc:
+        _fail(exc, out)
+    if not yes:
         what = f"run {run_id}" if run_id else "the last run"
         names = ", ".join(name for name, _ in hosts)
         if not click.confirm(f"Roll back {what} on {names}?", default=False):
@@ -240,13 +303,14 @@ def rollback(
             sys.exit(0)
     run = run_rollback(
         hosts,
-        run_id=new_run_id(),
+        run_id=new_id,
         target_run=run_id,
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
+        timeout=timeout,
     )
-    _finish(run, as_json=as_json, show_diff=False, record=True)
+    _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
 
 
 @main.command(context_settings=CONTEXT)
@@ -288,28 +352,145 @@ def history(host: str | None, as_json: bool, last: int) -> None:
 
     runs = store.load_all(host)[-last:]
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in runs], indent=2))
+        click.echo(json.dumps([r.to_dict() for r in runs], indent=2, sort_keys=True))
     else:
-        click.echo(render_history(runs))
+        click.echo(render_history(runs, host))
 
 
 @main.command(context_settings=CONTEXT)
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(run_id: str, as_json: bool) -> None:
-    """Show one recorded run in full."""
+    """Show one recorded run in full (RUN_ID may be any unique prefix of it)."""
     import json
 
     from deploy.engine import history as store
     from deploy.report.human import render_summary
 
-    run = store.load(run_id)
+    try:
+        run = store.load(run_id)
+    except InputError as exc:
+        _fail(exc)
     if run is None:
         _fail(InputError(f"no recorded run {run_id} (see `deploy history`)"))
     if as_json:
-        click.echo(json.dumps(run.to_dict(), indent=2))
+        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
         click.echo(render_summary(run, diffs=True))
+
+
+@main.command(context_settings=CONTEXT)
+@inventory_option
+@limit_option
+@json_option
+@accept_new_option
+@forks_option
+def status(
+    inventory: str | None,
+    limit: tuple[str, ...],
+    as_json: bool,
+    accept_new_host_keys: bool,
+    forks: int,
+) -> None:
+    """Per host: lock holder, last run, unfinished runs, service health. Changes nothing.
+
+    Reads each host's state directory without taking its lock, so it never gets in the way
+    of a run. Exit 4 if some host could not be looked at, else 0.
+    """
+    import json
+
+    from deploy.config import load
+    from deploy.engine.status import exit_code, fleet_status
+    from deploy.report.human import render_status
+
+    try:
+        inv = load.load_inventory(_inventory_path(inventory))
+        hosts = load.resolve_hosts(inv, limit=list(limit) or None)
+    except InputError as exc:
+        _fail(exc)
+    statuses = fleet_status(hosts, forks=forks, accept_new=accept_new_host_keys)
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
+    else:
+        click.echo(render_status(statuses))
+    sys.exit(exit_code(statuses))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("playbook")
+@click.option("--on-calendar", required=True, metavar="WHEN", help='e.g. "Mon *-*-* 03:00".')
+@inventory_option
+@limit_option
+@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE")
+@click.option("--cron", is_flag=True, help="Print a crontab line instead of systemd units.")
+@click.option("--install", is_flag=True, help="Write the units to ~/.config/systemd/user.")
+@click.option("--name", metavar="UNIT", help="Unit name (default: deploy-PLAYBOOK).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=14400.0, show_default=True)
+@click.option(
+    "--report", "report_file", type=_FILE, help="Default: ~/.local/state/deploy/reports/UNIT.json"
+)
+@click.option("--log-file", type=_FILE, help="Default: ~/.local/state/deploy/logs/UNIT.log")
+@click.option("--notify-url", metavar="URL", help="Webhook for runs that end with exit != 0.")
+def schedule(
+    playbook: str,
+    on_calendar: str,
+    inventory: str | None,
+    limit: tuple[str, ...],
+    extra: tuple[str, ...],
+    cron: bool,
+    install: bool,
+    name: str | None,
+    timeout: float,
+    report_file: Path | None,
+    log_file: Path | None,
+    notify_url: str | None,
+) -> None:
+    """Run PLAYBOOK unattended on a calendar: systemd user timer (or cron), printed or installed."""
+    from deploy import schedule as plan
+    from deploy.config import load
+    from deploy.engine.history import state_home
+
+    inventory_path = _inventory_path(inventory)
+    try:
+        inv = load.load_inventory(inventory_path)
+        pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
+        load.resolve(
+            inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
+        )
+        unit = name or plan.unit_name(pb.playbook.name)
+        job = plan.Job(
+            name=unit,
+            playbook=pb.path.resolve(),
+            inventory=inventory_path.resolve(),
+            on_calendar=on_calendar,
+            workdir=Path.cwd(),
+            report=(report_file or state_home() / "reports" / f"{unit}.json").absolute(),
+            log_file=(log_file or state_home() / "logs" / f"{unit}.log").absolute(),
+            timeout=timeout,
+            limit=limit,
+            extra_vars=extra,
+            notify_url=notify_url,
+        )
+        if cron:
+            if install:
+                raise InputError(
+                    "--install writes systemd units; for cron, pipe the line into `crontab -`"
+                )
+            click.echo(plan.cron_line(job), nl=False)
+            return
+        plan.check_calendar(on_calendar)
+    except InputError as exc:
+        _fail(exc)
+    if install:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        for path in plan.install(job, plan.user_unit_dir(config)):
+            click.echo(f"wrote {path}")
+        click.echo(f"to start it: {plan.enable_hint(job)}")
+    else:
+        click.echo(
+            f"# {job.service}\n{plan.render_service(job)}\n# {job.timer}\n{plan.render_timer(job)}",
+            nl=False,
+        )
 
 
 def _split(values: tuple[str, ...]) -> set[str] | None:
@@ -324,24 +505,54 @@ def _progress(as_json: bool, verbose: int) -> Any:
     return NoProgress() if as_json else ProgressPrinter(sys.stderr, verbose=verbose)
 
 
-def _finish(run: Any, *, as_json: bool, show_diff: bool, record: bool) -> NoReturn:
+def _finish(run: Any, *, as_json: bool, show_diff: bool, record: bool, out: Any) -> NoReturn:
+    """Record and deliver the run, print it (summary or JSON), exit with its code."""
     from deploy.report.human import render_summary
 
-    if record:
-        from deploy.engine import history as store
-
-        try:
-            store.save(run)
-        except OSError as exc:
-            click.echo(f"deploy: warning: could not record the run in history: {exc}", err=True)
+    plain = render_summary(run, colour=False, diffs=show_diff)
+    for warning in out.finished(run, record=record, summary=plain):
+        click.echo(f"deploy: warning: {warning}", err=True)
     if as_json:
         import json
 
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        click.echo(render_summary(run, colour=colour, diffs=show_diff))
+        click.echo(render_summary(run, colour=colour, diffs=show_diff) if colour else plain)
+    if any(host.outcome == "interrupted" for host in run.hosts):
+        # Abandoned host threads may still be inside paramiko: exit without joining them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(run.exit_code)
     sys.exit(run.exit_code)
+
+
+def _delivery(
+    what: str, run_id: str, report: Path | None, log_file: Path | None, url: str | None
+) -> Any:
+    from deploy.report.delivery import Delivery
+
+    return Delivery.open(
+        what, run_id, report=report, log_file=log_file, notify_url=url, argv=sys.argv[1:]
+    )
+
+
+def _maybe(parse: Any, *values: Any) -> Any:
+    """``parse`` the first value given (command line before playbook), or None."""
+    value = next((v for v in values if v is not None), None)
+    return None if value is None else parse(value)
+
+
+def _logging(verbose: int) -> None:
+    """``-v``: the engine's notes; ``-vv``: also debug records (the commands run on hosts)."""
+    import logging
+
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger = logging.getLogger("deploy")
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -167,7 +167,11 @@ def load_playbook(path: Path) -> LoadedPlaybook:
                 )
     for index, step in enumerate(playbook.steps):
         service = getattr(args_of(step), "service", None)
-        if isinstance(service, str) and not is_template(service) and service not in playbook.services:
+        if (
+            isinstance(service, str)
+            and not is_template(service)
+            and service not in playbook.services
+        ):
             defined = ", ".join(playbook.services) or "none defined under 'services:'"
             raise InputError(
                 f"unknown service {service!r} (services: {defined})",
@@ -297,7 +301,11 @@ def _services(
             out[name] = ServiceSpec.model_validate(rendered)
         except ValidationError as exc:
             raise validation_error(
-                exc, root=ServiceSpec, data=rendered, positions=pb.positions, base=("services", name)
+                exc,
+                root=ServiceSpec,
+                data=rendered,
+                positions=pb.positions,
+                base=("services", name),
             ) from None
     return out
 

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import StepEntry
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+def _host_count(value: Any, minimum: int) -> Any:
+    """A number of hosts (at least ``minimum``) or a percentage up to 100%, as written.
+
+    `deploy.engine.batches` does the arithmetic; this only makes a typo an input error with
+    the file and line, before anything runs.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value < minimum:
+        raise ValueError(f"must be at least {minimum}, got {value!r}")
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if not (match or (isinstance(value, int) and not isinstance(value, bool))):
+        raise ValueError(f"expected a number of hosts or a percentage like '25%', got {value!r}")
+    if match:
+        number, percent = int(match.group(1)), bool(match.group(2))
+        if number < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value!r}")
+        if percent and number > 100:
+            raise ValueError(f"a percentage cannot exceed 100%, got {value!r}")
+    return value
 
 
 class Playbook(BaseModel):
@@ -23,3 +46,25 @@ class Playbook(BaseModel):
         default_factory=dict, description="Services the service steps act on, by name."
     )
     steps: list[StepEntry] = Field(min_length=1, description="What to do on each host, in order.")
+    serial: int | str | list[int | str] | None = Field(
+        default=None,
+        description="Rolling batches: hosts per batch (2, '25%', or a ramp like [1, '50%']).",
+    )
+    max_fail: int | str | None = Field(
+        default=None,
+        description="Failed hosts a batch may have before the rest are called off (default 0).",
+    )
+
+    @field_validator("serial", mode="before")
+    @classmethod
+    def _serial(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("give at least one batch size, e.g. [1, '50%']")
+            return [_host_count(item, 1) for item in value]
+        return None if value is None else _host_count(value, 1)
+
+    @field_validator("max_fail", mode="before")
+    @classmethod
+    def _max_fail(cls, value: Any) -> Any:
+        return None if value is None else _host_count(value, 0)

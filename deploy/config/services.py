@@ -7,9 +7,9 @@ through variables (``sglang_port``, ``sglang_extra_args``...). Defaults fit SGLa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from deploy.config.steps import _Strict
 
@@ -35,7 +35,8 @@ class ServiceSpec(_Strict):
     )
     port: int = Field(default=30000, ge=1, le=65535, description="The server's HTTP port.")
     health_path: str = Field(
-        default="/health_generate", description="200 here means ready (SGLang: a 1-token generation)."
+        default="/health_generate",
+        description="200 here means ready (SGLang: a 1-token generation).",
     )
     match: str = Field(
         default="sglang.launch_server",
@@ -64,6 +65,22 @@ class ServiceSpec(_Strict):
     agent_python: str = Field(
         default="python3", description="Interpreter on the host that runs deploy's process helper."
     )
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_from_text(cls, value: Any) -> Any:
+        """Templates render to text: accept "all", "none", "" and "0,1,2" / "[0, 1]" too."""
+        if not isinstance(value, str) or "{{" in value:
+            return value
+        text = value.strip().strip("[]").strip()
+        if text.lower() in ("", "none", "null"):
+            return None
+        if text.lower() == "all":
+            return "all"
+        try:
+            return [int(part) for part in text.split(",")]
+        except ValueError:
+            return value
 
     @model_validator(mode="after")
     def _manager_fields(self) -> ServiceSpec:

@@ -158,6 +158,10 @@ class ServiceArgs(_Strict):
     timeout: float | None = Field(
         default=None, gt=0, description="Seconds to wait for the stop (default: the service's)."
     )
+    only_if_changed: bool = Field(
+        default=True,
+        description="Act only if an earlier step of this run changed something (like a handler).",
+    )
 
 
 class WaitHealthyArgs(_Strict):
@@ -165,10 +169,15 @@ class WaitHealthyArgs(_Strict):
 
     service: str = Field(description="A key of the playbook's 'services'.")
     url: str | None = Field(
-        default=None, description="Path or http://127.0.0.1:PORT/path on the host (default: the service's)."
+        default=None,
+        description="Path or http://127.0.0.1:PORT/path on the host (default: the service's).",
     )
-    timeout: float = Field(default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly).")
-    interval: float = Field(default=1.0, ge=0.5, description="Seconds between polls (at most 2 a second).")
+    timeout: float = Field(
+        default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly)."
+    )
+    interval: float = Field(
+        default=1.0, ge=0.5, description="Seconds between polls (at most 2 a second)."
+    )
 
 
 class SmokeArgs(_Strict):

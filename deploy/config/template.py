@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,9 @@ ENVIRONMENT = SandboxedEnvironment(
     comment_start_string="{##",
     comment_end_string="##}",
 )
+#: ``{{ path | quote }}``: a value made safe as ONE shell word, for the few strings that are
+#: shell commands by definition (a service's ``command``, ``verify_command.run``).
+ENVIRONMENT.filters["quote"] = lambda value: shlex.quote(str(value))
 
 
 def is_template(text: str) -> bool:

@@ -1,36 +1,176 @@
-"""Running a playbook (or a rollback) on many hosts: in parallel, each host independent.
+"""Running a playbook (or a rollback) on many hosts: in parallel, in batches, within a deadline.
 
 One slow or dead host never blocks the others: every host has its own thread, connection and
 outcome, and the run's exit code is decided once, from all of them (`RunResult.exit_code`).
+
+Pacing (`deploy.engine.batches`): with ``serial`` the hosts run batch after batch, up to
+``forks`` at a time within a batch; a batch with more failed hosts than ``max_fail`` allows
+calls off the batches after it, whose hosts are reported "skipped" and never contacted.
+
+Deadline: with ``timeout`` no host or batch starts after it expires. Hosts still running get
+a grace period (a tenth of the timeout, 1 to 30 s) to finish what they are doing; one that
+is still busy after that is reported "interrupted" and abandoned — its thread is a daemon, so
+the process can exit, which closes the SSH connection and so frees the host's lock. Whatever
+it changed is in its journal on the host, and the next ``apply`` or ``rollback`` there undoes
+it first: the same path as a workstation that crashed, which the journal exists for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
+import logging
 import sys
+import threading
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from deploy.config.inventory import HostSpec
-from deploy.config.steps import StepCommon
+from deploy.config.load import HostPlan
+from deploy.engine.batches import Size, exceeds, failed, plan_batches
 from deploy.engine.host_run import RunOptions, apply_host, connect_settings, holder_info
 from deploy.engine.journal import now_iso
-from deploy.engine.results import HostResult, RunResult
+from deploy.engine.results import HostResult, RunResult, StepResult
 from deploy.engine.rollback import rollback_host
 from deploy.remote.host import RemoteHost
 
-HostWork = tuple[str, HostSpec, list[tuple[int, StepCommon]], dict[str, Any]]
+log = logging.getLogger("deploy.engine")
+
+#: Whatever listens to a run (`deploy.engine.host_run.Progress`), typed loosely so that
+#: listeners may offer the optional ``run_event(message)`` too.
+Listener = Any
+
+
+class Listeners:
+    """Several progress listeners as one (the terminal and the log file, say)."""
+
+    def __init__(self, *listeners: Listener) -> None:
+        self.listeners = [listener for listener in listeners if listener is not None]
+
+    def host_event(self, host: str, message: str) -> None:
+        for listener in self.listeners:
+            listener.host_event(host, message)
+
+    def step_started(self, host: str, index: int, title: str) -> None:
+        for listener in self.listeners:
+            listener.step_started(host, index, title)
+
+    def step_finished(self, host: str, result: StepResult) -> None:
+        for listener in self.listeners:
+            listener.step_finished(host, result)
+
+    def run_event(self, message: str) -> None:
+        run_event(self.listeners, message)
+
+
+def run_event(listeners: Sequence[Listener], message: str) -> None:
+    """Tell listeners that know ``run_event`` about the run as a whole (batches, deadline)."""
+    for listener in listeners:
+        hook = getattr(listener, "run_event", None)
+        if hook is not None:
+            hook(message)
+
+
+class _Tracker:
+    """Remembers each host's current step, to say where a host was when the deadline hit."""
+
+    def __init__(self, inner: Listener) -> None:
+        self.inner = inner
+        self.current: dict[str, str] = {}
+
+    def host_event(self, host: str, message: str) -> None:
+        self.inner.host_event(host, message)
+
+    def step_started(self, host: str, index: int, title: str) -> None:
+        self.current[host] = f"during step {index + 1} ({title})"
+        self.inner.step_started(host, index, title)
+
+    def step_finished(self, host: str, result: StepResult) -> None:
+        self.current[host] = f"after step {result.index + 1} ({result.title}, {result.status})"
+        self.inner.step_finished(host, result)
+
+    def run_event(self, message: str) -> None:
+        run_event([self.inner], message)
+
+
+@dataclasses.dataclass
+class _Deadline:
+    timeout: float | None
+    at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None:
+            self.at = time.monotonic() + self.timeout
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    @property
+    def grace(self) -> float:
+        return 0.0 if self.timeout is None else min(30.0, max(1.0, self.timeout / 10))
 
 
 def _in_parallel(
-    names: Sequence[str], work: Callable[[int], HostResult], forks: int
-) -> list[HostResult]:
-    if len(names) <= 1 or forks <= 1:
-        return [work(i) for i in range(len(names))]
-    with ThreadPoolExecutor(max_workers=min(forks, len(names)), thread_name_prefix="host") as pool:
-        return list(pool.map(work, range(len(names))))
+    names: Sequence[str], work: Callable[[int], HostResult], forks: int, deadline: _Deadline
+) -> tuple[dict[int, HostResult], set[int]]:
+    """Run ``work(i)`` for every name on up to ``forks`` daemon threads, until the deadline.
+
+    Returns the results that came back, by index, and the indexes that were started (a
+    started index without a result was abandoned at the deadline). Daemon threads, not a
+    ThreadPoolExecutor, because the executor joins its threads at exit: an abandoned host
+    would hold the process, and the run would hang exactly when it must not.
+    """
+    results: dict[int, HostResult] = {}
+    started: set[int] = set()
+    pending = deque(range(len(names)))
+    cond = threading.Condition()
+    state = {"closed": False, "active": min(forks, len(names))}
+
+    def worker() -> None:
+        try:
+            while True:
+                with cond:
+                    if state["closed"] or not pending:
+                        return
+                    index = pending.popleft()
+                    started.add(index)
+                result = _guarded(names[index], work, index)
+                with cond:
+                    results[index] = result
+                    cond.notify_all()
+        finally:
+            with cond:
+                state["active"] -= 1
+                cond.notify_all()
+
+    for number in range(state["active"]):
+        threading.Thread(target=worker, name=f"host-{number}", daemon=True).start()
+    with cond:
+        if not cond.wait_for(lambda: state["active"] == 0, timeout=deadline.remaining()):
+            state["closed"] = True
+            cond.wait_for(lambda: started <= results.keys(), timeout=deadline.grace)
+        return dict(results), set(started)
+
+
+def _guarded(name: str, work: Callable[[int], HostResult], index: int) -> HostResult:
+    """``work(index)``; an exception is a bug, reported as a host a human must look at."""
+    try:
+        return work(index)
+    except Exception as exc:
+        log.error("internal error on %s:\n%s", name, traceback.format_exc())
+        return HostResult(
+            host=name,
+            outcome="rollback failed",
+            error=f"internal error (a bug in deploy, please report it): {exc!r}; "
+            "check the host: `deploy status` shows any unfinished run",
+        )
 
 
 def _user() -> str:
@@ -40,25 +180,112 @@ def _user() -> str:
         return "?"
 
 
-def run_apply(hosts: list[HostWork], options: RunOptions, *, forks: int = 10) -> RunResult:
-    """Apply each host's steps; results in inventory order."""
-    began = time.monotonic()
-    run = RunResult(
-        run_id=options.run_id,
-        command="check" if options.check_mode else "apply",
-        playbook=options.playbook,
+def _new_run(run_id: str, command: str, playbook: str | None, check: bool) -> RunResult:
+    return RunResult(
+        run_id=run_id,
+        command=command,
+        playbook=playbook,
         started=now_iso(),
-        check_mode=options.check_mode,
+        check_mode=check,
         user=_user(),
         argv=sys.argv[1:],
     )
-    run.hosts = _in_parallel(
-        [h[0] for h in hosts],
-        lambda i: apply_host(hosts[i][0], hosts[i][1], hosts[i][2], hosts[i][3], options),
-        forks,
+
+
+def _settle(
+    names: Sequence[str],
+    got: dict[int, HostResult],
+    started: set[int],
+    tracker: _Tracker | None,
+    timeout: float | None,
+    doing: str = "before its first step",
+) -> list[HostResult | None]:
+    """Results in order; a started host without one is "interrupted", others stay None."""
+    out: list[HostResult | None] = []
+    for index, name in enumerate(names):
+        if index in got:
+            out.append(got[index])
+        elif index in started:
+            where = (tracker.current.get(name) if tracker else None) or doing
+            out.append(
+                HostResult(
+                    host=name,
+                    outcome="interrupted",
+                    error=f"--timeout {timeout:g} s expired {where}; "
+                    "deploy stopped waiting and undid nothing now: anything changed is in the "
+                    "host's journal, and the next `deploy apply` or `deploy rollback` there "
+                    "undoes it first (`deploy status` shows it)",
+                )
+            )
+        else:
+            out.append(None)
+    return out
+
+
+def run_apply(
+    hosts: list[HostPlan],
+    options: RunOptions,
+    *,
+    forks: int = 10,
+    serial: Sequence[Size] | None = None,
+    max_fail: Size | None = None,
+    timeout: float | None = None,
+) -> RunResult:
+    """Apply each host's steps, batch by batch; results in inventory order.
+
+    ``serial`` is ignored under ``--check`` (nothing changes, so every host is planned at
+    once). ``max_fail`` defaults to 0 when there are batches.
+    """
+    began = time.monotonic()
+    deadline = _Deadline(timeout)
+    tracker = _Tracker(options.progress)
+    options = dataclasses.replace(options, progress=tracker)
+    run = _new_run(
+        options.run_id,
+        "check" if options.check_mode else "apply",
+        options.playbook,
+        options.check_mode,
     )
+    names = [h.name for h in hosts]
+    plan_of = {h.name: h for h in hosts}
+    batches = plan_batches(names, None if options.check_mode else serial)
+    if serial and not options.check_mode:
+        run.batches = batches
+    limit = max_fail or Size(0)
+    results: dict[str, HostResult] = {}
+    for number, batch in enumerate(batches, 1):
+        if deadline.expired:
+            run.stopped = f"--timeout {timeout:g} s expired before batch {number} of {len(batches)}"
+            break
+        if len(batches) > 1:
+            tracker.run_event(f"batch {number} of {len(batches)}: {', '.join(batch)}")
+        plans = [plan_of[name] for name in batch]
+
+        def one(i: int, plans: list[HostPlan] = plans) -> HostResult:
+            return apply_host(plans[i], options)
+
+        got, started = _in_parallel(batch, one, forks, deadline)
+        for result in _settle(batch, got, started, tracker, timeout):
+            if result is not None:
+                results[result.host] = result
+        if len(results) < len(names) and deadline.expired:
+            run.stopped = f"--timeout {timeout:g} s expired during batch {number} of {len(batches)}"
+            break
+        failures = sum(1 for name in batch if name in results and failed(results[name]))
+        if number < len(batches) and exceeds(failures, len(batch), limit):
+            run.stopped = (
+                f"batch {number} of {len(batches)}: {failures} of {len(batch)} host(s) failed, "
+                f"more than max_fail {limit} allows; the remaining batches were not started"
+            )
+            tracker.run_event(run.stopped)
+            break
+    run.hosts = [results.get(name) or _skipped(name, run.stopped) for name in names]
     run.duration = round(time.monotonic() - began, 3)
     return run
+
+
+def _skipped(name: str, why: str | None) -> HostResult:
+    return HostResult(host=name, outcome="skipped", error=f"never touched: {why or 'not started'}")
 
 
 def run_rollback(
@@ -69,17 +296,12 @@ def run_rollback(
     force: bool,
     accept_new_host_keys: bool = False,
     forks: int = 10,
+    timeout: float | None = None,
 ) -> RunResult:
     """Undo ``target_run`` (or each host's newest run not yet undone) on every host."""
     began = time.monotonic()
-    run = RunResult(
-        run_id=run_id,
-        command="rollback",
-        playbook=None,
-        started=now_iso(),
-        user=_user(),
-        argv=sys.argv[1:],
-    )
+    deadline = _Deadline(timeout)
+    run = _new_run(run_id, "rollback", None, False)
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
@@ -95,6 +317,11 @@ def run_rollback(
         finally:
             remote.close()
 
-    run.hosts = _in_parallel([h[0] for h in hosts], work, forks)
+    names = [h[0] for h in hosts]
+    got, started = _in_parallel(names, work, forks, deadline)
+    settled = _settle(names, got, started, None, timeout, "while rolling back")
+    if any(result is None for result in settled):
+        run.stopped = f"--timeout {timeout:g} s expired before every host was started"
+    run.hosts = [r or _skipped(n, run.stopped) for n, r in zip(names, settled, strict=True)]
     run.duration = round(time.monotonic() - began, 3)
     return run

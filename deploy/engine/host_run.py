@@ -18,11 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
-from deploy.config.steps import StepCommon
+from deploy.config.load import HostPlan
 from deploy.engine.journal import Journal, now_iso
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run_events, unfinished_runs
-from deploy.errors import DeployError, HostNotAttempted, HostUnreachable, RollbackFailed
+from deploy.errors import (
+    DeployError,
+    HostNotAttempted,
+    HostUnreachable,
+    InputError,
+    RollbackFailed,
+)
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire
@@ -59,6 +65,7 @@ class RunOptions:
     playbook: str = ""
     check_mode: bool = False
     accept_new_host_keys: bool = False
+    force: bool = False
     progress: Progress = field(default_factory=NoProgress)
 
 
@@ -92,21 +99,18 @@ def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
     }
 
 
-def apply_host(
-    name: str,
-    spec: HostSpec,
-    steps: list[tuple[int, StepCommon]],
-    variables: dict[str, Any],
-    options: RunOptions,
-) -> HostResult:
-    """Run ``steps`` on one host and return what happened; never raises for expected failures."""
+def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
+    """Run a host's steps and return what happened; never raises for expected failures."""
+    name, spec = plan.name, plan.spec
     began = time.monotonic()
     result = HostResult(host=name, run_id=options.run_id)
     remote = RemoteHost(connect_settings(name, spec, accept_new=options.accept_new_host_keys))
     progress = options.progress
     try:
         remote.open()
-    except HostNotAttempted as exc:
+    except (HostNotAttempted, InputError) as exc:
+        # InputError: e.g. password_env names an unset variable — found only when connecting,
+        # and nothing was done on the host, so it is "not attempted", not an internal error.
         result.outcome, result.error = "not attempted", str(exc)
         progress.host_event(name, f"not attempted: {exc}")
         return result
@@ -126,7 +130,7 @@ def apply_host(
                 return result
             if not _recover(remote, spec.state_dir, lock, result, progress):
                 return result
-        _run_steps(remote, spec, steps, variables, options, result)
+        _run_steps(remote, plan, options, result)
     finally:
         if lock is not None:
             lock.release()
@@ -143,7 +147,14 @@ def _recover(
     for run in unfinished_runs(lock.runs):
         progress.host_event(remote.name, f"found unfinished run {run.run_id}; undoing it first")
         try:
-            lines = undo_run_events(remote, state_dir, run.run_id, force=False, reason="recovery")
+            lines = undo_run_events(
+                remote,
+                state_dir,
+                run.run_id,
+                force=False,
+                reason="recovery",
+                note=lambda message: progress.host_event(remote.name, message),
+            )
         except RollbackFailed as exc:
             result.outcome = "rollback failed"
             result.error = f"unfinished run {run.run_id} could not be undone: {exc}"
@@ -152,15 +163,8 @@ def _recover(
     return True
 
 
-def _run_steps(
-    remote: RemoteHost,
-    spec: HostSpec,
-    steps: list[tuple[int, StepCommon]],
-    variables: dict[str, Any],
-    options: RunOptions,
-    result: HostResult,
-) -> None:
-    name = remote.name
+def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: HostResult) -> None:
+    name, spec, steps = remote.name, plan.spec, plan.steps
     progress = options.progress
     journal = Journal(
         remote,
@@ -179,11 +183,16 @@ def _run_steps(
         journal=journal,
         check_mode=options.check_mode,
         state_dir=spec.state_dir,
-        vars=variables,
+        vars=plan.vars,
+        progress=progress,
+        run_id=options.run_id,
+        services=dict(plan.services),
+        force=options.force,
     )
     for position, (index, entry) in enumerate(steps):
         step = build_step(entry, index)
         ctx.step_index = index
+        ctx.upcoming = [later for _, later in steps[position + 1 :]]
         progress.step_started(name, index, step.title)
         began = time.monotonic()
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
@@ -200,6 +209,10 @@ def _run_steps(
                 result.changed_files.extend(
                     c.path for c in planned.changes if c.path not in result.changed_files
                 )
+            elif options.check_mode and step.mutating and not planned.noop:
+                step_result.status = "would change"
+            elif planned.skipped:
+                step_result.status = "skipped"
             elif planned.noop:
                 step_result.status = "unchanged"
             elif options.check_mode and not step.runs_in_check_mode and not step.mutating:
@@ -231,6 +244,13 @@ def _run_steps(
     if options.check_mode:
         result.outcome = "would change" if result.changed_files else "unchanged"
         return
+    if not ctx.changed:
+        for done in result.steps:
+            if done.kind == "backup" and done.status == "ok":
+                done.status, done.summary = (
+                    "unchanged",
+                    "nothing changed in this run: no copy needed",
+                )
     result.outcome = "changed" if ctx.changed else "unchanged"
     journal.finish("end", "ok", manifest=_manifest(journal.events))
 
@@ -269,6 +289,7 @@ def _fail(
             reason=reason,
             journal=journal,
             events=journal.events,
+            note=ctx.note,
         )
         result.outcome = "rolled back"
     except (RollbackFailed, HostUnreachable) as undo_error:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from deploy.errors import (
@@ -24,6 +24,8 @@ Outcome = Literal[
     "not attempted",  # unreachable, untrusted key, locked: nothing done (exit 4)
     "restored",  # deploy rollback: the run was undone as asked
     "nothing to do",  # rollback: no run to undo on this host
+    "skipped",  # never touched: an earlier batch failed too much, or --timeout expired first (exit 4)
+    "interrupted",  # --timeout expired mid-run: left for the next apply/rollback to undo (exit 3)
 ]
 
 EXIT_BY_OUTCOME: dict[str, int] = {
@@ -36,7 +38,13 @@ EXIT_BY_OUTCOME: dict[str, int] = {
     "rolled back": EXIT_ROLLED_BACK,
     "rollback failed": EXIT_ROLLBACK_FAILED,
     "not attempted": EXIT_NOT_ATTEMPTED,
+    "skipped": EXIT_NOT_ATTEMPTED,
+    "interrupted": EXIT_ROLLBACK_FAILED,
 }
+
+#: Version of the JSON report (``deploy apply --json``, ``--report``, history files); raised
+#: only when a field changes meaning or disappears, never when one is added.
+REPORT_FORMAT = 1
 
 
 @dataclass
@@ -83,6 +91,10 @@ class RunResult:
     duration: float = 0.0
     user: str = ""
     argv: list[str] = field(default_factory=list)
+    #: Rolling batches (host names, in order) when the run had ``serial``; empty otherwise.
+    batches: list[list[str]] = field(default_factory=list)
+    #: Why hosts were left untouched on purpose (max_fail exceeded, --timeout), else None.
+    stopped: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -91,16 +103,21 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["exit_code"] = self.exit_code
+        data["report_format"] = REPORT_FORMAT
         for host, raw in zip(self.hosts, data["hosts"], strict=True):
             raw["exit_code"] = host.exit_code
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """Read a report back; keys this version does not know (a newer writer's) are ignored."""
         hosts = []
         for raw in data.get("hosts", []):
-            raw = {k: v for k, v in raw.items() if k != "exit_code"}
-            steps = [StepResult(**s) for s in raw.pop("steps", [])]
-            hosts.append(HostResult(steps=steps, **raw))
-        fields = {k: v for k, v in data.items() if k not in ("hosts", "exit_code")}
-        return cls(hosts=hosts, **fields)
+            steps = [StepResult(**_known(StepResult, s)) for s in raw.get("steps", [])]
+            hosts.append(HostResult(**{**_known(HostResult, raw), "steps": steps}))
+        return cls(**{**_known(cls, data), "hosts": hosts})
+
+
+def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(kind)}
+    return {key: value for key, value in data.items() if key in names}

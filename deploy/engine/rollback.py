@@ -8,14 +8,16 @@ never the playbook, so it works after the workstation died or the playbook chang
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from deploy.engine.journal import Journal, attach, read_copy, read_events
 from deploy.engine.results import HostResult
-from deploy.errors import DeployError, HostNotAttempted, RollbackFailed
+from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFailed
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import RunSummary, acquire
-from deploy.steps.files import undo_write
+from deploy.steps.files import check_undoable, undo_write
+from deploy.steps.service_undo import restore_previous, stop_current
 
 
 def is_undone(run: RunSummary) -> bool:
@@ -39,11 +41,15 @@ def undo_run_events(
     reason: str,
     journal: Journal | None = None,
     events: list[dict[str, Any]] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Undo every change a run journaled, newest first; return one line per action.
 
-    Each undo is journaled (``undone``) as it happens, so an interrupted rollback resumes where
-    it stopped. The run's journal gets a final ``rollback_end`` (or ``end`` with outcome
+    Order: stop every service the run touched (whatever serves now is the new code), restore
+    the files newest first, then start each service as it ran before the run — exact command
+    line, directory and environment — and wait until it is healthy; a service that was not
+    running stays stopped. Each undo is journaled (``undone``) as it happens, so an interrupted
+    rollback resumes where it stopped. The run's journal gets a final ``rollback_end`` (or ``end`` with outcome
     ``rolled_back`` when undoing the current run).
 
     Raises:
@@ -56,35 +62,62 @@ def undo_run_events(
     if journal is None:
         journal = attach(remote, state_dir, run_id)
     journal.write({"event": "rollback_begin", "reason": reason[:500], "force": force})
-    done = {(e.get("op"), e.get("path")) for e in events if e.get("event") == "undone"}
+    undone = {
+        (e.get("op"), e.get("path") or e.get("service"))
+        for e in events
+        if e.get("event") == "undone"
+    }
+    intents = [e for e in events if e.get("event") == "intent"]
+    pending = [e for e in intents if (e.get("op"), e.get("path") or e.get("service")) not in undone]
+    unknown = [e for e in pending if e.get("op") not in ("write", "service")]
     lines: list[str] = []
     try:
-        for event in reversed([e for e in events if e.get("event") == "intent"]):
-            key = (event.get("op"), event.get("path"))
-            if key in done:
-                continue
+        if unknown:
+            raise RollbackFailed(
+                f"{remote.name}: run {run_id} has a change this version cannot undo: {unknown[0].get('op')}"
+            )
+        # The earliest record of each service holds its state before the run.
+        services: dict[str, dict[str, Any]] = {}
+        for event in pending:
+            if event.get("op") == "service":
+                services.setdefault(str(event["service"]), event)
+        # 0. All or nothing: a file someone changed since refuses the whole undo up front,
+        #    before any service is stopped or any other file restored (--force skips this).
+        newest: dict[str, dict[str, Any]] = {}
+        written: dict[str, set[str]] = {}
+        for event in pending:
             if event.get("op") == "write":
-                original = read_copy(remote, state_dir, run_id, str(event["original"]))
-                outcome = undo_write(remote, event, original, force=force)
-                journal.write(
-                    {
-                        "event": "undone",
-                        "op": "write",
-                        "path": outcome.path,
-                        "action": outcome.action,
-                    }
-                )
-                lines.append(
-                    f"{outcome.action} {outcome.path}"
-                    + (f" ({outcome.detail})" if outcome.detail else "")
-                )
-            else:
-                raise RollbackFailed(
-                    f"{remote.name}: run {run_id} has a change this version cannot undo: {event.get('op')}"
-                )
-            done.add(key)
+                newest[str(event["path"])] = event
+                written.setdefault(str(event["path"]), set()).add(str(event.get("after")))
+        if not force:
+            for path, event in newest.items():
+                check_undoable(remote, event, written[path])
+        # 1. Stop what the run started, so the old code is never served by a new process.
+        for name, event in services.items():
+            lines.append(stop_current(remote, state_dir, name, event))
+        # 2. Files back, newest change first.
+        for event in reversed([e for e in pending if e.get("op") == "write"]):
+            original = read_copy(remote, state_dir, run_id, str(event["original"]))
+            outcome = undo_write(
+                remote, event, original, force=force, written=written[str(event["path"])]
+            )
+            journal.write(
+                {"event": "undone", "op": "write", "path": outcome.path, "action": outcome.action}
+            )
+            lines.append(
+                f"{outcome.action} {outcome.path}"
+                + (f" ({outcome.detail})" if outcome.detail else "")
+            )
+        # 3. The old server, as it ran before, on the old code; proven healthy.
+        for name, event in services.items():
+            lines.append(restore_previous(remote, state_dir, name, event, note=note))
+            journal.write(
+                {"event": "undone", "op": "service", "service": name, "action": "restored"}
+            )
     except DeployError as exc:
-        failure = exc if isinstance(exc, RollbackFailed) else RollbackFailed(str(exc))
+        failure = (
+            exc if isinstance(exc, RollbackFailed) else RollbackFailed(f"{remote.name}: {exc}")
+        )
         journal.write({"event": "rollback_failed", "error": str(failure)})
         raise failure from exc
     if own_run:
@@ -108,7 +141,7 @@ def rollback_host(
     try:
         remote.open()
         lock = acquire(remote, state_dir, holder)
-    except HostNotAttempted as exc:
+    except (HostNotAttempted, InputError) as exc:  # InputError: an unset password_env
         result.outcome, result.error = "not attempted", str(exc)
         return result
     except DeployError as exc:

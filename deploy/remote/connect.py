@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -22,6 +23,11 @@ from typing import TYPE_CHECKING
 import paramiko
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
+
+# paramiko logs expected events ("channel open FAILED: Connection refused" while a server
+# loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 if TYPE_CHECKING:
     from fabric import Connection

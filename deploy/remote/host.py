@@ -126,6 +126,8 @@ class RemoteHost:
             return StepFailed(f"{self.name}: permission denied {doing} {path}")
         if isinstance(exc, OSError) and alive:
             reason = exc.strerror or str(exc) or type(exc).__name__
+            if reason == "Failure":  # SFTP's catch-all status, in practice ENOSPC or EROFS
+                reason = "Failure (the filesystem may be full or read-only)"
             return StepFailed(f"{self.name}: failed {doing} {path}: {reason}")
         return self._lost(exc, f"{doing} {path}")
 
@@ -246,15 +248,17 @@ class RemoteHost:
         mode: int | None = None,
         uid: int | None = None,
         gid: int | None = None,
-    ) -> None:
+    ) -> FileStat | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
-        Writes a temp file in the same directory, fsyncs it (fsync@openssh.com), gives it the
-        mode and owner, then renames it over the target (posix-rename@openssh.com). On any
-        failure the temp file is removed and the target is untouched.
+        Writes a temp file in the same directory, fsyncs it (fsync@openssh.com), checks that
+        every byte landed, gives it the mode and owner, then renames it over the target
+        (posix-rename@openssh.com). Returns the new file's stat when an owner was given (that
+        path stats the temp file anyway), else None. On any failure (a full disk included)
+        the temp file is removed and the target is untouched.
         """
         directory, _, base = path.rpartition("/")
-        tmp = f"{directory}/.{base}.deploy-{secrets.token_hex(4)}.tmp"
+        tmp = f"{directory}/{_temp_prefix(base)}{secrets.token_hex(4)}.tmp"
         sftp = self.sftp
         self.ops["sftp"] += 5
         try:
@@ -262,22 +266,55 @@ class RemoteHost:
                 handle.set_pipelined(True)
                 handle.write(data)
                 handle.flush()
+                _raise_write_error(sftp, handle)
                 _fsync(sftp, handle)
             if mode is not None:
                 sftp.chmod(tmp, statmod.S_IMODE(mode))
                 self.ops["sftp"] += 1
+            done: FileStat | None = None
             if uid is not None and gid is not None:
+                # One stat serves three ends: the owner check, a size check behind
+                # `_raise_write_error`, and the caller's new stat of the target (rename keeps it).
                 current = sftp.stat(tmp)
+                self.ops["sftp"] += 1
+                if current.st_size != len(data):
+                    raise OSError(f"wrote {current.st_size} of {len(data)} bytes (disk full?)")
                 if (current.st_uid, current.st_gid) != (uid, gid):
                     sftp.chown(tmp, uid, gid)
                     self.ops["sftp"] += 1
+                done = _file_stat(path, current)
             sftp.posix_rename(tmp, path)
+            return done
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 sftp.remove(tmp)
             if isinstance(exc, paramiko.SSHException | EOFError | OSError):
                 raise self._translate(exc, "writing", path) from exc
             raise
+
+    def remove_temp_leftovers(self, path: str) -> list[str]:
+        """Remove temp files that an interrupted `write_atomic` of ``path`` left beside it.
+
+        A cut connection or a killed workstation stops a write before its cleanup runs, which
+        leaves ``.NAME.deploy-XXXXXXXX.tmp`` (a partial copy) in the target's directory —
+        where a loader that globs the directory may pick it up. Undo calls this: the host's
+        lock is held, so no other run of ours can be writing there. Returns the names removed.
+        """
+        directory, _, base = path.rpartition("/")
+        prefix = _temp_prefix(base)
+        removed = []
+        try:
+            names = self.listdir(directory or "/")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._translate(exc, "listing", directory) from exc
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                try:
+                    self.remove(f"{directory}/{name}")
+                except (paramiko.SSHException, OSError, EOFError) as exc:
+                    raise self._translate(exc, "removing", f"{directory}/{name}") from exc
+                removed.append(name)
+        return removed
 
     def remove(self, path: str) -> None:
         self.ops["sftp"] += 1
@@ -322,6 +359,11 @@ class RemoteHost:
             return []
 
 
+def _temp_prefix(base: str) -> str:
+    """How `write_atomic` names its temp files for a target called ``base``."""
+    return f".{base}.deploy-"
+
+
 def _file_stat(path: str, attrs: Any) -> FileStat:
     return FileStat(
         path=path,
@@ -331,6 +373,21 @@ def _file_stat(path: str, attrs: Any) -> FileStat:
         size=int(attrs.st_size or 0),
         mtime=float(attrs.st_mtime or 0),
     )
+
+
+def _raise_write_error(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
+    """Wait for the status of every pipelined write and raise the first failure.
+
+    With pipelining paramiko sends writes without waiting, and registers no owner for their
+    answers: a status that arrives while another request is awaited (our fsync, the close) is
+    dropped, so ENOSPC, EIO or a quota error is silently lost. A full disk then leaves a
+    truncated temp file that is fsynced and renamed over the target — the original replaced
+    by its first pages, reported as success. Collecting the answers here (they are already in
+    flight: no extra round trip) is what paramiko itself does for unpipelined writes.
+    """
+    pending = handle._reqs  # paramiko's queue of unanswered write requests
+    while pending:
+        sftp._read_response(pending.popleft())  # raises IOError on a failed status
 
 
 def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:

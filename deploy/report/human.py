@@ -10,9 +10,14 @@ import os
 import sys
 import threading
 import time
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
 
+from deploy.engine.batches import fleet_state
 from deploy.engine.results import HostResult, RunResult, StepResult
+
+if TYPE_CHECKING:
+    from deploy.engine.status import HostStatus
 
 _COLOURS = {
     "changed": "yellow",
@@ -25,6 +30,7 @@ _COLOURS = {
     "rolled back": "magenta",
     "rollback failed": "red",
     "not attempted": "red",
+    "interrupted": "red",
     "skipped": "bright_black",
     "not run": "bright_black",
 }
@@ -42,33 +48,99 @@ def paint(text: str, status: str, colour: bool) -> str:
     return click.style(text, fg=_COLOURS[status], bold=status in ("rollback failed", "failed"))
 
 
-class ProgressPrinter:
-    """Prints one line as each step starts and ends, per host, safe from several threads."""
+@dataclass
+class _Running:
+    """A step in progress on one host, as the heartbeat needs it."""
 
-    def __init__(self, stream: IO[str] | None = None, *, verbose: int = 0) -> None:
+    number: int
+    title: str
+    started: float
+    last_line: float
+    note: str = ""
+
+
+class ProgressPrinter:
+    """Prints one line as each step ends (and starts, with ``-v``), per host, thread-safe.
+
+    Lines, not a redrawn screen: they read the same in a terminal, a pipe, a log and a cron
+    mail. A step that runs long (a model loading for minutes) gets a "still running" line
+    every ``heartbeat`` seconds in which nothing else was said about its host, with the
+    newest note the step gave (e.g. the server's latest log line), so a wait never looks
+    like a hang.
+    """
+
+    def __init__(
+        self, stream: IO[str] | None = None, *, verbose: int = 0, heartbeat: float = 30.0
+    ) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self.colour = use_colour(self.stream)
+        self.heartbeat = heartbeat
         self._lock = threading.Lock()
         self._began = time.monotonic()
+        self._running: dict[str, _Running] = {}
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str, host: str | None = None) -> None:
         with self._lock:
             self.stream.write(text + "\n")
             self.stream.flush()
+            if host is not None and host in self._running:
+                self._running[host].last_line = time.monotonic()
 
     def host_event(self, host: str, message: str) -> None:
-        self._line(f"{host}: {message}")
+        running = self._running.get(host)
+        if running is not None:
+            running.note = message
+        self._line(f"{host}: {message}", host)
+
+    def run_event(self, message: str) -> None:
+        self._line(message)
 
     def step_started(self, host: str, index: int, title: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._running[host] = _Running(index + 1, title, now, now)
+            if self._ticker is None and self.heartbeat > 0:
+                self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+                self._ticker.start()
         if self.verbose:
-            self._line(f"{host}: [{index + 1}] {title} ...")
+            self._line(f"{host}: [{index + 1}] {title} ...", host)
 
     def step_finished(self, host: str, result: StepResult) -> None:
+        with self._lock:
+            self._running.pop(host, None)
         status = paint(result.status, result.status, self.colour)
         self._line(
             f"{host}: [{result.index + 1}] {result.title}: {status} ({result.duration:.2f} s) {result.summary}".rstrip()
         )
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(self.heartbeat, 1.0)):
+            now = time.monotonic()
+            with self._lock:
+                quiet = [
+                    (host, step)
+                    for host, step in self._running.items()
+                    if now - step.last_line >= self.heartbeat
+                ]
+            for host, step in quiet:
+                tail = f"; latest: {step.note}" if step.note else ""
+                self._line(
+                    f"{host}: [{step.number}] {step.title}: still running "
+                    f"({_elapsed(now - step.started)}){tail}",
+                    host,
+                )
+
+    def close(self) -> None:
+        """Stop the heartbeat (it is a daemon thread, so exiting without this is fine too)."""
+        self._stop.set()
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def render_steps(host: HostResult, *, colour: bool, diffs: bool) -> list[str]:
@@ -98,16 +170,38 @@ def render_plan(run: RunResult, *, colour: bool = False) -> str:
 
 
 def _figures(host: HostResult) -> str:
-    figures = []
+    figures: list[str] = []
     for step in host.steps:
         figures.extend(f"{k}={v}" for k, v in step.figures.items())
     return ", ".join(figures)
 
 
+def render_fleet_state(run: RunResult, *, colour: bool = False) -> list[str]:
+    """Where the run left the fleet, when that is not one word: new state, rolled back, ...
+
+    Shown for rolling batches and for any run whose hosts ended in different states, so an
+    operator reads at once which hosts run the new code, which were put back and which
+    were never touched.
+    """
+    groups = fleet_state(run)
+    if len(run.hosts) <= 1 or (len(groups) <= 1 and not run.batches):
+        return []
+    out = []
+    if run.batches:
+        sizes = ", ".join(str(len(batch)) for batch in run.batches)
+        out.append(f"Rolling batches: {len(run.batches)} ({sizes} host(s)).")
+    if run.stopped:
+        out.append(paint(f"Stopped: {run.stopped}.", "failed", colour))
+    width = max(len(label) for label in groups) + 1
+    for label, names in groups.items():
+        out.append(f"  {(label + ':').ljust(width)}  {', '.join(names)}")
+    return [*out, ""]
+
+
 def render_summary(
     run: RunResult, *, colour: bool = False, diffs: bool = False, details: bool = True
 ) -> str:
-    """Per-host detail (failures, rollback actions, diffs on request), then one table."""
+    """Per-host detail (failures, rollback actions, diffs on request), the fleet, a table."""
     out: list[str] = []
     if details:
         for host in run.hosts:
@@ -131,6 +225,7 @@ def render_summary(
                     if step.diff:
                         out.extend("    " + line for line in step.diff.rstrip("\n").splitlines())
             out.append("")
+    out.extend(render_fleet_state(run, colour=colour))
     headers = ["HOST", "OUTCOME", "CHANGED FILES", "TIME", "FIGURES"]
     rows = [
         [
@@ -164,13 +259,68 @@ def _meaning(code: int) -> str:
     }.get(code, "?")
 
 
-def render_history(runs: list[RunResult]) -> str:
+def _table_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [headers, *rows]
+    ]
+
+
+def render_history(runs: list[RunResult], host: str | None = None) -> str:
+    """One line per run, oldest first; with ``host``, that host's outcome in each run."""
     if not runs:
-        return "no runs recorded yet"
-    lines = [f"{'RUN':<24}  {'STARTED':<25}  {'COMMAND':<9}  {'PLAYBOOK':<26}  EXIT  HOSTS"]
+        return f"no runs recorded for {host}" if host else "no runs recorded yet"
+    rows = []
     for run in runs:
-        hosts = ", ".join(f"{h.host}={h.outcome}" for h in run.hosts)
-        lines.append(
-            f"{run.run_id:<24}  {run.started:<25}  {run.command:<9}  {(run.playbook or '-'):<26}  {run.exit_code:<4}  {hosts}"
+        if host is not None:
+            outcome = next((h.outcome for h in run.hosts if h.host == host), "-")
+            hosts = outcome
+        else:
+            hosts = ", ".join(f"{h.host}={h.outcome}" for h in run.hosts)
+        rows.append(
+            [
+                run.run_id,
+                run.started.replace("+00:00", "Z"),
+                run.command,
+                run.playbook or "-",
+                str(run.exit_code),
+                f"{run.duration:.1f} s",
+                hosts,
+            ]
         )
-    return "\n".join(lines)
+    last = "OUTCOME" if host else "HOSTS"
+    headers = ["RUN", "STARTED", "COMMAND", "PLAYBOOK", "EXIT", "TIME", last]
+    return "\n".join(_table_lines(headers, rows))
+
+
+def render_status(statuses: list[HostStatus]) -> str:
+    """``deploy status``: one row per host, then the details that need words."""
+    rows = []
+    notes = []
+    for status in statuses:
+        last = status.last_run
+        unfinished = ", ".join(r.run_id for r in status.unfinished) or "-"
+        rows.append(
+            [
+                status.host,
+                "UNREACHABLE" if not status.reachable else status.lock,
+                f"{last.run_id} ({last.playbook or '?'})" if last else "-",
+                last.state if last else "-",
+                unfinished,
+                status.health,
+            ]
+        )
+        if status.error:
+            prefix = "" if status.error.startswith(f"{status.host}:") else f"{status.host}: "
+            notes.append(prefix + status.error)
+        if status.lock in ("held", "stale"):
+            notes.append(f"{status.host}: lock {status.describe_lock()}")
+        for run in status.unfinished:
+            notes.append(
+                f"{status.host}: run {run.run_id} ({run.playbook or '?'} by {run.user or '?'}, "
+                f"{run.since or '?'}) is {run.state}; the next `deploy apply` or "
+                "`deploy rollback` on this host undoes it first"
+            )
+    headers = ["HOST", "LOCK", "LAST RUN", "OUTCOME", "UNFINISHED", "SERVICE"]
+    return "\n".join([*_table_lines(headers, rows), *(["", *notes] if notes else [])])

@@ -14,6 +14,7 @@ from deploy.steps.files import read_file, sha256
 class BackupStep(Step):
     kind = "backup"
     mutating = False  # it adds a copy under state_dir; the file itself is untouched
+    runs_in_check_mode = True  # nothing to verify; shown as planned, not as skipped
 
     def describe(self) -> str:
         assert isinstance(self.args, BackupArgs)

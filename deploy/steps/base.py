@@ -54,6 +54,8 @@ class Planned:
     summary: str
     changes: list[FileChange] = field(default_factory=list)
     noop: bool = False
+    #: Not applicable in this run (e.g. a health check when nothing was restarted).
+    skipped: bool = False
     figures: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -87,6 +89,25 @@ class StepContext:
     #: Whether anything on the host was changed so far (rollback is needed on failure).
     changed: bool = False
     progress: Any = None
+    #: The run's id, for logs and headers written on the host.
+    run_id: str = ""
+    #: Rendered services of the playbook, by name.
+    services: dict[str, Any] = field(default_factory=dict)
+    #: --force: stop a listener that does not look like the service's server.
+    force: bool = False
+    #: Steps after the current one (a restart looks ahead for a throughput baseline).
+    upcoming: list[Any] = field(default_factory=list)
+    #: Per-service facts of this run: started pid and log offset, baseline figures.
+    runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def note(self, message: str) -> None:
+        """A progress line for the operator (long waits say what they are waiting for)."""
+        if self.progress is not None:
+            self.progress.host_event(self.host, message)
+
+    def anything_changed(self) -> bool:
+        """Whether this run changed (or, under --check, would change) anything so far."""
+        return self.changed or any(f.content != f.original for f in self.files.values())
 
 
 class Step:

@@ -9,6 +9,7 @@ content is no longer what we wrote.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,15 +84,9 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
     if ctx.check_mode:
         state.content = content
         return
-    # Someone may have changed the file since we read it: compare size and mtime (cheap) before
-    # replacing it, so that we never overwrite a change we did not compute from.
-    now = ctx.remote.stat(path)
-    if now is None or (now.size, now.mtime) != (state.stat.size, state.stat.mtime):
-        raise StepFailed(
-            f"{ctx.host}: {path} changed on the host while we were editing it; not written"
-        )
     before_change(ctx)
     backup = save_original(ctx, state)
+    _unchanged_since_read(ctx, state)
     record: dict[str, Any] = {
         "event": "intent",
         "op": "write",
@@ -107,14 +102,35 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
     }
     ctx.journal.write(record)
     ctx.changed = True
-    ctx.remote.write_atomic(
+    written = ctx.remote.write_atomic(
         path, content, mode=state.stat.permissions, uid=state.stat.uid, gid=state.stat.gid
     )
-    after = ctx.remote.stat(path)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
     state.content = content
-    if after is not None:
-        state.stat = after
+    if written is not None:
+        state.stat = written
+
+
+def _unchanged_since_read(ctx: StepContext, state: FileState) -> None:
+    """Refuse to write if someone changed the file since we read it (a lost update otherwise).
+
+    The content itself is compared, not size and mtime: SFTP's mtime has whole-second
+    resolution, and ``rsync -t``, ``cp -p`` or an editor can change a file while keeping
+    both. Done as late as possible — after the saved copy, right before the intent —
+    so the window left is only our own write (SFTP has no compare-and-swap).
+
+    Raises:
+        StepFailed: the file changed or disappeared; nothing was written.
+    """
+    path = state.path
+    try:
+        same = ctx.remote.read(path) == state.content
+    except FileNotFoundError:
+        same = False
+    if not same:
+        raise StepFailed(
+            f"{ctx.host}: {path} changed on the host while we were editing it; not written"
+        )
 
 
 class EditStep(Step):
@@ -156,12 +172,57 @@ class UndoOutcome:
     detail: str = ""
 
 
+def _refuse_foreign(
+    remote: RemoteHost,
+    record: dict[str, Any],
+    current_sha: str | None,
+    written: Collection[str] = (),
+) -> None:
+    """Raise `ForeignChange` unless the file holds what we wrote or the original.
+
+    ``written``: every sha256 this run wrote to the path. A run that edits one file twice and
+    dies between the two writes leaves the first write's content, which is ours to undo too.
+    """
+    if current_sha in (record.get("after"), record.get("original")) or current_sha in written:
+        return
+    path = str(record["path"])
+    seen = "missing" if current_sha is None else f"sha256 {current_sha[:12]}"
+    raise ForeignChange(
+        f"{remote.name}: {path} changed since deploy wrote it ({seen}, we wrote "
+        f"{str(record.get('after'))[:12]}); not restored. Inspect it, then "
+        "`deploy rollback --force` to restore the saved copy anyway"
+    )
+
+
+def check_undoable(
+    remote: RemoteHost, record: dict[str, Any], written: Collection[str] = ()
+) -> None:
+    """Refuse (`ForeignChange`) before anything is undone if ``record``'s file changed since.
+
+    Undo is all or nothing: checking every file first means a refusal leaves the host exactly
+    as it was found — no service stopped, no other file restored — rather than half undone.
+
+    Raises:
+        ForeignChange: someone changed the file since deploy wrote it.
+        RollbackFailed: it cannot be read.
+    """
+    path = str(record["path"])
+    try:
+        current = remote.read(path)
+    except FileNotFoundError:
+        current = None
+    except StepFailed as exc:
+        raise RollbackFailed(f"{remote.name}: cannot read {path} to restore it: {exc}") from exc
+    _refuse_foreign(remote, record, None if current is None else sha256(current), written)
+
+
 def undo_write(
     remote: RemoteHost,
     record: dict[str, Any],
     original: bytes,
     *,
     force: bool = False,
+    written: Collection[str] = (),
 ) -> UndoOutcome:
     """Put a file back to its original content, from a journal ``intent`` record.
 
@@ -176,6 +237,11 @@ def undo_write(
     path = str(record["path"])
     want = sha256(original)
     try:
+        # An interrupted write leaves its partial temp copy beside the target: not ours to keep.
+        remote.remove_temp_leftovers(path)
+    except StepFailed as exc:
+        raise RollbackFailed(f"{remote.name}: cannot clean up beside {path}: {exc}") from exc
+    try:
         current = remote.read(path)
     except FileNotFoundError:
         current = None
@@ -184,13 +250,8 @@ def undo_write(
     current_sha = None if current is None else sha256(current)
     if current_sha == want:
         return UndoOutcome(path, "already original")
-    if current_sha != record.get("after") and not force:
-        seen = "missing" if current_sha is None else f"sha256 {current_sha[:12]}"
-        raise ForeignChange(
-            f"{remote.name}: {path} changed since deploy wrote it ({seen}, we wrote "
-            f"{str(record.get('after'))[:12]}); not restored. Inspect it, then "
-            "`deploy rollback --force` to restore the saved copy anyway"
-        )
+    if not force:
+        _refuse_foreign(remote, record, current_sha, written)
     try:
         remote.write_atomic(
             path,

@@ -62,5 +62,6 @@ class VerifyPythonStep(Step):
             if problem:
                 problems.append(problem)
         if problems:
-            raise CheckFailed("; ".join(problems))
+            prefix = f"{args.path}: "
+            raise CheckFailed(prefix + "; ".join(p.removeprefix(prefix) for p in problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

@@ -30,5 +30,6 @@ class VerifyTailStep(Step):
             content, args.expected(), ignore_blank=args.ignore_blank, path=args.path
         )
         if problems:
-            raise CheckFailed("; ".join(problems))
+            prefix = f"{args.path}: "
+            raise CheckFailed(prefix + "; ".join(p.removeprefix(prefix) for p in problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"

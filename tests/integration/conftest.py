@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from deploy.sandbox import gpu_host
+from deploy.sandbox.gpu_host import GpuHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
 
@@ -121,3 +123,37 @@ def kimi_059(
 ) -> tuple[KimiHost, Deploy]:
     hosts, deploy = make_kimi_hosts(["0.5.9"])
     return hosts[0], deploy
+
+
+@pytest.fixture
+def make_gpu_hosts(
+    sshd_sandbox: SshdSandbox, tmp_path: Path
+) -> Callable[..., tuple[list[GpuHost], Deploy]]:
+    """Sandbox hosts laid out like the SGLang host, with the stand-in server (not started)."""
+
+    def make(versions: list[str | None], **standin: object) -> tuple[list[GpuHost], Deploy]:
+        hosts = sshd_sandbox.start_many([f"gpu-{i + 1}" for i in range(len(versions))])
+        gpus = [gpu_host.prepare(h, v, **standin) for h, v in zip(hosts, versions, strict=True)]
+        workdir = tmp_path / "workstation"
+        workdir.mkdir(exist_ok=True)
+        if not (workdir / "playbooks").exists():
+            (workdir / "playbooks").symlink_to(REPO / "playbooks")
+        inventory = sshd_sandbox.write_inventory(
+            workdir / "hosts.yaml",
+            hosts,
+            groups={"gpu": [h.name for h in hosts]},
+            host_vars={g.ssh.name: g.vars for g in gpus},
+        )
+        return gpus, Deploy(workdir, inventory)
+
+    return make
+
+
+@pytest.fixture
+def serving_059(
+    make_gpu_hosts: Callable[..., tuple[list[GpuHost], Deploy]],
+) -> tuple[GpuHost, Deploy]:
+    """One host on SGLang 0.5.9, its server started by hand (no EAGLE-3), healthy."""
+    gpus, deploy = make_gpu_hosts(["0.5.9"])
+    gpu_host.start_old_server(gpus[0])
+    return gpus[0], deploy

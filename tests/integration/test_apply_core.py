@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tests.integration.conftest import Deploy, KimiHost, sha256
 
+#: These hosts have no SGLang server: the file part of the playbook only (issue 3 tests the rest).
+FILES_ONLY = ("--skip-tags", "service")
 EAGLE3 = ["set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
 CLASS = "KimiK25ForConditionalGeneration"
 
@@ -31,7 +33,7 @@ def test_patches_059_inside_the_class_and_rerun_is_a_noop(
     mode_before = 0o640
     os.chmod(kimi.model_file, mode_before)
 
-    first = deploy("apply", "kimi-eagle3", "--yes")
+    first = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert first.exit_code == 0, first.output
     members, module = class_members(kimi.model_file)
     assert set(EAGLE3) <= members
@@ -62,7 +64,7 @@ def test_patches_059_inside_the_class_and_rerun_is_a_noop(
     events = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["begin", "backup", "intent", "done", "end"]
 
-    second = deploy("apply", "kimi-eagle3", "--yes")
+    second = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert second.exit_code == 0, second.output
     assert "unchanged" in second.stdout
     assert kimi.model_file.read_bytes() == patched
@@ -72,7 +74,7 @@ def test_patches_059_inside_the_class_and_rerun_is_a_noop(
 def test_0510_already_has_the_methods(make_kimi_hosts) -> None:  # type: ignore[no-untyped-def]
     hosts, deploy = make_kimi_hosts(["0.5.10"])
     before = sha256(hosts[0].model_file)
-    result = deploy("apply", "kimi-eagle3", "--yes")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert result.exit_code == 0, result.output
     assert "unchanged" in result.stdout
     assert sha256(hosts[0].model_file) == before
@@ -81,7 +83,7 @@ def test_0510_already_has_the_methods(make_kimi_hosts) -> None:  # type: ignore[
 
 def test_missing_file_fails_cleanly(make_kimi_hosts) -> None:  # type: ignore[no-untyped-def]
     hosts, deploy = make_kimi_hosts([None])
-    result = deploy("apply", "kimi-eagle3", "--yes")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert result.exit_code == 1, result.output
     assert "does not exist; nothing was changed" in result.stdout
     assert not hosts[0].model_file.exists()
@@ -111,7 +113,7 @@ def test_naive_append_is_caught_and_rolled_back(kimi_059: tuple[KimiHost, Deploy
 def test_check_shows_the_diff_and_touches_nothing(kimi_059: tuple[KimiHost, Deploy]) -> None:
     kimi, deploy = kimi_059
     before = sha256(kimi.model_file)
-    result = deploy("apply", "kimi-eagle3", "--check")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--check")
     assert result.exit_code == 0, result.output
     assert "+    def set_eagle3_layers_to_capture(" in result.stdout
     assert "would change" in result.stdout
@@ -125,14 +127,14 @@ def test_check_shows_the_diff_and_touches_nothing(kimi_059: tuple[KimiHost, Depl
 def test_rollback_restores_and_refuses_foreign_changes(kimi_059: tuple[KimiHost, Deploy]) -> None:
     kimi, deploy = kimi_059
     original = kimi.model_file.read_bytes()
-    assert deploy("apply", "kimi-eagle3", "--yes").exit_code == 0
+    assert deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes").exit_code == 0
     patched = kimi.model_file.read_bytes()
 
     rolled = deploy("rollback", "--yes")
     assert rolled.exit_code == 0, rolled.output
     assert kimi.model_file.read_bytes() == original
 
-    assert deploy("apply", "kimi-eagle3", "--yes").exit_code == 0
+    assert deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes").exit_code == 0
     assert kimi.model_file.read_bytes() == patched
     kimi.model_file.write_bytes(patched + b"# hand edit by an operator\n")
     refused = deploy("rollback", "--yes")
@@ -149,7 +151,7 @@ def test_rollback_restores_and_refuses_foreign_changes(kimi_059: tuple[KimiHost,
 def test_rollback_of_a_named_run(kimi_059: tuple[KimiHost, Deploy]) -> None:
     kimi, deploy = kimi_059
     original = kimi.model_file.read_bytes()
-    result = deploy("apply", "kimi-eagle3", "--yes", "--json")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     run_id = report["run_id"]
@@ -168,18 +170,20 @@ def test_unknown_and_changed_host_keys_are_refused(kimi_059: tuple[KimiHost, Dep
     saved = known.read_text()
     known.write_text("")
     before = sha256(kimi.model_file)
-    unknown = deploy("apply", "kimi-eagle3", "--yes")
+    unknown = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert unknown.exit_code == 4, unknown.output
     assert "not in" in unknown.output and "SHA256:" in unknown.output
     assert sha256(kimi.model_file) == before and not kimi.host.state_dir.exists()
 
-    accepted = deploy("apply", "kimi-eagle3", "--yes", "--check", "--accept-new-host-keys")
+    accepted = deploy(
+        "apply", "kimi-eagle3", *FILES_ONLY, "--yes", "--check", "--accept-new-host-keys"
+    )
     assert accepted.exit_code == 0, accepted.output
     assert f"[127.0.0.1]:{kimi.host.port}" in known.read_text()
 
     known.write_text(saved)
     kimi.host.restart(new_host_key=True)
-    changed = deploy("apply", "kimi-eagle3", "--yes", "--accept-new-host-keys")
+    changed = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "--accept-new-host-keys")
     assert changed.exit_code == 4, changed.output
     assert "CHANGED" in changed.output and "ssh-keygen -R" in changed.output
     assert sha256(kimi.model_file) == before
@@ -198,7 +202,7 @@ def test_two_concurrent_applies_one_is_refused(
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (lock.exists() and "run_id" in lock.read_text()):
         time.sleep(0.05)
-    second = deploy("apply", "kimi-eagle3", "--yes")
+    second = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, out + err
     assert second.exit_code == 4, second.output
@@ -210,7 +214,7 @@ def test_two_concurrent_applies_one_is_refused(
 def test_unreachable_host_is_not_attempted(kimi_059: tuple[KimiHost, Deploy]) -> None:
     kimi, deploy = kimi_059
     kimi.host.stop()
-    result = deploy("apply", "kimi-eagle3", "--yes")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
     assert result.exit_code == 4, result.output
     assert "connection refused" in result.output
 

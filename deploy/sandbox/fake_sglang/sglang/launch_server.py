@@ -54,6 +54,8 @@ READY_LINE = "The server is fired up and ready to roll!"
 VERSION = "0.5.9-standin"
 DEFAULTS: dict[str, Any] = {
     "load_seconds": 2.0,
+    # Load time with EAGLE-3 (the draft model loads too); None: same as load_seconds.
+    "eagle3_load_seconds": None,
     "warmup_seconds": 1.0,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
@@ -568,6 +570,9 @@ def fail(message: str, children: list[Child], config: dict[str, Any]) -> int:
 def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child]) -> int:
     """Load, bind, warm up and serve until told to stop; returns the exit status."""
     model_file, load = Path(config["model_file"]), float(config["load_seconds"])
+    eagle3 = (getattr(args, "speculative_algorithm", None) or "").upper() == "EAGLE3"
+    if eagle3 and config.get("eagle3_load_seconds") is not None:
+        load = float(config["eagle3_load_seconds"])
     log("Load weight begin. avail mem=94.61 GB", "TP0")
     failure = import_failure(model_file)
     if failure is not None:

@@ -1,0 +1,191 @@
+"""``deploy status``: what each host's state directory says, read without taking its lock.
+
+Per host: who holds the lock (run id, user, since), the last run kept on the host and how it
+ended, any run a crash left unfinished (the next ``apply`` or ``rollback`` undoes it), and the
+service's health (filled in by a probe; "-" until one is given).
+
+Taking the lock to look would make a concurrent ``deploy apply`` see the host as busy and
+skip it, so status never does: one exec reads the lock holder's description, asks the kernel
+whether the lock is held (``/proc/locks``, matched by the lock file's inode), and prints the
+first and last journal line of every run. Runs that changed nothing leave no journal, so
+"last run" means the last run that changed something on the host.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from deploy.config.inventory import HostSpec
+from deploy.engine.host_run import connect_settings
+from deploy.errors import EXIT_NOT_ATTEMPTED, EXIT_OK, DeployError
+from deploy.remote.host import RemoteHost, quote
+from deploy.remote.lock import describe_holder
+
+_SCRIPT = r"""S={state}
+[ -d "$S" ] || {{ echo NOSTATE; exit 0; }}
+held=0
+if [ -f "$S/lock" ]; then
+  ino=$(stat -c %i "$S/lock" 2>/dev/null)
+  if [ -r /proc/locks ] && [ -n "$ino" ]; then
+    while read -r _ _ _ _ pid dev _; do
+      case "$dev" in *:"$ino") held=$pid ;; esac
+    done < /proc/locks
+  else
+    held=unknown
+  fi
+fi
+printf 'LOCK\t%s\t%s\n' "$held" "$(head -n 1 "$S/lock" 2>/dev/null)"
+for j in "$S"/runs/*/journal.jsonl; do
+  [ -f "$j" ] && printf 'RUN\t%s\t%s\t%s\n' "$(basename "$(dirname "$j")")" \
+    "$(head -n 1 "$j")" "$(tail -n 1 "$j")"
+done
+echo END
+"""
+
+#: A service health probe: (open host, its name, its settings) -> one short word or line.
+HealthProbe = Callable[[RemoteHost, str, HostSpec], str]
+
+
+@dataclass
+class HostRun:
+    """One run kept on a host, as its journal's first and last lines describe it."""
+
+    run_id: str
+    state: str  # changed | rolled back | undone | rollback failed | unfinished | running
+    playbook: str = ""
+    user: str = ""
+    since: str = ""
+
+
+@dataclass
+class HostStatus:
+    host: str
+    reachable: bool = True
+    error: str | None = None
+    #: "held", "free", "stale" (the holder died mid-run) or "unknown".
+    lock: str = "free"
+    lock_holder: dict[str, Any] | None = None
+    last_run: HostRun | None = None
+    unfinished: list[HostRun] = field(default_factory=list)
+    health: str = "-"
+
+    def describe_lock(self) -> str:
+        holder = self.lock_holder or {}
+        if self.lock == "held":
+            return f"held by {describe_holder(holder)}"
+        if self.lock == "stale":
+            return (
+                f"free; its last holder, run {holder.get('run_id', '?')} "
+                f"(pid {holder.get('pid', '?')}), died mid-run"
+            )
+        return self.lock
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _json_line(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _run_state(last: dict[str, Any], running: bool) -> str:
+    event, outcome = last.get("event"), last.get("outcome")
+    if event == "end":
+        return "rolled back" if outcome == "rolled_back" else "changed"
+    if event == "rollback_end":
+        return "undone"
+    if running:
+        return "running"
+    return "rollback failed" if event == "rollback_failed" else "unfinished"
+
+
+def parse(name: str, output: str) -> HostStatus:
+    """Turn the status script's output into a `HostStatus` (pure, for tests)."""
+    status = HostStatus(host=name)
+    held = False
+    runs: list[HostRun] = []
+    for line in output.splitlines():
+        kind, _, rest = line.partition("\t")
+        if kind == "NOSTATE":
+            return status  # nothing ever ran here
+        if kind == "LOCK":
+            pid, _, text = rest.partition("\t")
+            status.lock_holder = _json_line(text) or None
+            held = pid not in ("0", "unknown", "")
+            status.lock = "held" if held else ("unknown" if pid == "unknown" else "free")
+        elif kind == "RUN":
+            run_id, first, last = [*rest.split("\t", 2), "", ""][:3]
+            begin = _json_line(first)
+            running = held and (status.lock_holder or {}).get("run_id") == run_id
+            runs.append(
+                HostRun(
+                    run_id=run_id,
+                    state=_run_state(_json_line(last), running),
+                    playbook=str(begin.get("playbook", "")),
+                    user=str(begin.get("user", "")),
+                    since=str(begin.get("since", begin.get("ts", ""))),
+                )
+            )
+    runs.sort(key=lambda r: r.run_id)
+    status.last_run = runs[-1] if runs else None
+    status.unfinished = [r for r in runs if r.state in ("unfinished", "rollback failed")]
+    holder_run = (status.lock_holder or {}).get("run_id")
+    if status.lock == "free" and any(r.run_id == holder_run for r in status.unfinished):
+        status.lock = "stale"
+    return status
+
+
+def host_status(
+    name: str, spec: HostSpec, *, accept_new: bool = False, health: HealthProbe | None = None
+) -> HostStatus:
+    """Look at one host; an unreachable host is reported, never raised."""
+    remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+    try:
+        remote.open()
+        result = remote.run(_SCRIPT.format(state=quote(spec.state_dir)), timeout=60)
+        if not result.ok or "END" not in result.stdout.splitlines():
+            why = "timed out" if result.timed_out else f"exit {result.exit_status}"
+            return HostStatus(
+                host=name,
+                error=f"cannot read {spec.state_dir} ({why}): {result.tail(2)}",
+                lock="unknown",
+            )
+        status = parse(name, result.stdout)
+        if health is not None:
+            status.health = health(remote, name, spec)
+        return status
+    except DeployError as exc:
+        return HostStatus(host=name, reachable=False, error=str(exc), lock="unknown")
+    finally:
+        remote.close()
+
+
+def fleet_status(
+    hosts: list[tuple[str, HostSpec]],
+    *,
+    forks: int = 10,
+    accept_new: bool = False,
+    health: HealthProbe | None = None,
+) -> list[HostStatus]:
+    """`host_status` for every host, in parallel, in inventory order."""
+
+    def one(item: tuple[str, HostSpec]) -> HostStatus:
+        return host_status(item[0], item[1], accept_new=accept_new, health=health)
+
+    if len(hosts) <= 1:
+        return [one(item) for item in hosts]
+    with ThreadPoolExecutor(max_workers=min(forks, len(hosts))) as pool:
+        return list(pool.map(one, hosts))
+
+
+def exit_code(statuses: list[HostStatus]) -> int:
+    """4 when some host could not be looked at, else 0 (status changes nothing)."""
+    return EXIT_NOT_ATTEMPTED if any(s.error for s in statuses) else EXIT_OK

@@ -1,0 +1,208 @@
+"""A sandbox SSH host laid out like the 8-GPU SGLang host, with the stand-in server.
+
+On the real host, SGLang is an editable checkout: ``/root/sglang/python/sglang/...`` with the
+model file at ``srt/models/kimi_k25.py``, and the server runs as
+``python -m sglang.launch_server ...``. Here the same tree lives under the sandbox host's root:
+SGLang's real ``kimi_k25.py`` (from the wheel) beside the stand-in's ``launch_server.py``, and a
+fake ``nvidia-smi`` in ``<root>/bin``. The playbook's real command line, with
+``PYTHONPATH=<root>/sglang/python``, starts the stand-in.
+
+Used by the integration tests, ``deploy demo`` and the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy.sandbox.sshd import SshHost
+from deploy.sandbox.wheels import kimi_k25_source
+
+STANDIN = Path(__file__).resolve().parent / "fake_sglang"
+MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
+
+#: A fast stand-in: short load and warm-up; EAGLE-3 faster than plain decoding.
+FAST = {
+    "load_seconds": 0.5,
+    "warmup_seconds": 0.3,
+    "tokens_per_s": 400.0,
+    "eagle3_tokens_per_s": 700.0,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class GpuHost:
+    """Paths and variables of one prepared host."""
+
+    ssh: SshHost
+    port: int
+    model_file: Path
+    python_path: Path
+    standin_config: Path
+
+    @property
+    def vars(self) -> dict[str, Any]:
+        """Host variables that point the kimi-eagle3 playbook at this sandbox layout."""
+        return {
+            "model_file": str(self.model_file),
+            "sglang_python": sys.executable,
+            "sglang_pythonpath": str(self.python_path),
+            "sglang_cwd": str(self.ssh.root),
+            "sglang_port": self.port,
+            "nvidia_smi": str(self.ssh.root / "bin" / "nvidia-smi"),
+            "model_path": "nvidia/Kimi-K2.5-NVFP4",
+            "draft_model_path": "lightseek/kimi-k2.5-eagle3-standin",
+            "tp": 2,
+            "sglang_ready_timeout": 60,
+        }
+
+    def configure(self, **settings: Any) -> None:
+        """Change the stand-in's behaviour (load time, speeds, orphaning) for the next start."""
+        current = (
+            json.loads(self.standin_config.read_text()) if self.standin_config.exists() else {}
+        )
+        current.update(settings)
+        self.standin_config.write_text(json.dumps(current))
+
+    def old_server_command(self, *, eagle3: bool = False, log: Path | None = None) -> str:
+        """The command an operator typed by hand to start the server before deploy existed."""
+        args = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "nvidia/Kimi-K2.5-NVFP4",
+            "--tp",
+            "2",
+            "--trust-remote-code",
+            "--port",
+            str(self.port),
+        ]
+        if eagle3:
+            args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft"]
+        logfile = log or (self.ssh.root / "manual-sglang.log")
+        return (
+            f"cd {shlex.quote(str(self.ssh.root))} ; PYTHONPATH={shlex.quote(str(self.python_path))} "
+            f"setsid nohup {shlex.join(args)} > {shlex.quote(str(logfile))} 2>&1 < /dev/null &"
+        )
+
+
+def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> GpuHost:
+    """Lay out SGLang's tree with the real model file and the stand-in on ``host``."""
+    package = host.root / "sglang" / "python" / "sglang"
+    (package / "srt" / "models").mkdir(parents=True, exist_ok=True)
+    for item in (STANDIN / "sglang").iterdir():
+        if item.suffix == ".py":
+            shutil.copy2(item, package / item.name)
+    model = host.root / MODEL_REL
+    if version is not None:
+        model.write_bytes(kimi_k25_source(version))
+    bin_dir = host.root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shutil.copy2(STANDIN / "bin" / "nvidia-smi", bin_dir / "nvidia-smi")
+    gpu = GpuHost(
+        host, free_port(), model, host.root / "sglang" / "python", package / "standin.json"
+    )
+    gpu.configure(**{**FAST, **standin})
+    return gpu
+
+
+def start_old_server(gpu: GpuHost, *, eagle3: bool = False, timeout: float = 30.0) -> None:
+    """Start the server "by hand" over SSH (as operators do) and wait until it is healthy."""
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(gpu.ssh.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(
+        gpu.ssh.address,
+        gpu.ssh.port,
+        username=gpu.ssh.user,
+        key_filename=str(gpu.ssh.identity_file),
+        allow_agent=False,
+        look_for_keys=False,
+        timeout=10,
+    )
+    try:
+        _, stdout, _ = client.exec_command(gpu.old_server_command(eagle3=eagle3))
+        stdout.channel.recv_exit_status()
+    finally:
+        client.close()
+    wait_healthy(gpu.port, timeout)
+
+
+def wait_healthy(port: int, timeout: float = 30.0) -> None:
+    """Poll http://127.0.0.1:PORT/health_generate until 200 (raises TimeoutError)."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/health_generate", timeout=2
+            ) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"stand-in on port {port} not healthy after {timeout:g} s")
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of a process listening on ``port`` on this machine (the tests' oracle)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return None
+    candidates = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(str(fd.readlink()) in inodes for fd in (proc / "fd").iterdir()):
+                candidates.append(int(proc.name))
+        except OSError:
+            continue
+    # Several processes may share the socket (SGLang's children inherit it): prefer the leader.
+    candidates.sort(key=lambda pid: (_pgid(pid) != pid, pid))
+    return candidates[0] if candidates else None
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
+
+
+def listener_cmdline(port: int) -> list[str] | None:
+    """The command line of the process listening on ``port`` (None when nothing listens)."""
+    pid = listener_pid(port)
+    if pid is None:
+        return None
+    try:
+        return (
+            (Path("/proc") / str(pid) / "cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+        )
+    except OSError:
+        return None

@@ -1,0 +1,76 @@
+"""Undo of service changes, from journal records alone (no playbook needed).
+
+A service record carries the service's definition and its state before the run. Undo is two
+halves that the rollback runs around the file restores: first stop whatever serves now (the new
+code), then — once the old files are back — start the old server exactly as it ran before and
+wait until it is healthy again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from deploy.config.services import ServiceSpec
+from deploy.errors import RollbackFailed, StepFailed
+from deploy.remote.host import RemoteHost
+from deploy.steps.service_control import ServiceControl, ServiceState
+
+
+def _control(
+    remote: RemoteHost, state_dir: str, name: str, record: dict[str, Any]
+) -> ServiceControl:
+    return ServiceControl(remote, state_dir, name, ServiceSpec.model_validate(record["spec"]))
+
+
+def stop_current(remote: RemoteHost, state_dir: str, name: str, record: dict[str, Any]) -> str:
+    """Stop what serves ``name`` now; one line saying what was stopped."""
+    svc = _control(remote, state_dir, name, record)
+    try:
+        current = svc.current()
+        if not current.running:
+            return f"{name}: nothing running to stop"
+        return f"{name}: {svc.stop(current)}"
+    except StepFailed as exc:
+        raise RollbackFailed(f"{remote.name}: could not stop the new {name}: {exc}") from exc
+
+
+def restore_previous(
+    remote: RemoteHost,
+    state_dir: str,
+    name: str,
+    record: dict[str, Any],
+    *,
+    note: Callable[[str], None] | None = None,
+) -> str:
+    """Bring ``name`` back to its state before the run; prove it healthy if it was running.
+
+    Raises:
+        RollbackFailed: the old server did not start or did not become healthy.
+    """
+    svc = _control(remote, state_dir, name, record)
+    before = ServiceState.from_record(record.get("before") or {})
+    if not before.running:
+        return f"{name}: was not running before; left stopped"
+    began = time.monotonic()
+    try:
+        if svc.spec.manager == "systemd":
+            started = svc.start()
+        else:
+            started = svc.start(argv=before.argv, env=before.env, cwd=before.cwd, run_id="rollback")
+        seconds = svc.wait_healthy(
+            pid=started.get("pid"),
+            path=svc.spec.health_path,
+            timeout=svc.spec.start_timeout,
+            interval=1.0,
+            log_offset=int(started.get("log_offset", 0)),
+            on_progress=note,
+        )
+    except StepFailed as exc:
+        raise RollbackFailed(
+            f"{remote.name}: the old {name} could not be brought back healthy: {exc}. "
+            f"Files are restored; {name} is NOT serving"
+        ) from exc
+    total = time.monotonic() - began
+    return f"{name}: old server (pid {started.get('pid')}) healthy in {total:.0f} s ({seconds:.1f} s to ready)"

@@ -1,0 +1,67 @@
+"""``wait_healthy`` — wait until the (re)started server really serves.
+
+SGLang refuses connections while it loads weights and answers 503 while it warms up; both mean
+"keep waiting". Ready is 200 from ``/health_generate`` (a real 1-token generation). The wait is
+long by default (45 minutes) and says what it is waiting for every few seconds: elapsed time,
+the last answer and the newest log line. If the process dies or the time runs out, the step
+fails with the last 40 lines of the server's log.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from deploy.config.steps import WaitHealthyArgs
+from deploy.steps.base import Planned, Step, StepContext
+from deploy.steps.service import control, runtime
+
+
+def health_path(url: str | None, default: str) -> tuple[str, int | None]:
+    """The path (and port, if the URL names one) to poll."""
+    if not url:
+        return default, None
+    if url.startswith("/"):
+        return url, None
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), parts.port
+
+
+class WaitHealthyStep(Step):
+    kind = "wait_healthy"
+
+    def describe(self) -> str:
+        assert isinstance(self.args, WaitHealthyArgs)
+        return f"wait until {self.args.service} is healthy"
+
+    def plan(self, ctx: StepContext) -> Planned:
+        args = self.args
+        assert isinstance(args, WaitHealthyArgs)
+        if not runtime(ctx, args.service).get("started"):
+            status = "would wait" if ctx.check_mode and ctx.anything_changed() else "skipped"
+            return Planned(
+                summary=f"{status}: {args.service} was not started in this run",
+                noop=True,
+                skipped=True,
+            )
+        return Planned(summary=f"wait up to {args.timeout:g} s for {args.service}")
+
+    def verify(self, ctx: StepContext, planned: Planned) -> None:
+        args = self.args
+        assert isinstance(args, WaitHealthyArgs)
+        facts = runtime(ctx, args.service)
+        if planned.noop or not facts.get("started"):
+            return
+        svc = control(ctx, args.service)
+        path, port = health_path(args.url, svc.spec.health_path)
+        if port is not None:
+            svc.spec = svc.spec.model_copy(update={"port": port})
+        seconds = svc.wait_healthy(
+            pid=facts.get("pid"),  # type: ignore[arg-type]
+            path=path,
+            timeout=args.timeout,
+            interval=args.interval,
+            log_offset=int(facts.get("log_offset", 0)),  # type: ignore[call-overload]
+            on_progress=ctx.note,
+        )
+        planned.summary = f"{args.service} healthy after {seconds:.1f} s ({path} answered 200)"
+        planned.figures["ready_s"] = round(seconds, 1)

@@ -1,0 +1,103 @@
+"""Secrets: a key passphrase named by ``password_env`` never appears in any output or file.
+
+The sandbox sshd accepts keys only, and root's password cannot safely be set here, so the
+secret is the passphrase of an encrypted client key (``ssh-keygen -N``): the same code path
+(``password_env`` → paramiko's ``passphrase``/``password``). Every byte `deploy` writes — stdout
+and stderr at -vv, ``--json``, ``--report``, ``--log-file``, ``history``, ``show``, ``status``,
+the history directory, the host's state_dir — is searched for the secret (also base64- and
+hex-encoded, in case a dump of bytes sneaks through).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.faults.conftest import FILES_ONLY, FaultHost, record_check
+
+SECRET = "s3cr3t-Passphrase-7f1c"
+ENV = "DEPLOY_TEST_KEY_PASSPHRASE"
+
+
+def _needles() -> list[bytes]:
+    raw = SECRET.encode()
+    return [raw, base64.b64encode(raw)[:16], raw.hex().encode()]
+
+
+def _all_bytes(paths: list[Path]) -> dict[str, bytes]:
+    out = {}
+    for root in paths:
+        if root.is_file():
+            out[str(root)] = root.read_bytes()
+        elif root.is_dir():
+            for path in root.rglob("*"):
+                if path.is_file():
+                    out[str(path)] = path.read_bytes()
+    return out
+
+
+def test_passphrase_never_appears_anywhere(make_fault_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    host: FaultHost = make_fault_host()
+    key = tmp_path / "encrypted_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", SECRET, "-C", "enc", "-f", str(key)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    authorized = host.ssh.workdir / "authorized_keys"
+    authorized.write_text(key.with_suffix(".pub").read_text())  # only the encrypted key works
+    inventory = yaml.safe_load(host.inventory.read_text())
+    entry = inventory["hosts"]["gpu-1"]
+    entry["identity_file"] = str(key)
+    entry["password_env"] = ENV
+    host.inventory.write_text(yaml.safe_dump(inventory))
+    report, log = tmp_path / "report.json", tmp_path / "run.log"
+    os.environ[ENV] = SECRET
+    try:
+        outputs = [
+            host.deploy(
+                "apply",
+                "kimi-eagle3",
+                *FILES_ONLY,
+                "--yes",
+                "--json",
+                "--report",
+                str(report),
+                "--log-file",
+                str(log),
+            ),
+            host.deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-vv"),
+            host.deploy("status", "--json"),
+            host.deploy("history", "--json"),
+            host.deploy("rollback", "--yes", "--json"),
+        ]
+        applied = outputs[0]
+        assert applied.exit_code == 0, applied.output
+        run_id = json.loads(applied.stdout)["run_id"]
+        outputs.append(host.deploy("show", run_id, "--json"))
+        os.environ[ENV] = SECRET + "-wrong"
+        wrong = host.deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-vv")
+        outputs.append(wrong)
+        del os.environ[ENV]
+        unset = host.deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
+        outputs.append(unset)
+    finally:
+        os.environ.pop(ENV, None)
+    assert wrong.exit_code == 4, wrong.output
+    assert unset.exit_code in (2, 4) and ENV in unset.output, unset.output
+    state_home = Path(os.environ["XDG_STATE_HOME"])
+    files = _all_bytes([report, log, state_home, host.state_dir, host.deploy.workdir])
+    texts = {f"output {i}": o.output.encode() for i, o in enumerate(outputs)} | files
+    leaks = [where for where, data in texts.items() for needle in _needles() if needle in data]
+    record_check(
+        "secret",
+        f"key passphrase from password_env: absent from {len(texts)} outputs and files",
+        not leaks,
+    )
+    assert not leaks, leaks
+    assert report.exists() and log.exists()

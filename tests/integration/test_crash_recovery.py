@@ -1,0 +1,92 @@
+"""A run that dies half-way (SIGKILL, or its own --timeout) is undone by the next one (issue 4).
+
+The killed run leaves the host's file changed and its journal without an end; its lock dies
+with its SSH session, and the holder's description stays behind naming a dead run (a stale
+lock). `deploy status` shows both; the next `deploy apply` on the host undoes the dead run
+first (reported under "recovered"), then applies again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from tests.integration.conftest import KimiHost, sha256
+from tests.integration.test_fleet import report, write_playbook
+
+
+def _journal(kimi: KimiHost, run_id: str) -> list[dict]:  # type: ignore[type-arg]
+    text = (kimi.runs_dir / run_id / "journal.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _wait_for_change(kimi: KimiHost, before: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while sha256(kimi.model_file) == before:
+        assert time.monotonic() < deadline, "the run never changed the file"
+        time.sleep(0.02)
+
+
+def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    original = sha256(kimi.model_file)
+    hanging = write_playbook(tmp_path, "hangs", check="sleep 30")
+    quick = write_playbook(tmp_path, "hangs-not")
+
+    victim = deploy.popen("apply", str(hanging), "--yes")
+    _wait_for_change(kimi, original)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)  # reaps it and closes its pipes
+    patched = sha256(kimi.model_file)
+    (dead_run,) = kimi.runs()
+    assert _journal(kimi, dead_run)[-1]["event"] != "end", "the killed run left no end"
+
+    status = deploy("status", "--json")
+    assert status.exit_code == 0, status.output
+    (seen,) = json.loads(status.stdout)
+    assert seen["lock"] == "stale" and seen["lock_holder"]["run_id"] == dead_run
+    assert [r["run_id"] for r in seen["unfinished"]] == [dead_run]
+    human = deploy("status")
+    assert f"run {dead_run}" in human.stdout and "undoes it first" in human.stdout
+    assert "died mid-run" in human.stdout
+
+    result = deploy("apply", str(quick), "--yes", "--json")
+
+    assert result.exit_code == 0, result.output
+    (host,) = report(result.stdout)["hosts"]
+    assert host["outcome"] == "changed"
+    (recovered,) = host["recovered"]
+    assert recovered.startswith(f"run {dead_run}: restored {kimi.model_file}")
+    assert sha256(kimi.model_file) == patched, "undone to the original, then applied again"
+    assert _journal(kimi, dead_run)[-1] == {
+        **_journal(kimi, dead_run)[-1],
+        "event": "rollback_end",
+        "outcome": "rolled_back",
+    }
+    assert len(kimi.runs()) == 2
+    assert json.loads(deploy("status", "--json").stdout)[0]["unfinished"] == []
+
+
+def test_timeout_stops_waiting_and_the_next_rollback_undoes(
+    make_kimi_hosts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    original = kimi.model_file.read_bytes()
+    hanging = write_playbook(tmp_path, "hangs", check="sleep 30")
+
+    began = time.monotonic()
+    result = deploy("apply", str(hanging), "--yes", "--json", "--timeout", "2")
+    took = time.monotonic() - began
+
+    assert result.exit_code == 3, result.output
+    assert took < 20, f"--timeout 2 took {took:.1f} s, as if it waited for the 30 s step"
+    (host,) = report(result.stdout)["hosts"]
+    assert host["outcome"] == "interrupted"
+    assert "--timeout 2 s expired during step 2 (Host check)" in host["error"]
+    assert kimi.model_file.read_bytes() != original, "abandoned, not undone, by this run"
+
+    undo = deploy("rollback", "--yes")
+    assert undo.exit_code == 0, undo.output
+    assert kimi.model_file.read_bytes() == original

@@ -1,0 +1,94 @@
+"""Round trips are deploy's cost: a change that adds SSH operations per host must fail here.
+
+The budget is the most SSH operations per host — as ``deploy apply --json`` counts them in
+``hosts[].ops`` — that the kimi-eagle3 change run and its no-change re-run may make. It is set
+to what deploy measured when it was written; lower it when deploy gets cheaper, never raise it
+without a reason written next to it. ``bench`` reads these constants (with ``ast``, not by
+importing this file) to write the same budget into docs/performance.md: one source of truth.
+
+Each exec starts the user's login shell on the host (``.bashrc`` included, ~100 ms where it
+runs ``pyenv init``); an SFTP request does not. The exec budget is the one that hurts.
+
+Also here: ``deploy --help`` must not import paramiko, fabric or yaml — start-up time is part
+of every command an operator types, and the SSH stack alone costs ~0.1 s to import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+from tests.integration.conftest import Deploy, KimiHost
+
+#: Per host, the kimi-eagle3 change run on SGLang 0.5.9 (exec: the lock, the compile check).
+CHANGE_RUN_BUDGET = {"exec": 2, "sftp": 37}
+#: Per host, the same playbook again on the patched file: nothing to change.
+RERUN_BUDGET = {"exec": 2, "sftp": 4}
+HOSTS = 2
+#: The file change only: the sandbox hosts run no SGLang server for the service steps.
+APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
+
+MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
+
+
+def _ops(result_stdout: str) -> dict[str, dict[str, object]]:
+    report = json.loads(result_stdout)
+    return {h["host"]: {"outcome": h["outcome"], **h["ops"]} for h in report["hosts"]}
+
+
+def _over(ops: dict[str, dict[str, object]], budget: dict[str, int]) -> list[str]:
+    return [
+        f"{host}: {kind} {counts.get(kind)} > {limit}"
+        for host, counts in ops.items()
+        for kind, limit in budget.items()
+        if int(counts.get(kind, 0)) > limit  # type: ignore[call-overload]
+    ]
+
+
+def test_change_run_and_rerun_stay_within_the_round_trip_budget(
+    make_kimi_hosts: MakeHosts,
+) -> None:
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * HOSTS)
+
+    first = deploy(*APPLY)
+    assert first.exit_code == 0, first.output
+    change = _ops(first.stdout)
+    assert set(change) == {h.host.name for h in hosts}, "every host reports its ops"
+    assert {h["outcome"] for h in change.values()} == {"changed"}, change
+    assert not _over(change, CHANGE_RUN_BUDGET), (
+        f"the change run makes more SSH operations than budgeted {CHANGE_RUN_BUDGET}: "
+        f"{_over(change, CHANGE_RUN_BUDGET)}"
+    )
+
+    second = deploy(*APPLY)
+    assert second.exit_code == 0, second.output
+    rerun = _ops(second.stdout)
+    assert {h["outcome"] for h in rerun.values()} == {"unchanged"}, rerun
+    assert not _over(rerun, RERUN_BUDGET), (
+        f"the no-change re-run makes more SSH operations than budgeted {RERUN_BUDGET}: "
+        f"{_over(rerun, RERUN_BUDGET)}"
+    )
+
+
+def test_help_imports_no_ssh_or_yaml() -> None:
+    """``-X importtime`` lists every module the real command imports, on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "deploy.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {
+        line.rpartition("|")[2].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "click" in imported, "importtime output not understood"
+    heavy = sorted(
+        name for name in imported if name.split(".")[0] in {"paramiko", "fabric", "yaml"}
+    )
+    assert not heavy, f"`deploy --help` imports {heavy}"

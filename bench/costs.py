@@ -23,13 +23,16 @@ from deploy.sandbox.sshd import SshHost
 REPEAT = 15
 
 
-def _median_ms(action: Callable[[], object], repeat: int = REPEAT) -> float:
-    samples = []
+def _medians_ms(actions: dict[str, Callable[[], object]], repeat: int = REPEAT) -> dict[str, float]:
+    """Median milliseconds of each action, sampled round-robin so that a busy moment of the
+    machine (other test suites share these cores) hits every action alike."""
+    samples: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(repeat):
-        began = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - began)
-    return statistics.median(samples) * 1000
+        for name, action in actions.items():
+            began = time.perf_counter()
+            action()
+            samples[name].append(time.perf_counter() - began)
+    return {name: statistics.median(values) * 1000 for name, values in samples.items()}
 
 
 def _bash(*args: str, env: dict[str, str]) -> None:
@@ -61,26 +64,26 @@ def unit_prices(host: SshHost, path: str) -> dict[str, float]:
             _, stdout, _ = client.exec_command("true", timeout=30)
             stdout.channel.recv_exit_status()
 
-        prices = {
-            "exec `true` (open connection)": _median_ms(exec_true),
-            "SFTP lstat (open connection)": _median_ms(lambda: sftp.lstat(path)),
+        # sshd's environment for a session: a minimal PATH, the user's HOME, SSH_CLIENT set.
+        home = os.path.expanduser("~" + host.user)
+        ssh_like = {
+            "HOME": home,
+            "USER": host.user,
+            "LOGNAME": host.user,
+            "SHELL": "/bin/bash",
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "SSH_CLIENT": "127.0.0.1 50000 22",
+            "SHLVL": "0",
         }
+        prices = _medians_ms(
+            {
+                "exec `true` (open connection)": exec_true,
+                "SFTP lstat (open connection)": lambda: sftp.lstat(path),
+                "local `bash -c true` as sshd runs it (reads .bashrc)": lambda: _bash(env=ssh_like),
+                "local `bash --norc -c true`": lambda: _bash("--norc", env=ssh_like),
+            }
+        )
         sftp.close()
     finally:
         client.close()
-    # sshd's environment for a session: a minimal PATH, the user's HOME, SSH_CLIENT set.
-    home = os.path.expanduser("~" + host.user)
-    ssh_like = {
-        "HOME": home,
-        "USER": host.user,
-        "LOGNAME": host.user,
-        "SHELL": "/bin/bash",
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "SSH_CLIENT": "127.0.0.1 50000 22",
-        "SHLVL": "0",
-    }
-    prices["local `bash -c true` as sshd runs it (reads .bashrc)"] = _median_ms(
-        lambda: _bash(env=ssh_like)
-    )
-    prices["local `bash --norc -c true`"] = _median_ms(lambda: _bash("--norc", env=ssh_like))
     return prices

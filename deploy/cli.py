@@ -400,7 +400,7 @@ def status(
     import json
 
     from deploy.config import load
-    from deploy.engine.status import exit_code, fleet_status
+    from deploy.engine.status import exit_code, fleet_status, sglang_health
     from deploy.report.human import render_status
 
     try:
@@ -408,7 +408,9 @@ def status(
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
     except InputError as exc:
         _fail(exc)
-    statuses = fleet_status(hosts, forks=forks, accept_new=accept_new_host_keys)
+    statuses = fleet_status(
+        hosts, forks=forks, accept_new=accept_new_host_keys, health=sglang_health
+    )
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
     else:
@@ -553,6 +555,43 @@ def _logging(verbose: int) -> None:
         logger = logging.getLogger("deploy")
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+
+
+@main.command("schema", context_settings=CONTEXT)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("schema"),
+    show_default=True,
+    help="Directory for hosts.schema.json and playbook.schema.json.",
+)
+def schema_command(out_dir: Path) -> None:
+    """Write the JSON Schemas of hosts.yaml and playbooks, for editors to validate them."""
+    from deploy.schema import write_schemas
+
+    try:
+        written = write_schemas(out_dir)
+    except OSError as exc:
+        _fail(InputError(f"cannot write the schemas to {out_dir}: {exc}"))
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option(
+    "--keep", is_flag=True, help="Leave the sandbox host running and print how to use it."
+)
+def demo(keep: bool) -> None:
+    """The whole story on this machine: a throwaway SSH host with SGLang's real model file.
+
+    Starts sshd on a loopback port with the stand-in SGLang server, runs kimi-eagle3 (plan,
+    restart, health, throughput gate), replays the `cat >>` mistake and its automatic
+    rollback, shows history and rolls back. Needs openssh-server; touches nothing else.
+    """
+    from deploy.demo import run
+
+    sys.exit(run(keep=keep))
 
 
 if __name__ == "__main__":  # pragma: no cover

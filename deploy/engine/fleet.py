@@ -270,6 +270,7 @@ def run_apply(
                 results[result.host] = result
         if len(results) < len(names) and deadline.expired:
             run.stopped = f"--timeout {timeout:g} s expired during batch {number} of {len(batches)}"
+            tracker.run_event(run.stopped)
             break
         failures = sum(1 for name in batch if name in results and failed(results[name]))
         if number < len(batches) and exceeds(failures, len(batch), limit):

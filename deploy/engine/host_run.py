@@ -31,7 +31,7 @@ from deploy.errors import (
 )
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
-from deploy.remote.lock import HostLock, acquire
+from deploy.remote.lock import HostLock, acquire, describe_holder
 from deploy.steps import build_step
 from deploy.steps.base import StepContext
 
@@ -128,6 +128,7 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             except DeployError as exc:
                 result.outcome, result.error = "failed", str(exc)
                 return result
+            _note_takeover(lock, result, progress)
             if not _recover(remote, spec.state_dir, lock, result, progress):
                 return result
         _run_steps(remote, plan, options, result)
@@ -138,6 +139,16 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
         remote.close()
         result.duration = round(time.monotonic() - began, 3)
     return result
+
+
+def _note_takeover(lock: HostLock, result: HostResult, progress: Progress) -> None:
+    """Say so when the lock's previous holder died mid-run: a takeover is never silent."""
+    holder = lock.previous_holder or {}
+    dead = {run.run_id for run in unfinished_runs(lock.runs)}
+    if holder.get("run_id") in dead:
+        line = f"took over the lock from run {holder['run_id']}, which died mid-run ({describe_holder(holder)})"
+        progress.host_event(result.host, line)
+        result.recovered.append(line)
 
 
 def _recover(

@@ -189,3 +189,25 @@ def fleet_status(
 def exit_code(statuses: list[HostStatus]) -> int:
     """4 when some host could not be looked at, else 0 (status changes nothing)."""
     return EXIT_NOT_ATTEMPTED if any(s.error for s in statuses) else EXIT_OK
+
+
+def sglang_health(remote: RemoteHost, name: str, spec: HostSpec) -> str:
+    """The SGLang server's health on the host's loopback: ``/health`` through the SSH connection.
+
+    The port is the host's ``sglang_port`` variable (default 30000, SGLang's own default), the
+    same variable the kimi-eagle3 playbook uses. One forwarded request; no exec.
+    """
+    from deploy.remote import http
+
+    raw = spec.vars.get("sglang_port", 30000)
+    try:
+        port = int(raw)
+    except (TypeError, ValueError):
+        return f"sglang: port {raw!r} is a template; not probed"
+    try:
+        response = http.request(remote.transport, "127.0.0.1", port, "GET", "/health", timeout=10)
+    except http.ServerUnavailable:
+        return f"sglang: nothing listening on {port}"
+    if response.status == 200:
+        return f"sglang: healthy on {port}"
+    return f"sglang: HTTP {response.status} on {port} (starting or draining)"

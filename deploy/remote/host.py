@@ -13,6 +13,7 @@ written and renamed over SFTP, and shell work is batched into as few execs as po
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import select
 import shlex
@@ -25,6 +26,8 @@ import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed, StepFailed
 from deploy.remote.connect import ConnectSettings, open_connection
+
+log = logging.getLogger("deploy.remote")
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -136,6 +139,7 @@ class RemoteHost:
     def start(self, command: str) -> paramiko.Channel:
         """Start ``command`` on a new exec channel and return the channel (caller reads it)."""
         self.ops["exec"] += 1
+        log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
         try:
             channel = self.transport.open_session(timeout=self.settings.connect_timeout)
             channel.exec_command(command)

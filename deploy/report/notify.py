@@ -12,10 +12,7 @@ Plain urllib (no dependency) with a short timeout, so a dead endpoint cannot hol
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 from deploy.engine.batches import fleet_state
@@ -57,6 +54,10 @@ def payload(run: RunResult | None, exit_code: int, *, what: str, error: str = ""
 
 def post(url: str, body: dict[str, Any], *, timeout: float = TIMEOUT) -> str | None:
     """POST ``body`` as JSON; None on a 2xx answer, else why it failed (never raises)."""
+    import http.client  # here, not at the top: ~50 ms that only a failed run with a URL pays
+    import urllib.error
+    import urllib.request
+
     if not url.startswith(("http://", "https://")):
         return f"not an http(s) URL: {url}"
     request = urllib.request.Request(

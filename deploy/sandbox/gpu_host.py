@@ -30,11 +30,13 @@ STANDIN = Path(__file__).resolve().parent / "fake_sglang"
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
 
 #: A fast stand-in: short load and warm-up; EAGLE-3 faster than plain decoding.
+#: Speeds are low enough that a measurement is dominated by generation, not by SSH overhead,
+#: even on a loaded 2-core CI machine (64 tokens: 0.4 s plain, 0.2 s with EAGLE-3).
 FAST = {
     "load_seconds": 0.5,
     "warmup_seconds": 0.3,
-    "tokens_per_s": 400.0,
-    "eagle3_tokens_per_s": 700.0,
+    "tokens_per_s": 160.0,
+    "eagle3_tokens_per_s": 320.0,
 }
 
 

@@ -160,8 +160,11 @@ LATIN1_DIFF = (
 METHOD = "def b(self):\n    return 2\n"
 
 
-def test_awkward_contents_round_trip(make_fault_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """CRLF, tabs, no trailing newline, binary, not UTF-8, and 100 MB: apply, then rollback."""
+@pytest.mark.parametrize(
+    "megabytes", [pytest.param(8, id="8MB"), pytest.param(100, id="100MB", marks=pytest.mark.slow)]
+)
+def test_awkward_contents_round_trip(make_fault_host, tmp_path: Path, megabytes: int) -> None:  # type: ignore[no-untyped-def]
+    """CRLF, tabs, no trailing newline, binary, not UTF-8, and a huge file: apply, rollback."""
     host: FaultHost = make_fault_host()
     files = {
         "crlf.py": CRLF_SOURCE,
@@ -171,7 +174,7 @@ def test_awkward_contents_round_trip(make_fault_host, tmp_path: Path) -> None:  
         "no_newline.txt": b"last line without newline",
         # distinct lines, as in a real log: difflib is quadratic on identical lines (see
         # docs/reliability.md, "known limits")
-        "huge.log": b"".join(b"%09d %s\n" % (i, b"x" * 90) for i in range(1_040_000)),
+        "huge.log": b"".join(b"%09d %s\n" % (i, b"x" * 90) for i in range(megabytes * 10_400)),
     }
     base = host.ssh.root / "awkward"
     base.mkdir()
@@ -215,7 +218,8 @@ def test_awkward_contents_round_trip(make_fault_host, tmp_path: Path) -> None:  
     ok = not wrong and not not_back
     record_check(
         "hostile",
-        "CRLF, tabs, no trailing newline, binary, latin-1, 100 MB: exact apply and byte-exact rollback",
+        f"CRLF, tabs, no trailing newline, binary, latin-1, {megabytes} MB: exact apply and "
+        "byte-exact rollback",
         ok,
     )
     assert not wrong, wrong

@@ -11,6 +11,9 @@ beside the target and no unfinished journal.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 import pytest
 
@@ -18,8 +21,15 @@ from tests.faults.conftest import FILES_ONLY, FaultHost
 from tests.faults.harness import FILE_BOUNDARIES, Boundary, Outcome, faulted_apply, judge
 
 CASES = [
-    pytest.param(fault, boundary, next_command, id=f"{fault}-{boundary.name}-then-{next_command}")
-    for boundary in FILE_BOUNDARIES
+    pytest.param(
+        fault,
+        boundary,
+        next_command,
+        id=f"{fault}-{boundary.name}-then-{next_command}",
+        # CI: every boundary cut; every other one killed. The report: all of them.
+        marks=[pytest.mark.slow] if fault == "kill" and position % 2 else [],
+    )
+    for position, boundary in enumerate(FILE_BOUNDARIES)
     for fault, next_command in (("cut", "apply"), ("kill", "rollback"))
 ]
 
@@ -61,3 +71,53 @@ def test_fault_at_boundary(
     assert record.bytes_lost == 0
     assert record.consistent, f"{record}\n{result.output}"
     assert record.truthful, f"{record}\nfault run said:\n{faulted.output}\nnext:\n{result.output}"
+
+
+TWO_WRITES = """\
+name: two-writes
+hosts: all
+steps:
+  - python_insert:
+      path: "{{ model_file }}"
+      class: KimiK25ForConditionalGeneration
+      code: |
+        def get_embed_and_head(self):
+            return self.language_model.get_embed_and_head()
+  - append: {path: "{{ model_file }}", text: "# patched by deploy\\n"}
+"""
+
+
+@pytest.mark.parametrize("fault", ["cut", "kill"])
+def test_fault_between_two_writes_of_one_file(make_fault_host, tmp_path, fault: str) -> None:  # type: ignore[no-untyped-def]
+    """A run that edits one file twice and dies between the writes is still undone cleanly.
+
+    Journal: begin, backup, intent, done, intent — the fault lands after the second intent,
+    so the file holds the *first* write's content: ours, and undone, not a foreign change.
+    """
+    host: FaultHost = make_fault_host()
+    playbook = tmp_path / "two-writes.yaml"
+    playbook.write_text(TWO_WRITES)
+    process: dict[str, subprocess.Popen[str]] = {}
+    host.old_runs = set(host.runs())
+    host.proxy.arm(
+        lambda: host.journal_lines() >= 5,
+        action=(lambda: os.kill(process["p"].pid, signal.SIGKILL)) if fault == "kill" else None,
+    )
+    process["p"] = host.deploy.popen("apply", str(playbook), "--yes")
+    out, err = process["p"].communicate(timeout=120)
+    assert host.proxy.fired.is_set(), out + err
+    assert host.file_state() == "other", "the first write landed, the second did not"
+    result = host.deploy("rollback", "--yes")
+    record = judge(
+        host,
+        fault,
+        "between two writes of one file",
+        Outcome(process["p"].returncode, "", out + err, "other", "n/a", True),
+        "rollback",
+        Outcome(result.exit_code, "", result.output),
+        expect="before",
+        status_truthful=True,
+    )
+    assert record.consistent and record.truthful and record.bytes_lost == 0, (
+        f"{record}\n{result.output}"
+    )

@@ -193,16 +193,21 @@ def test_two_concurrent_applies_one_is_refused(
     kimi_059: tuple[KimiHost, Deploy], tmp_path: Path
 ) -> None:
     kimi, deploy = kimi_059
+    go = tmp_path / "go"
     slow = tmp_path / "slow.yaml"
     slow.write_text(
-        "name: slow\nhosts: all\nsteps:\n  - verify_command: {run: 'sleep 3', timeout: 30}\n"
+        "name: slow\nhosts: all\nsteps:\n"
+        f"  - verify_command: {{run: 'while [ ! -e {go} ]; do sleep 0.05; done', timeout: 60}}\n"
     )
     first = deploy.popen("apply", str(slow), "--yes")
     lock = kimi.host.state_dir / "lock"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (lock.exists() and "run_id" in lock.read_text()):
         time.sleep(0.05)
-    second = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
+    try:
+        second = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
+    finally:
+        go.touch()  # the first run holds the lock until the second has been refused
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, out + err
     assert second.exit_code == 4, second.output

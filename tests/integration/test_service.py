@@ -123,7 +123,7 @@ def test_gate_failure_rolls_back_to_the_hand_started_server(
     serving_059: tuple[GpuHost, Deploy],
 ) -> None:
     gpu, deploy = serving_059
-    gpu.configure(eagle3_tokens_per_s=200.0)  # EAGLE-3 slower than without (the CUDA 12 story)
+    gpu.configure(eagle3_tokens_per_s=80.0)  # EAGLE-3 slower than without (the CUDA 12 story)
     old_command = listener_cmdline(gpu.port)
     before = sha256(gpu.model_file)
     result = deploy("apply", "kimi-eagle3", "--yes", "--json")

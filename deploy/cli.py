@@ -16,77 +16,46 @@ from typing import Any, NoReturn
 
 import click
 
-from deploy.errors import EXIT_INPUT, DeployError, InputError
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _inventory_path(value: str | None) -> Path:
-    return Path(value or os.environ.get("DEPLOY_INVENTORY") or "hosts.yaml")
-
-
-def _playbooks_dir(inventory: Path) -> Path:
-    """``./playbooks``, else the one beside the inventory."""
-    here = Path("playbooks")
-    return here if here.is_dir() else inventory.parent / "playbooks"
-
-
-def _fail(error: DeployError, out: Any = None) -> NoReturn:
-    click.echo(f"deploy: {error}", err=True)
-    for warning in out.failed_early(str(error), error.exit_code) if out is not None else []:
-        click.echo(f"deploy: warning: {warning}", err=True)
-    sys.exit(error.exit_code)
-
-
-inventory_option = click.option(
-    "-i",
-    "--inventory",
-    metavar="FILE",
-    help="Inventory file (default: $DEPLOY_INVENTORY, else ./hosts.yaml).",
+from deploy.cli_common import (
+    _FILE,
+    CONTEXT,
+    _fail,
+    _inventory_path,
+    _playbooks_dir,
+    accept_new_option,
+    forks_option,
+    inventory_option,
+    json_option,
+    limit_option,
+    unattended_options,
 )
-limit_option = click.option(
-    "-l",
-    "--limit",
-    "limit",
-    multiple=True,
-    metavar="PATTERN",
-    help="Only these hosts: names, groups, globs, !exclusions (repeatable).",
-)
-accept_new_option = click.option(
-    "--accept-new-host-keys",
-    is_flag=True,
-    help="Trust and record host keys seen for the first time (changed keys are still refused).",
-)
-forks_option = click.option(
-    "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
-)
-json_option = click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print one JSON document on stdout (docs/json-report.md).",
-)
-_FILE = click.Path(dir_okay=False, path_type=Path)
-_UNATTENDED = (
-    click.option(
-        "--timeout",
-        type=click.FloatRange(min=1),
-        metavar="SECONDS",
-        help="Overall limit: no host starts after it; a host still busy is reported interrupted.",
-    ),
-    click.option("--report", "report_file", type=_FILE, help="Also write the JSON report to FILE."),
-    click.option("--log-file", type=_FILE, help="Append a plain, timestamped log to FILE."),
-    click.option(
-        "--notify-url", metavar="URL", help="POST a summary and the report there on exit != 0."
-    ),
-)
+from deploy.cli_records import history, show, status
+from deploy.cli_tools import demo, schedule, schema_command, validate
+from deploy.errors import DeployError, InputError
 
-
-def unattended_options(command: Any) -> Any:
-    """``--timeout``, ``--report``, ``--log-file``, ``--notify-url``: for scheduled runs."""
-    for option in reversed(_UNATTENDED):
-        command = option(command)
-    return command
+__all__ = [
+    "CONTEXT",
+    "_FILE",
+    "_fail",
+    "_inventory_path",
+    "_playbooks_dir",
+    "accept_new_option",
+    "apply",
+    "demo",
+    "forks_option",
+    "history",
+    "inventory_option",
+    "json_option",
+    "limit_option",
+    "main",
+    "rollback",
+    "schedule",
+    "schema_command",
+    "show",
+    "status",
+    "unattended_options",
+    "validate",
+]
 
 
 @click.group(context_settings=CONTEXT)
@@ -313,188 +282,6 @@ def rollback(
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
 
 
-@main.command(context_settings=CONTEXT)
-@inventory_option
-@click.option(
-    "--playbooks",
-    "playbooks_dir",
-    metavar="DIR",
-    help="Directory of playbooks (default: ./playbooks).",
-)
-def validate(inventory: str | None, playbooks_dir: str | None) -> None:
-    """Check the inventory and every playbook offline; contacts no host."""
-    from deploy.config import load
-
-    inventory_path = _inventory_path(inventory)
-    directory = Path(playbooks_dir) if playbooks_dir else _playbooks_dir(inventory_path)
-    try:
-        problems = load.validate_all(inventory_path, directory)
-    except InputError as exc:
-        _fail(exc)
-    for problem in problems:
-        click.echo(problem, err=True)
-    if problems:
-        sys.exit(EXIT_INPUT)
-    count = len(list(directory.glob("*.yaml")))
-    click.echo(f"ok: {inventory_path} and {count} playbook(s) in {directory}")
-
-
-@main.command(context_settings=CONTEXT)
-@click.option("--host", metavar="NAME", help="Only runs that involved this host.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("-n", "--last", type=int, default=20, show_default=True, help="How many runs.")
-def history(host: str | None, as_json: bool, last: int) -> None:
-    """What ran where, when, with what outcome (from this workstation's records)."""
-    import json
-
-    from deploy.engine import history as store
-    from deploy.report.human import render_history
-
-    runs = store.load_all(host)[-last:]
-    if as_json:
-        click.echo(json.dumps([r.to_dict() for r in runs], indent=2, sort_keys=True))
-    else:
-        click.echo(render_history(runs, host))
-
-
-@main.command(context_settings=CONTEXT)
-@click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def show(run_id: str, as_json: bool) -> None:
-    """Show one recorded run in full (RUN_ID may be any unique prefix of it)."""
-    import json
-
-    from deploy.engine import history as store
-    from deploy.report.human import render_summary
-
-    try:
-        run = store.load(run_id)
-    except InputError as exc:
-        _fail(exc)
-    if run is None:
-        _fail(InputError(f"no recorded run {run_id} (see `deploy history`)"))
-    if as_json:
-        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
-    else:
-        click.echo(render_summary(run, diffs=True))
-
-
-@main.command(context_settings=CONTEXT)
-@inventory_option
-@limit_option
-@json_option
-@accept_new_option
-@forks_option
-def status(
-    inventory: str | None,
-    limit: tuple[str, ...],
-    as_json: bool,
-    accept_new_host_keys: bool,
-    forks: int,
-) -> None:
-    """Per host: lock holder, last run, unfinished runs, service health. Changes nothing.
-
-    Reads each host's state directory without taking its lock, so it never gets in the way
-    of a run. Exit 4 if some host could not be looked at, else 0.
-    """
-    import json
-
-    from deploy.config import load
-    from deploy.engine.status import exit_code, fleet_status, sglang_health
-    from deploy.report.human import render_status
-
-    try:
-        inv = load.load_inventory(_inventory_path(inventory))
-        hosts = load.resolve_hosts(inv, limit=list(limit) or None)
-    except InputError as exc:
-        _fail(exc)
-    statuses = fleet_status(
-        hosts, forks=forks, accept_new=accept_new_host_keys, health=sglang_health
-    )
-    if as_json:
-        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
-    else:
-        click.echo(render_status(statuses))
-    sys.exit(exit_code(statuses))
-
-
-@main.command(context_settings=CONTEXT)
-@click.argument("playbook")
-@click.option("--on-calendar", required=True, metavar="WHEN", help='e.g. "Mon *-*-* 03:00".')
-@inventory_option
-@limit_option
-@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE")
-@click.option("--cron", is_flag=True, help="Print a crontab line instead of systemd units.")
-@click.option("--install", is_flag=True, help="Write the units to ~/.config/systemd/user.")
-@click.option("--name", metavar="UNIT", help="Unit name (default: deploy-PLAYBOOK).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=14400.0, show_default=True)
-@click.option(
-    "--report", "report_file", type=_FILE, help="Default: ~/.local/state/deploy/reports/UNIT.json"
-)
-@click.option("--log-file", type=_FILE, help="Default: ~/.local/state/deploy/logs/UNIT.log")
-@click.option("--notify-url", metavar="URL", help="Webhook for runs that end with exit != 0.")
-def schedule(
-    playbook: str,
-    on_calendar: str,
-    inventory: str | None,
-    limit: tuple[str, ...],
-    extra: tuple[str, ...],
-    cron: bool,
-    install: bool,
-    name: str | None,
-    timeout: float,
-    report_file: Path | None,
-    log_file: Path | None,
-    notify_url: str | None,
-) -> None:
-    """Run PLAYBOOK unattended on a calendar: systemd user timer (or cron), printed or installed."""
-    from deploy import schedule as plan
-    from deploy.config import load
-    from deploy.engine.history import state_home
-
-    inventory_path = _inventory_path(inventory)
-    try:
-        inv = load.load_inventory(inventory_path)
-        pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
-        load.resolve(
-            inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
-        )
-        unit = name or plan.unit_name(pb.playbook.name)
-        job = plan.Job(
-            name=unit,
-            playbook=pb.path.resolve(),
-            inventory=inventory_path.resolve(),
-            on_calendar=on_calendar,
-            workdir=Path.cwd(),
-            report=(report_file or state_home() / "reports" / f"{unit}.json").absolute(),
-            log_file=(log_file or state_home() / "logs" / f"{unit}.log").absolute(),
-            timeout=timeout,
-            limit=limit,
-            extra_vars=extra,
-            notify_url=notify_url,
-        )
-        if cron:
-            if install:
-                raise InputError(
-                    "--install writes systemd units; for cron, pipe the line into `crontab -`"
-                )
-            click.echo(plan.cron_line(job), nl=False)
-            return
-        plan.check_calendar(on_calendar)
-    except InputError as exc:
-        _fail(exc)
-    if install:
-        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-        for path in plan.install(job, plan.user_unit_dir(config)):
-            click.echo(f"wrote {path}")
-        click.echo(f"to start it: {plan.enable_hint(job)}")
-    else:
-        click.echo(
-            f"# {job.service}\n{plan.render_service(job)}\n# {job.timer}\n{plan.render_timer(job)}",
-            nl=False,
-        )
-
-
 def _split(values: tuple[str, ...]) -> set[str] | None:
     items = {part.strip() for value in values for part in value.split(",") if part.strip()}
     return items or None
@@ -557,42 +344,8 @@ def _logging(verbose: int) -> None:
         logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
-@main.command("schema", context_settings=CONTEXT)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("schema"),
-    show_default=True,
-    help="Directory for hosts.schema.json and playbook.schema.json.",
-)
-def schema_command(out_dir: Path) -> None:
-    """Write the JSON Schemas of hosts.yaml and playbooks, for editors to validate them."""
-    from deploy.schema import write_schemas
-
-    try:
-        written = write_schemas(out_dir)
-    except OSError as exc:
-        _fail(InputError(f"cannot write the schemas to {out_dir}: {exc}"))
-    for path in written:
-        click.echo(f"wrote {path}")
-
-
-@main.command(context_settings=CONTEXT)
-@click.option(
-    "--keep", is_flag=True, help="Leave the sandbox host running and print how to use it."
-)
-def demo(keep: bool) -> None:
-    """The whole story on this machine: a throwaway SSH host with SGLang's real model file.
-
-    Starts sshd on a loopback port with the stand-in SGLang server, runs kimi-eagle3 (plan,
-    restart, health, throughput gate), replays the `cat >>` mistake and its automatic
-    rollback, shows history and rolls back. Needs openssh-server; touches nothing else.
-    """
-    from deploy.demo import run
-
-    sys.exit(run(keep=keep))
-
+for _command in (validate, history, show, status, schedule, schema_command, demo):
+    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 
+from deploy.checks.parsing import parse
+
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -120,7 +122,7 @@ def check_python(
     """
     expected_last = _one_statement(last_statement) if last_statement is not None else None
     try:
-        tree = ast.parse(source, filename=path)
+        tree = parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else path
@@ -143,7 +145,7 @@ def check_python(
 
 def _one_statement(text: str) -> ast.stmt:
     try:
-        module = ast.parse(text)
+        module = parse(text)
     except SyntaxError as exc:
         raise ValueError(f"last_statement {text!r} is not valid Python: {exc.msg}") from exc
     if len(module.body) != 1:

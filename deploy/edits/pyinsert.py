@@ -30,6 +30,7 @@ import textwrap
 import tokenize
 from typing import NamedTuple
 
+from deploy.checks.parsing import parse
 from deploy.checks.python_ast import class_names, find_classes, statement_names
 from deploy.edits.result import EditResult
 from deploy.edits.text import (
@@ -64,7 +65,7 @@ class MemberConflict(EditError):
 def _parse(source: bytes, path: str) -> ast.Module:
     """Parse file bytes (coding cookie and BOM honoured), or "PATH:LINE: does not parse"."""
     try:
-        return ast.parse(source, filename=path)
+        return parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else path
@@ -215,13 +216,13 @@ def _code_items(code: str, body_indent: str, indent_unit: str) -> list[_Item]:
     raw = [_expand_leading_tabs(line) for line in normalize_newlines(code).split("\n")]
     dedented = textwrap.dedent("\n".join(raw))
     try:
-        if not ast.parse(dedented).body:
+        if not parse(dedented).body:
             raise EditError("the code to insert is empty (no statements)")
     except SyntaxError as exc:
         raise EditError(f"the code to insert does not parse: line {exc.lineno}: {exc.msg}") from exc
     text = _reindent(dedented.strip("\n").split("\n"), body_indent, indent_unit, dedented)
     try:
-        wrapper = ast.parse("class _Inserted:\n" + "\n".join(text) + "\n")
+        wrapper = parse("class _Inserted:\n" + "\n".join(text) + "\n")
     except SyntaxError as exc:
         raise EditError(f"the re-indented code does not parse: {exc.msg}; this is a bug") from exc
     body = wrapper.body[0].body if isinstance(wrapper.body[0], ast.ClassDef) else []
@@ -391,7 +392,7 @@ def _verify(content: bytes, class_name: str, items: list[_Item], path: str) -> N
     """Refuse a result that does not parse or where a member is not exactly the code given:
     either would be a bug here, and it guarantees that a re-run is a no-op."""
     try:
-        found = find_classes(ast.parse(content, filename=path), class_name)
+        found = find_classes(parse(content, filename=path), class_name)
     except (SyntaxError, ValueError) as exc:
         raise EditError(
             f"{path}: the edited file would not parse (line {getattr(exc, 'lineno', '?')}: "

@@ -133,6 +133,8 @@ class FaultHost:
     #: Runs that existed before the faulted command: journal triggers look at newer ones only.
     old_runs: set[str] = field(default_factory=set)
     armed_at: float = 0.0
+    #: When a trigger first saw its condition (for triggers that wait a moment after it).
+    seen_at: dict[str, float] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:

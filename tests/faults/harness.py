@@ -89,6 +89,7 @@ def faulted_apply(
 
     host.old_runs = set(host.runs())
     host.armed_at = time.time()
+    host.seen_at.clear()
     host.proxy.arm(
         lambda: boundary.when(host),
         action=kill if fault == "kill" else None,

@@ -9,7 +9,6 @@ in a ``finally`` (see `mounted`, `read_only`), whatever the test does.
 from __future__ import annotations
 
 import os
-import time
 
 from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, mounted, read_only
 from tests.faults.harness import journal_at_least
@@ -247,4 +246,3 @@ def test_changed_and_unknown_host_key(make_fault_host, sshd_sandbox) -> None:  #
     again = _apply(host)
     record = _record(host, "host key", "unknown", unknown.exit_code, again.exit_code, "after")
     assert again.exit_code == 0 and record.consistent, again.output
-    time.sleep(0)  # (keeps the two records in order in the ledger)

@@ -8,6 +8,8 @@ must be (before, old) or (after, new) — never a new file with the old server, 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.faults.conftest import FaultHost
@@ -34,16 +36,11 @@ def _service_done(host: FaultHost) -> bool:
     return any('"event": "done", "op": "service"' in line for line in _events(host))
 
 
-_waiting_since: dict[int, float] = {}
-
-
 def _during_wait(host: FaultHost) -> bool:
     """Half a second into wait_healthy: the new server is loading (connection refused)."""
-    import time
-
     if not _service_done(host):
         return False
-    first = _waiting_since.setdefault(id(host), time.monotonic())
+    first = host.seen_at.setdefault("service done", time.monotonic())
     return time.monotonic() - first > 0.5
 
 

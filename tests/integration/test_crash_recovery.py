@@ -57,7 +57,8 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
     assert result.exit_code == 0, result.output
     (host,) = report(result.stdout)["hosts"]
     assert host["outcome"] == "changed"
-    (recovered,) = host["recovered"]
+    takeover, recovered = host["recovered"]
+    assert takeover.startswith(f"took over the lock from run {dead_run}, which died mid-run")
     assert recovered.startswith(f"run {dead_run}: restored {kimi.model_file}")
     assert sha256(kimi.model_file) == patched, "undone to the original, then applied again"
     assert _journal(kimi, dead_run)[-1] == {

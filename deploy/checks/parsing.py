@@ -1,0 +1,20 @@
+"""One door to ``ast.parse`` for the whole tool, safe when several hosts run in threads.
+
+CPython 3.11.0-3.11.7 can fail ``ast.parse`` called from two threads at once with
+``SystemError: AST constructor recursion depth mismatch`` (gh-106905, fixed in 3.11.8). The
+benchmark hit it at 20 and 50 hosts: a host was rolled back for no fault of its own. Parsing is
+a few milliseconds of GIL-bound work anyway, so serializing it costs nothing measurable.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+_LOCK = threading.Lock()
+
+
+def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, serialized across threads (see the module docstring)."""
+    with _LOCK:
+        return ast.parse(source, filename=filename)

@@ -1,0 +1,82 @@
+"""What the ``deploy`` commands share: context settings, common options, input paths, errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from deploy.errors import DeployError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _inventory_path(value: str | None) -> Path:
+    return Path(value or os.environ.get("DEPLOY_INVENTORY") or "hosts.yaml")
+
+
+def _playbooks_dir(inventory: Path) -> Path:
+    """``./playbooks``, else the one beside the inventory."""
+    here = Path("playbooks")
+    return here if here.is_dir() else inventory.parent / "playbooks"
+
+
+def _fail(error: DeployError, out: Any = None) -> NoReturn:
+    click.echo(f"deploy: {error}", err=True)
+    for warning in out.failed_early(str(error), error.exit_code) if out is not None else []:
+        click.echo(f"deploy: warning: {warning}", err=True)
+    sys.exit(error.exit_code)
+
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    metavar="FILE",
+    help="Inventory file (default: $DEPLOY_INVENTORY, else ./hosts.yaml).",
+)
+limit_option = click.option(
+    "-l",
+    "--limit",
+    "limit",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only these hosts: names, groups, globs, !exclusions (repeatable).",
+)
+accept_new_option = click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Trust and record host keys seen for the first time (changed keys are still refused).",
+)
+forks_option = click.option(
+    "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
+)
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document on stdout (docs/json-report.md).",
+)
+_FILE = click.Path(dir_okay=False, path_type=Path)
+_UNATTENDED = (
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=1),
+        metavar="SECONDS",
+        help="Overall limit: no host starts after it; a host still busy is reported interrupted.",
+    ),
+    click.option("--report", "report_file", type=_FILE, help="Also write the JSON report to FILE."),
+    click.option("--log-file", type=_FILE, help="Append a plain, timestamped log to FILE."),
+    click.option(
+        "--notify-url", metavar="URL", help="POST a summary and the report there on exit != 0."
+    ),
+)
+
+
+def unattended_options(command: Any) -> Any:
+    """``--timeout``, ``--report``, ``--log-file``, ``--notify-url``: for scheduled runs."""
+    for option in reversed(_UNATTENDED):
+        command = option(command)
+    return command

@@ -1,0 +1,100 @@
+"""``deploy history``, ``show`` and ``status``: what ran, and where each host stands. They
+change nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from deploy.cli_common import (
+    CONTEXT,
+    _fail,
+    _inventory_path,
+    accept_new_option,
+    forks_option,
+    inventory_option,
+    json_option,
+    limit_option,
+)
+from deploy.errors import InputError
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--host", metavar="NAME", help="Only runs that involved this host.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("-n", "--last", type=int, default=20, show_default=True, help="How many runs.")
+def history(host: str | None, as_json: bool, last: int) -> None:
+    """What ran where, when, with what outcome (from this workstation's records)."""
+    import json
+
+    from deploy.engine import history as store
+    from deploy.report.human import render_history
+
+    runs = store.load_all(host)[-last:]
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in runs], indent=2, sort_keys=True))
+    else:
+        click.echo(render_history(runs, host))
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show(run_id: str, as_json: bool) -> None:
+    """Show one recorded run in full (RUN_ID may be any unique prefix of it)."""
+    import json
+
+    from deploy.engine import history as store
+    from deploy.report.human import render_summary
+
+    try:
+        run = store.load(run_id)
+    except InputError as exc:
+        _fail(exc)
+    if run is None:
+        _fail(InputError(f"no recorded run {run_id} (see `deploy history`)"))
+    if as_json:
+        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
+    else:
+        click.echo(render_summary(run, diffs=True))
+
+
+@click.command(context_settings=CONTEXT)
+@inventory_option
+@limit_option
+@json_option
+@accept_new_option
+@forks_option
+def status(
+    inventory: str | None,
+    limit: tuple[str, ...],
+    as_json: bool,
+    accept_new_host_keys: bool,
+    forks: int,
+) -> None:
+    """Per host: lock holder, last run, unfinished runs, service health. Changes nothing.
+
+    Reads each host's state directory without taking its lock, so it never gets in the way
+    of a run. Exit 4 if some host could not be looked at, else 0.
+    """
+    import json
+
+    from deploy.config import load
+    from deploy.engine.status import exit_code, fleet_status, sglang_health
+    from deploy.report.human import render_status
+
+    try:
+        inv = load.load_inventory(_inventory_path(inventory))
+        hosts = load.resolve_hosts(inv, limit=list(limit) or None)
+    except InputError as exc:
+        _fail(exc)
+    statuses = fleet_status(
+        hosts, forks=forks, accept_new=accept_new_host_keys, health=sglang_health
+    )
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
+    else:
+        click.echo(render_status(statuses))
+    sys.exit(exit_code(statuses))

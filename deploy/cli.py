@@ -114,6 +114,11 @@ def main() -> None:
     metavar="SECONDS",
     help="If this playbook+inventory is already running here, wait (default: exit 4 at once).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Stop a process on a service's port even if its command line is not the service's.",
+)
 @unattended_options
 def apply(
     playbook: str,
@@ -136,6 +141,7 @@ def apply(
     report_file: Path | None,
     log_file: Path | None,
     notify_url: str | None,
+    force: bool,
 ) -> None:
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
     from deploy.config import load
@@ -190,13 +196,16 @@ def apply(
                 playbook=name,
                 check_mode=True,
                 accept_new_host_keys=accept_new_host_keys,
+                force=force,
             ),
             forks=forks,
         )
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour))
-        if all(h.outcome in ("unchanged", "not attempted") for h in preview.hosts):
+        if all(
+            h.outcome in ("unchanged", "not attempted") and not h.recovered for h in preview.hosts
+        ):
             click.echo("\nNothing to change.")
             _finish(preview, as_json=False, show_diff=False, record=False, out=out)
         if not click.confirm("\nApply these changes?", default=False):
@@ -208,6 +217,7 @@ def apply(
         check_mode=check,
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
+        force=force,
     )
     run = run_apply(work, options, forks=forks, **pace)
     if check and not as_json:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
 from deploy.config.load import HostPlan
-from deploy.engine.journal import Journal, now_iso
+from deploy.engine.journal import Journal, now_iso, read_events
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run_events, unfinished_runs
 from deploy.errors import (
@@ -131,6 +131,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             _note_takeover(lock, result, progress)
             if not _recover(remote, spec.state_dir, lock, result, progress):
                 return result
+        if options.check_mode:
+            _preview_recovery(remote, spec.state_dir, result)
         _run_steps(remote, plan, options, result)
     finally:
         if lock is not None:
@@ -139,6 +141,19 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
         remote.close()
         result.duration = round(time.monotonic() - began, 3)
     return result
+
+
+def _preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> None:
+    """Under --check (and the plan shown before asking): say which unfinished runs the real run
+    will undo first, read over SFTP without taking the lock, so the operator is asked first."""
+    for run_id in remote.listdir(f"{state_dir.rstrip('/')}/runs"):
+        try:
+            events = read_events(remote, state_dir, run_id)
+        except DeployError:
+            continue
+        last = events[-1].get("event") if events else None
+        if last not in ("end", "rollback_end"):
+            result.recovered.append(f"run {run_id} did not finish: it will be undone first")
 
 
 def _note_takeover(lock: HostLock, result: HostResult, progress: Progress) -> None:

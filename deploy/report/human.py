@@ -165,6 +165,7 @@ def render_plan(run: RunResult, *, colour: bool = False) -> str:
         out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
         if host.error:
             out.append(f"  {host.error}")
+        out.extend(f"  first: {line}" for line in host.recovered)
         out.extend(render_steps(host, colour=colour, diffs=True))
     return "\n".join(out)
 

@@ -43,6 +43,12 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
     (dead_run,) = kimi.runs()
     assert _journal(kimi, dead_run)[-1]["event"] != "end", "the killed run left no end"
 
+    plan = deploy("apply", str(quick), "--check")
+    assert f"first: run {dead_run} did not finish: it will be undone first" in plan.stdout, (
+        plan.output
+    )
+    assert sha256(kimi.model_file) == patched, "--check undoes nothing"
+
     status = deploy("status", "--json")
     assert status.exit_code == 0, status.output
     (seen,) = json.loads(status.stdout)

@@ -58,8 +58,10 @@ def kept_as_written(model: type[BaseModel], value: Any, info: ValidationInfo) ->
     return field is not None and _admits_text(field.annotation)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StrictModel(BaseModel):
+    """Base of every input model: unknown keys are errors; templates survive the as-written pass."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @field_validator("*", mode="wrap")
     @classmethod
@@ -69,7 +71,7 @@ class _Strict(BaseModel):
         return value if kept_as_written(cls, value, info) else handler(value)
 
 
-class HostSpec(_Strict):
+class HostSpec(StrictModel):
     """One host as written in ``hosts:``. Every field may use ``{{ var }}`` templating."""
 
     address: str | None = Field(
@@ -112,14 +114,14 @@ class HostSpec(_Strict):
     vars: dict[str, Any] = Field(default_factory=dict, description="Variables for this host.")
 
 
-class GroupSpec(_Strict):
+class GroupSpec(StrictModel):
     """A group written as a mapping: its hosts and the variables they share."""
 
     hosts: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
 
 
-class Inventory(_Strict):
+class Inventory(StrictModel):
     """The whole ``hosts.yaml``."""
 
     hosts: dict[str, HostSpec | None] = Field(

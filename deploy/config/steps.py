@@ -17,28 +17,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
-    ValidationInfo,
-    ValidatorFunctionWrapHandler,
-    field_validator,
     model_validator,
 )
 
-from deploy.config.inventory import kept_as_written
+from deploy.config.inventory import StrictModel
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("*", mode="wrap")
-    @classmethod
-    def _keep_templates(
-        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
-    ) -> Any:
-        return value if kept_as_written(cls, value, info) else handler(value)
+_Strict = StrictModel
 
 
 # --- action arguments -------------------------------------------------------------------------

@@ -207,13 +207,18 @@ def check_undoable(
         RollbackFailed: it cannot be read.
     """
     path = str(record["path"])
+    current = _read_current(remote, path)
+    _refuse_foreign(remote, record, None if current is None else sha256(current), written)
+
+
+def _read_current(remote: RemoteHost, path: str) -> bytes | None:
+    """The file's content now (None if it is gone), for the undo checks."""
     try:
-        current = remote.read(path)
+        return remote.read(path)
     except FileNotFoundError:
-        current = None
+        return None
     except StepFailed as exc:
         raise RollbackFailed(f"{remote.name}: cannot read {path} to restore it: {exc}") from exc
-    _refuse_foreign(remote, record, None if current is None else sha256(current), written)
 
 
 def undo_write(
@@ -241,12 +246,7 @@ def undo_write(
         remote.remove_temp_leftovers(path)
     except StepFailed as exc:
         raise RollbackFailed(f"{remote.name}: cannot clean up beside {path}: {exc}") from exc
-    try:
-        current = remote.read(path)
-    except FileNotFoundError:
-        current = None
-    except StepFailed as exc:
-        raise RollbackFailed(f"{remote.name}: cannot read {path} to restore it: {exc}") from exc
+    current = _read_current(remote, path)
     current_sha = None if current is None else sha256(current)
     if current_sha == want:
         return UndoOutcome(path, "already original")

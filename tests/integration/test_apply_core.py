@@ -6,6 +6,7 @@ import ast
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -255,3 +256,25 @@ def test_validate_checks_everything_offline(kimi_059: tuple[KimiHost, Deploy]) -
     result = deploy("validate")
     assert result.exit_code == 0, result.output
     assert "ok:" in result.stdout
+
+
+def test_ssh_config_alias_is_resolved_by_fabric(
+    kimi_059: tuple[KimiHost, Deploy], tmp_path: Path
+) -> None:
+    """An inventory may name an ~/.ssh/config alias: HostName, Port, User, IdentityFile."""
+    kimi, deploy = kimi_059
+    ssh_dir = Path(os.environ["HOME"]) / ".ssh"
+    ssh_dir.mkdir(exist_ok=True)
+    (ssh_dir / "config").write_text(
+        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {kimi.host.port}\n  User {kimi.host.user}\n"
+        f"  IdentityFile {kimi.host.identity_file}\n"
+    )
+    inventory = tmp_path / "alias.yaml"
+    inventory.write_text(
+        "hosts:\n  gpu-1:\n    address: gpu-alias\n"
+        f"    known_hosts: {kimi.host.known_hosts}\n    state_dir: {kimi.host.state_dir}\n"
+        f"    vars: {{model_file: {kimi.model_file}, sglang_python: {sys.executable}}}\n"
+    )
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
+    assert result.exit_code == 0, result.output
+    assert b"def set_eagle3_layers_to_capture" in kimi.model_file.read_bytes()

@@ -95,6 +95,19 @@ def _password(settings: ConnectSettings) -> str | None:
     return value
 
 
+def _trust_only_known_keys(client: paramiko.SSHClient, settings: ConnectSettings) -> None:
+    """Load the inventory's known_hosts into ``client`` and refuse keys it does not hold."""
+    known = settings.known_hosts_path()
+    if known.exists():
+        try:
+            client.load_host_keys(str(known))
+        except (OSError, paramiko.SSHException) as exc:
+            raise InputError(f"{settings.name}: cannot read known_hosts {known}: {exc}") from exc
+    # load_host_keys made paramiko the file's owner; our policy appends instead of rewriting.
+    client._host_keys_filename = None
+    client.set_missing_host_key_policy(_KnownHostsPolicy(settings))
+
+
 def open_connection(settings: ConnectSettings) -> Connection:
     """Open and return a Fabric `Connection` to the host, with strict host-key checking.
 
@@ -124,16 +137,12 @@ def open_connection(settings: ConnectSettings) -> Connection:
         connect_timeout=int(max(1, round(settings.connect_timeout))),
         connect_kwargs=connect_kwargs,
     )
-    client = conn.client
-    known = settings.known_hosts_path()
-    if known.exists():
-        try:
-            client.load_host_keys(str(known))
-        except (OSError, paramiko.SSHException) as exc:
-            raise InputError(f"{settings.name}: cannot read known_hosts {known}: {exc}") from exc
-    # load_host_keys made paramiko the file's owner; our policy appends instead of rewriting.
-    client._host_keys_filename = None
-    client.set_missing_host_key_policy(_KnownHostsPolicy(settings))
+    _trust_only_known_keys(conn.client, settings)
+    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same rule.
+    hop = conn.gateway
+    while hop is not None and not isinstance(hop, str):
+        _trust_only_known_keys(hop.client, settings)
+        hop = hop.gateway
     try:
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch):
@@ -146,7 +155,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
             f"{settings.name}: host key for {known_hosts_name(conn.host, port)} CHANGED: "
             f"known_hosts has {fingerprint(exc.expected_key)}, the server offers "
             f"{exc.key.get_name()} {fingerprint(exc.key)}. If the change is expected, run: "
-            f"ssh-keygen -R '{known_hosts_name(conn.host, port)}' -f {known}"
+            f"ssh-keygen -R '{known_hosts_name(conn.host, port)}' -f {settings.known_hosts_path()}"
         ) from exc
     except paramiko.AuthenticationException as exc:
         conn.close()

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from deploy.sandbox.sshd import SshdSandbox
 from tests.integration.conftest import Deploy, KimiHost, sha256
 
 #: These hosts have no SGLang server: the file part of the playbook only (issue 3 tests the rest).
@@ -278,3 +279,40 @@ def test_ssh_config_alias_is_resolved_by_fabric(
     result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
     assert result.exit_code == 0, result.output
     assert b"def set_eagle3_layers_to_capture" in kimi.model_file.read_bytes()
+
+
+def test_proxyjump_hops_are_held_to_known_hosts(
+    sshd_sandbox: SshdSandbox, make_kimi_hosts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """ProxyJump from ~/.ssh/config works, and the jump host's key is checked too.
+
+    The hop is named ``localhost`` (Fabric skips a hop whose name equals the target's address).
+    """
+    hosts, deploy = make_kimi_hosts(["0.5.9"])
+    target = hosts[0]
+    jump = sshd_sandbox.start("jump")
+    ssh_dir = Path(os.environ["HOME"]) / ".ssh"
+    ssh_dir.mkdir(exist_ok=True)
+    (ssh_dir / "config").write_text(
+        f"Host gpu-behind-jump\n  HostName 127.0.0.1\n  Port {target.host.port}\n"
+        f"  User {target.host.user}\n  IdentityFile {target.host.identity_file}\n"
+        f"  ProxyJump {jump.user}@localhost:{jump.port}\n"
+        f"Host localhost\n  IdentityFile {jump.identity_file}\n"
+    )
+    inventory = tmp_path / "jump.yaml"
+    inventory.write_text(
+        "hosts:\n  gpu-1:\n    address: gpu-behind-jump\n"
+        f"    known_hosts: {target.host.known_hosts}\n    state_dir: {target.host.state_dir}\n"
+        f"    vars: {{model_file: {target.model_file}, sglang_python: {sys.executable}}}\n"
+    )
+    refused = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
+    assert refused.exit_code == 4, refused.output
+    assert f"[localhost]:{jump.port}" in refused.output and "SHA256:" in refused.output
+    assert b"def set_eagle3_layers_to_capture" not in target.model_file.read_bytes()
+
+    jump_line = jump.host_key_line().replace("[127.0.0.1]", "[localhost]", 1)
+    with target.host.known_hosts.open("a") as known:
+        known.write(jump_line.rstrip("\n") + "\n")
+    result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
+    assert result.exit_code == 0, result.output
+    assert b"def set_eagle3_layers_to_capture" in target.model_file.read_bytes()

@@ -13,7 +13,7 @@ port it becomes. Nothing here touches the network; every failure is an `InputErr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,17 +253,22 @@ def _read_diff(
     args["diff"] = cache[path]
 
 
+def _validated(
+    validate: Callable[[Any], Any], root: Any, data: Any, positions: Positions, base: KeyPath
+) -> Any:
+    """Validate rendered ``data``; a failure becomes an InputError at the YAML position."""
+    try:
+        return validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, root=root, data=data, positions=positions, base=base) from None
+
+
 def _host_spec(inv: LoadedInventory, host: str, variables: Variables) -> HostSpec:
     raw = inv.data["hosts"][host] or {}
     written = {key: value for key, value in raw.items() if key != "vars"}
     rendered = variables.render(written, Origin(inv.positions, ("hosts", host)))
     rendered["vars"] = raw.get("vars", {})
-    try:
-        return HostSpec.model_validate(rendered)
-    except ValidationError as exc:
-        raise validation_error(
-            exc, root=HostSpec, data=rendered, positions=inv.positions, base=("hosts", host)
-        ) from None
+    return _validated(HostSpec.model_validate, HostSpec, rendered, inv.positions, ("hosts", host))
 
 
 def _step(
@@ -278,12 +283,9 @@ def _step(
     if isinstance(rendered.get("patch"), dict):
         rendered["patch"] = dict(rendered["patch"])
         _read_diff(pb, index, rendered["patch"], diffs)
-    try:
-        return _STEP_ADAPTER.validate_python(rendered)
-    except ValidationError as exc:
-        raise validation_error(
-            exc, root=StepEntry, data=rendered, positions=pb.positions, base=("steps", index)
-        ) from None
+    return _validated(
+        _STEP_ADAPTER.validate_python, StepEntry, rendered, pb.positions, ("steps", index)
+    )
 
 
 def _services(
@@ -297,16 +299,9 @@ def _services(
             raise InputError(f"unknown service {name!r}", pb.positions.locate(("steps",)))
         raw = pb.data["services"][name] or {}
         rendered = variables.render(raw, Origin(pb.positions, ("services", name)))
-        try:
-            out[name] = ServiceSpec.model_validate(rendered)
-        except ValidationError as exc:
-            raise validation_error(
-                exc,
-                root=ServiceSpec,
-                data=rendered,
-                positions=pb.positions,
-                base=("services", name),
-            ) from None
+        out[name] = _validated(
+            ServiceSpec.model_validate, ServiceSpec, rendered, pb.positions, ("services", name)
+        )
     return out
 
 

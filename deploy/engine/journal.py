@@ -15,17 +15,15 @@ nothing leaves nothing on the host.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import secrets
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import paramiko
 
 from deploy.errors import StepFailed
-from deploy.remote.host import RemoteHost
+from deploy.remote.host import RemoteHost, sha256
 
 
 def new_run_id() -> str:
@@ -35,10 +33,6 @@ def new_run_id() -> str:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def run_dir(state_dir: str, run_id: str) -> str:
@@ -150,7 +144,3 @@ def read_copy(remote: RemoteHost, state_dir: str, run_id: str, digest: str) -> b
     if sha256(data) != digest:
         raise StepFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
     return data
-
-
-def elapsed_since(start: float) -> float:
-    return round(time.monotonic() - start, 3)

@@ -13,6 +13,7 @@ written and renamed over SFTP, and shell work is batched into as few execs as po
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import secrets
 import select
@@ -403,6 +404,11 @@ def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
     from paramiko.sftp import CMD_EXTENDED
 
     sftp._request(CMD_EXTENDED, "fsync@openssh.com", handle.handle)
+
+
+def sha256(data: bytes) -> str:
+    """Hex sha256 of content: how files, saved copies and undo checks are identified."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def quote(value: str) -> str:

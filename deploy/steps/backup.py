@@ -7,8 +7,9 @@ changes by other means (a command), and makes the intent visible in the plan.
 from __future__ import annotations
 
 from deploy.config.steps import BackupArgs
+from deploy.remote.host import sha256
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.files import read_file, sha256
+from deploy.steps.files import read_file
 
 
 class BackupStep(Step):

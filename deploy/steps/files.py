@@ -15,14 +15,8 @@ from typing import Any
 
 from deploy.edits.text import unified_diff
 from deploy.errors import ForeignChange, RollbackFailed, StepFailed
-from deploy.remote.host import RemoteHost
+from deploy.remote.host import RemoteHost, sha256
 from deploy.steps.base import FileChange, FileState, Planned, Step, StepContext
-
-
-def sha256(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
 
 
 def read_file(ctx: StepContext, path: str) -> FileState:

@@ -13,7 +13,6 @@ only fail the new server after its full model load, many minutes later.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -411,7 +410,3 @@ class ServiceControl:
         if tokens <= 0:
             raise CheckFailed("the load generated no tokens")
         return round(tokens / wall, 1)
-
-
-def matches(pattern: str | None, text: str) -> bool:
-    return pattern is None or re.search(pattern, text) is not None

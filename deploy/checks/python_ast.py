@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from deploy.checks.parsing import parse
+from deploy.memo import once
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -115,18 +116,39 @@ def check_python(
         path: used in messages only.
 
     A file that does not parse gives exactly one problem, "PATH:LINE: does not parse: MSG".
+    Computed once per distinct input across the run's hosts (`deploy.memo`).
 
     Raises:
         ValueError: ``last_statement`` is not exactly one statement of valid Python (a
             mistake in the playbook, which the config layer should have caught).
     """
+    return list(
+        _problems(
+            source,
+            class_has=class_has,
+            not_module_level=not_module_level,
+            last_statement=last_statement,
+            path=path,
+        )
+    )
+
+
+@once
+def _problems(
+    source: bytes,
+    *,
+    class_has: dict[str, list[str]] | None,
+    not_module_level: list[str] | None,
+    last_statement: str | None,
+    path: str,
+) -> tuple[str, ...]:
     expected_last = _one_statement(last_statement) if last_statement is not None else None
     try:
         tree = parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else path
-        return [f"{where}: does not parse: {getattr(exc, 'msg', exc)}"]
+        return (f"{where}: does not parse: {getattr(exc, 'msg', exc)}",)
     problems: list[str] = []
     for dotted, names in (class_has or {}).items():
         problems += _class_problems(tree, dotted, names, path)
@@ -140,7 +162,7 @@ def check_python(
         problem = _last_statement_problem(tree, source, expected_last, last_statement, path)
         if problem:
             problems.append(problem)
-    return problems
+    return tuple(problems)
 
 
 def _one_statement(text: str) -> ast.stmt:

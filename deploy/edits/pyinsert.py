@@ -41,6 +41,7 @@ from deploy.edits.text import (
     strip_ending,
 )
 from deploy.errors import EditError
+from deploy.memo import once
 
 Where = str | tuple[str, str]
 
@@ -80,6 +81,7 @@ class _Item(NamedTuple):
     text: list[str]
 
 
+@once
 def insert_into_class(
     source: bytes,
     class_name: str,

@@ -27,6 +27,7 @@ import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed, StepFailed
 from deploy.remote.connect import ConnectSettings, open_connection
+from deploy.remote.session import Session, SessionLost
 
 log = logging.getLogger("deploy.remote")
 
@@ -66,8 +67,12 @@ class RemoteHost:
         self.name = settings.name
         self._conn: Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
-        #: Counts of round trips by kind, for the performance budget (docs/performance.md).
-        self.ops: dict[str, int] = {"exec": 0, "sftp": 0}
+        #: While the lock is held, commands go to its shell instead of new execs (see
+        #: `deploy.remote.session`); set and cleared by `deploy.remote.lock`.
+        self.session: Session | None = None
+        #: Counts of round trips by kind, for the performance budget (docs/performance.md):
+        #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
+        self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -158,13 +163,50 @@ class RemoteHost:
     ) -> CommandResult:
         """Run a shell command (already quoted by the caller) and collect its output.
 
-        On timeout the channel is closed and the result says ``timed_out``; callers that need
-        the remote process itself killed wrap the command in ``timeout(1)``.
+        While the lock is held the command runs in the lock's shell (no new login shell);
+        otherwise on a new exec channel. Either way it sees the same environment and umask.
+        On timeout the result says ``timed_out``: in the lock's shell ``timeout(1)`` stops the
+        command on the host; on an exec channel only the channel is closed, so callers that
+        need the remote process itself killed wrap the command in ``timeout(1)``.
 
         Raises:
             RemoteCommandFailed: ``check`` is true and the command failed or timed out.
             HostUnreachable: the connection dropped.
         """
+        began = time.monotonic()
+        if self.session is not None:
+            status, out, err, timed_out = self._run_in_session(command, stdin, timeout)
+        else:
+            status, out, err, timed_out = self._run_on_exec(command, stdin, timeout)
+        result = CommandResult(
+            command=command,
+            exit_status=-1 if timed_out else status,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration=time.monotonic() - began,
+            timed_out=timed_out,
+        )
+        if check and not result.ok:
+            why = f"timed out after {timeout:g} s" if timed_out else f"exited {status}"
+            raise RemoteCommandFailed(
+                f"{self.name}: `{command[:80]}` {why}: {result.tail(3)}", result
+            )
+        return result
+
+    def _run_in_session(
+        self, command: str, stdin: bytes | None, timeout: float | None
+    ) -> tuple[int, bytes, bytes, bool]:
+        assert self.session is not None
+        self.ops["cmd"] += 1
+        log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
+        try:
+            return self.session.run(command, stdin=stdin or b"", timeout=timeout)
+        except SessionLost as exc:
+            raise self._lost(exc, f"running {command[:60]!r}") from exc
+
+    def _run_on_exec(
+        self, command: str, stdin: bytes | None, timeout: float | None
+    ) -> tuple[int, bytes, bytes, bool]:
         began = time.monotonic()
         channel = self.start(command)
         out: list[bytes] = []
@@ -200,20 +242,7 @@ class RemoteHost:
             raise self._lost(exc, f"running {command[:60]!r}") from exc
         finally:
             channel.close()
-        result = CommandResult(
-            command=command,
-            exit_status=status,
-            stdout=b"".join(out).decode("utf-8", "replace"),
-            stderr=b"".join(err).decode("utf-8", "replace"),
-            duration=time.monotonic() - began,
-            timed_out=timed_out,
-        )
-        if check and not result.ok:
-            why = f"timed out after {timeout:g} s" if timed_out else f"exited {status}"
-            raise RemoteCommandFailed(
-                f"{self.name}: `{command[:80]}` {why}: {result.tail(3)}", result
-            )
-        return result
+        return status, b"".join(out), b"".join(err), timed_out
 
     # -- files --------------------------------------------------------------------------------
 

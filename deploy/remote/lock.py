@@ -2,10 +2,12 @@
 
 One exec both takes the lock and reports what the engine must know before doing anything: the
 last journal line of every run kept on the host (so unfinished runs are found without further
-round trips). The flock is held by ``cat`` reading the channel's stdin, so it is released by
-the kernel the moment our SSH session ends — cleanly, or because the workstation died. A lock
-can therefore never be left behind by a dead run; the holder's description stays in the file
-for the next run to report.
+round trips). The flock is held by that shell, which then serves the run's commands over the
+same channel (`deploy.remote.session`: one login shell per host per run) until its stdin ends —
+so the lock is released by the kernel the moment our SSH session ends, cleanly or because the
+workstation died. A lock can therefore never be left behind by a dead run (a command still
+running when the connection dropped keeps it until that command ends); the holder's description
+stays in the file for the next run to report.
 """
 
 from __future__ import annotations
@@ -19,23 +21,23 @@ import paramiko
 
 from deploy.errors import HostUnreachable, LockHeld, StepFailed
 from deploy.remote.host import RemoteHost, quote
+from deploy.remote.session import LOOP, Session
 
-_SCRIPT = r"""umask 077
-S={state}
-mkdir -p "$S/runs" || {{ echo "NOSTATE cannot create $S/runs"; exit 70; }}
+_SCRIPT = r"""_dU=$(umask); umask 077
+_dS={state}
+mkdir -p "$_dS/runs" || {{ echo "NOSTATE cannot create $_dS/runs"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
-exec 9>>"$S/lock" || {{ echo "NOSTATE cannot open $S/lock"; exit 72; }}
+exec 9>>"$_dS/lock" || {{ echo "NOSTATE cannot open $_dS/lock"; exit 72; }}
 if flock -n 9; then
-  PREV=$(cat "$S/lock" 2>/dev/null)
-  printf '%s\n' {holder} > "$S/lock"
-  printf 'LOCKED\t%s\n' "$PREV"
-  for j in "$S"/runs/*/journal.jsonl; do
-    [ -f "$j" ] && printf 'RUN\t%s\t%s\n' "$(basename "$(dirname "$j")")" "$(tail -n 1 "$j")"
+  _dP=$(cat "$_dS/lock" 2>/dev/null)
+  printf '%s\n' {holder} > "$_dS/lock"
+  printf 'LOCKED\t%s\n' "$_dP"
+  for _dj in "$_dS"/runs/*/journal.jsonl; do
+    [ -f "$_dj" ] && printf 'RUN\t%s\t%s\n' "$(basename "$(dirname "$_dj")")" "$(tail -n 1 "$_dj")"
   done
   echo READY
-  exec cat >/dev/null
-else
-  printf 'BUSY\t%s\n' "$(cat "$S/lock" 2>/dev/null)"
+{loop}else
+  printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
   exit 75
 fi
 """
@@ -55,7 +57,10 @@ class RunSummary:
 
 @dataclass
 class HostLock:
-    """A held lock; ``release()`` (or closing the connection) frees it."""
+    """A held lock; ``release()`` (or closing the connection) frees it.
+
+    While it is held, the remote's commands run in its shell (`RemoteHost.session`).
+    """
 
     remote: RemoteHost
     channel: paramiko.Channel
@@ -63,7 +68,9 @@ class HostLock:
     runs: list[RunSummary]
 
     def release(self) -> None:
-        """End ``cat`` (EOF on its stdin) and wait briefly so the lock is free when we return."""
+        """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
+        if self.remote.session is not None and self.remote.session.channel is self.channel:
+            self.remote.session = None
         try:
             self.channel.shutdown_write()
             deadline = time.monotonic() + 5
@@ -102,7 +109,7 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     script = _SCRIPT.format(
-        state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True))
+        state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True)), loop=LOOP
     )
     channel = remote.start(script)
     buffer = b""
@@ -134,6 +141,7 @@ def acquire(
             if line.startswith("RUN\t"):
                 _, run_id, last = [*line.split("\t", 2), ""][:3]
                 runs.append(RunSummary(run_id, _holder_text(last) or {}))
+        remote.session = Session(channel)
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()
     if first.startswith("BUSY"):

@@ -1,8 +1,9 @@
 """A run that dies half-way (SIGKILL, or its own --timeout) is undone by the next one (issue 4).
 
 The killed run leaves the host's file changed and its journal without an end; its lock dies
-with its SSH session, and the holder's description stays behind naming a dead run (a stale
-lock). `deploy status` shows both; the next `deploy apply` on the host undoes the dead run
+with its SSH session — or, when the run died while a command of its was running on the host,
+when that command ends, so no other run can undo the file under a still-running check or
+restart — and the holder's description stays behind naming a dead run (a stale lock). `deploy status` shows both; the next `deploy apply` on the host undoes the dead run
 first (reported under "recovered"), then applies again.
 """
 
@@ -32,7 +33,7 @@ def _wait_for_change(kimi: KimiHost, before: str, seconds: float = 20) -> None:
 def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     original = sha256(kimi.model_file)
-    hanging = write_playbook(tmp_path, "hangs", check="sleep 30")
+    hanging = write_playbook(tmp_path, "hangs", check="sleep 4")
     quick = write_playbook(tmp_path, "hangs-not")
 
     victim = deploy.popen("apply", str(hanging), "--yes")
@@ -52,6 +53,12 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
     status = deploy("status", "--json")
     assert status.exit_code == 0, status.output
     (seen,) = json.loads(status.stdout)
+    assert seen["lock"] == "held", "the dead run's `sleep 4` still runs, and keeps the lock"
+    deadline = time.monotonic() + 20
+    while seen["lock"] == "held":
+        assert time.monotonic() < deadline, "the lock outlived the dead run's last command"
+        time.sleep(0.2)
+        (seen,) = json.loads(deploy("status", "--json").stdout)
     assert seen["lock"] == "stale" and seen["lock_holder"]["run_id"] == dead_run
     assert [r["run_id"] for r in seen["unfinished"]] == [dead_run]
     human = deploy("status")
@@ -81,7 +88,7 @@ def test_timeout_stops_waiting_and_the_next_rollback_undoes(
 ) -> None:  # type: ignore[no-untyped-def]
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     original = kimi.model_file.read_bytes()
-    hanging = write_playbook(tmp_path, "hangs", check="sleep 30")
+    hanging = write_playbook(tmp_path, "hangs", check="sleep 4")
 
     began = time.monotonic()
     result = deploy("apply", str(hanging), "--yes", "--json", "--timeout", "2")
@@ -94,6 +101,12 @@ def test_timeout_stops_waiting_and_the_next_rollback_undoes(
     assert "--timeout 2 s expired during step 2 (Host check)" in host["error"]
     assert kimi.model_file.read_bytes() != original, "abandoned, not undone, by this run"
 
+    # The abandoned `sleep 4` still runs on the host and holds the lock until it ends, so no
+    # rollback can race it; then the lock is stale and the rollback proceeds.
+    deadline = time.monotonic() + 20
+    while json.loads(deploy("status", "--json").stdout)[0]["lock"] == "held":
+        assert time.monotonic() < deadline, "the lock outlived the abandoned command"
+        time.sleep(0.2)
     undo = deploy("rollback", "--yes")
     assert undo.exit_code == 0, undo.output
     assert kimi.model_file.read_bytes() == original

@@ -61,7 +61,7 @@ def kept_as_written(model: type[BaseModel], value: Any, info: ValidationInfo) ->
 class StrictModel(BaseModel):
     """Base of every input model: unknown keys are errors; templates survive the as-written pass."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     @field_validator("*", mode="wrap")
     @classmethod

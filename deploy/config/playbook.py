@@ -36,7 +36,7 @@ def _host_count(value: Any, minimum: int) -> Any:
 class Playbook(BaseModel):
     """The whole playbook file, as written (before templating)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str = Field(description="Short name, shown in reports and history.")
     description: str = Field(default="", description="What the playbook does and why.")

@@ -18,6 +18,7 @@ import tokenize
 
 from deploy.edits.result import EditResult
 from deploy.errors import EditError
+from deploy.memo import once
 
 _ENDINGS = (b"\r\n", b"\n", b"\r")
 
@@ -178,6 +179,7 @@ def diff_encoding(data: bytes) -> str:
     return encoding
 
 
+@once
 def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
     """A ``diff -u`` rendering of ``old`` -> ``new`` for ``--check``/``--diff`` output.
 
@@ -186,7 +188,9 @@ def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
     line without a newline gets GNU diff's ``\\ No newline at end of file`` marker. Text is
     decoded for display only (UTF-8, else the file's coding cookie, else UTF-8 with
     replacement characters). Content with NUL bytes is reported as
-    ``Binary files a/PATH and b/PATH differ``. Equal inputs give ``""``.
+    ``Binary files a/PATH and b/PATH differ``. Equal inputs give ``""``. Computed once per
+    distinct input across the run's hosts (`deploy.memo`): difflib is the costliest step of a
+    plan.
     """
     if old == new:
         return ""

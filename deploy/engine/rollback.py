@@ -17,7 +17,6 @@ from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFai
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import RunSummary, acquire
 from deploy.steps.files import check_undoable, undo_write
-from deploy.steps.service_undo import restore_previous, stop_current
 
 
 def is_undone(run: RunSummary) -> bool:
@@ -92,6 +91,8 @@ def undo_run_events(
         if not force:
             for path, event in newest.items():
                 check_undoable(remote, event, written[path])
+        if services:  # the service machinery (~10 ms of imports) only when a run touched one
+            from deploy.steps.service_undo import restore_previous, stop_current
         # 1. Stop what the run started, so the old code is never served by a new process.
         for name, event in services.items():
             lines.append(stop_current(remote, state_dir, name, event))

@@ -32,9 +32,8 @@ if flock -n 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
-  for _dj in "$_dS"/runs/*/journal.jsonl; do
-    [ -f "$_dj" ] && printf 'RUN\t%s\t%s\n' "$(basename "$(dirname "$_dj")")" "$(tail -n 1 "$_dj")"
-  done
+  set -- "$_dS"/runs/*/journal.jsonl
+  [ -f "$1" ] && tail -v -n 1 -- "$@"
   echo READY
 {loop}else
   printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
@@ -90,6 +89,23 @@ def _holder_text(raw: str) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
+def _last_lines(lines: list[str]) -> list[RunSummary]:
+    """Parse ``tail -v -n 1`` over every run's journal: one fork however many runs are kept.
+
+    Each file comes as ``==> STATE/runs/RUN_ID/journal.jsonl <==`` and then its last line (none
+    for an empty journal; a torn last line from a crash parses as no event, i.e. unfinished).
+    """
+    runs: list[RunSummary] = []
+    for line in lines:
+        if line == "READY":
+            break
+        if line.startswith("==> ") and line.endswith("/journal.jsonl <=="):
+            runs.append(RunSummary(line[4:].rsplit("/journal.jsonl <==", 1)[0].rsplit("/", 1)[-1]))
+        elif line.strip() and runs:
+            runs[-1].last = _holder_text(line) or {}
+    return runs
+
+
 def describe_holder(holder: dict[str, object] | None) -> str:
     if not holder:
         return "another run (no details recorded)"
@@ -136,11 +152,7 @@ def acquire(
     first = lines[0] if lines else ""
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
-        runs = []
-        for line in lines[1:]:
-            if line.startswith("RUN\t"):
-                _, run_id, last = [*line.split("\t", 2), ""][:3]
-                runs.append(RunSummary(run_id, _holder_text(last) or {}))
+        runs = _last_lines(lines[1:])
         remote.session = Session(channel)
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()

@@ -97,9 +97,9 @@ def _seconds(results: Results) -> list[str]:
         f"Wall time of the whole process, min / median of {results.repeat} runs (after one "
         "untimed warm-up round at the first size); files reset before every change run, "
         "outside the timing. "
-        '"floor, 2 execs per host" is the floor with a second `true` on the same '
-        "connection — deploy's exec count today — so its distance to the floor is the price "
-        "of one more login shell per host at that N. "
+        '"floor, 2 execs per host" (when measured: `--tools ...,floor2`) is the floor with '
+        "a second `true` on the same connection, so its distance to the floor is the price of "
+        "one more login shell per host at that N. "
         "A tool whose result failed the `ast` check is marked **WRONG** instead of timed; "
         "† counts runs that exited non-zero (not samples; see Failures), and re-runs not "
         "made because that round's change run failed.",
@@ -211,8 +211,10 @@ def _round_trips(results: Results) -> list[str]:
                     str(count),
                     outcomes,
                     _ops_summary(entries, "exec"),
+                    _ops_summary(entries, "cmd"),
                     _ops_summary(entries, "sftp"),
                     str(allowed.get("exec", "—")),
+                    str(allowed.get("cmd", "—")),
                     str(allowed.get("sftp", "—")),
                 ]
             )
@@ -236,17 +238,34 @@ def _round_trips(results: Results) -> list[str]:
         "Round trips are the cost on a real network. Each **exec** opens a channel and starts "
         "the user's login shell on the host — its `.bashrc` included (root's runs `pyenv "
         "init`: see the unit prices below) — while an **SFTP** request is served inside the "
-        "already running SFTP server, with no shell. So `deploy` reads, writes and renames "
-        "over SFTP and keeps execs to what needs a process on the host (the lock, the "
-        "compile check). On loopback the hosts' shells also run on the workstation's cores, "
-        "so at N = 20 and 50 every exec competes with the tools themselves for CPU.",
+        "already running SFTP server, with no shell (the sandbox's sshd serves SFTP "
+        "in-process, `internal-sftp`; where a host's sshd runs `sftp-server` instead, that "
+        "starts through the login shell once per connection). So `deploy` reads, writes and "
+        "renames over SFTP and starts one login shell per host: the one that takes the lock, "
+        "which then runs the run's other commands (the compile check) as **cmd**s — no new "
+        "shell, one round trip each (`deploy/remote/session.py`). On loopback the hosts' "
+        "shells also run on the workstation's cores, so at N = 20 and 50 every exec competes "
+        "with the tools themselves for CPU.",
         "",
         "SSH operations per host as `deploy --json` counts them (`hosts[].ops`). The budget is "
         f"defined once, in `{BUDGET_FILE.relative_to(BUDGET_FILE.parents[2])}` "
         "(`CHANGE_RUN_BUDGET`, `RERUN_BUDGET`), which fails when a change adds round trips; "
         "this page reads it from there.",
         "",
-        *_table(["run", "N", "outcome", "exec", "sftp", "exec budget", "sftp budget"], rows),
+        *_table(
+            [
+                "run",
+                "N",
+                "outcome",
+                "exec",
+                "cmd",
+                "sftp",
+                "exec budget",
+                "cmd budget",
+                "sftp budget",
+            ],
+            rows,
+        ),
         "",
     ]
     if results.prices:

@@ -31,6 +31,11 @@ _Strict = StrictModel
 # --- action arguments -------------------------------------------------------------------------
 
 
+#: Seconds between readiness polls: a ready server is noticed within 0.6 s (plus one request),
+#: and no 1-second window holds more than 2 requests (issue 6's bound for a loading server).
+POLL_INTERVAL = 0.6
+
+
 class BackupArgs(_Strict):
     """Save a checksummed copy of ``path`` under ``state_dir`` (never beside the file)."""
 
@@ -163,7 +168,9 @@ class WaitHealthyArgs(_Strict):
         default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly)."
     )
     interval: float = Field(
-        default=1.0, ge=0.5, description="Seconds between polls (at most 2 a second)."
+        default=POLL_INTERVAL,
+        ge=0.5,
+        description="Seconds between polls (at least 0.5: at most 2 requests a second).",
     )
 
 

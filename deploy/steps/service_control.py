@@ -28,6 +28,7 @@ from deploy.checks.nvidia_smi import (
     parse_query_gpu,
 )
 from deploy.config.services import ServiceSpec
+from deploy.config.steps import POLL_INTERVAL
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.host import RemoteHost, quote
@@ -314,7 +315,7 @@ class ServiceControl:
         pid: int | None,
         path: str,
         timeout: float,
-        interval: float = 1.0,
+        interval: float = POLL_INTERVAL,
         log_offset: int = 0,
         on_progress: Callable[[str], None] | None = None,
     ) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deploy.config.services import ServiceSpec
+from deploy.config.steps import POLL_INTERVAL
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.host import RemoteHost
 from deploy.steps.service_control import ServiceControl, ServiceState
@@ -63,7 +64,7 @@ def restore_previous(
             pid=started.get("pid"),
             path=svc.spec.health_path,
             timeout=svc.spec.start_timeout,
-            interval=1.0,
+            interval=POLL_INTERVAL,
             log_offset=int(started.get("log_offset", 0)),
             on_progress=note,
         )

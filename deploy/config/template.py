@@ -18,7 +18,11 @@ Two deliberate departures from stock Jinja:
 - Comments are ``{## ... ##}``, not ``{# ... #}``: shell commands say ``${#array[@]}`` and must
   not need escaping. ``{{`` and ``{%`` keep their meaning; literal braces (an f-string's
   ``{{x}}`` in inserted Python code) are written inside ``{% raw %}...{% endraw %}``.
-- Strings without ``{{`` or ``{%`` are returned as they are, without going through Jinja.
+- Strings without ``{{`` or ``{%`` are returned as they are, without going through Jinja, and
+  strings whose every template is a bare ``{{ name }}`` of a defined variable (most of them)
+  are rendered by substitution, with Jinja's result: Jinja itself (~20 ms to import, more to
+  compile each template) is loaded only for a string that needs it — filters, expressions,
+  blocks, or an error to word.
 """
 
 from __future__ import annotations
@@ -29,11 +33,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jinja2
-from jinja2 import StrictUndefined, meta
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any
 
 from deploy.config.errors import suggest
 from deploy.config.yamlpos import (
@@ -46,16 +46,55 @@ from deploy.config.yamlpos import (
 )
 from deploy.errors import InputError, SourcePosition
 
-ENVIRONMENT = SandboxedEnvironment(
-    undefined=StrictUndefined,
-    autoescape=False,
-    keep_trailing_newline=True,
-    comment_start_string="{##",
-    comment_end_string="##}",
+if TYPE_CHECKING:
+    import jinja2
+
+
+@functools.cache
+def environment() -> jinja2.sandbox.SandboxedEnvironment:
+    """The one Jinja environment, created on first need (see the module docstring)."""
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    # ``{{ path | quote }}``: a value made safe as ONE shell word, for the few strings that are
+    # shell commands by definition (a service's ``command``, ``verify_command.run``).
+    env.filters["quote"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+#: ``{{ name }}`` and nothing else between the braces.
+_BARE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+#: Names Jinja reads as literals or operators, never as variables.
+_JINJA_WORDS = frozenset(
+    {"true", "false", "none", "True", "False", "None", "and", "or", "not", "in", "is", "if"}
 )
-#: ``{{ path | quote }}``: a value made safe as ONE shell word, for the few strings that are
-#: shell commands by definition (a service's ``command``, ``verify_command.run``).
-ENVIRONMENT.filters["quote"] = lambda value: shlex.quote(str(value))
+
+
+def bare_names(source: str) -> list[str] | None:
+    """``source`` split into literal text and variable names (alternating, text first) when
+    every template in it is a bare ``{{ name }}``; None when it needs Jinja.
+
+    Jinja turns ``\\r\\n`` into ``\\n``, reads ``{%`` and ``{##`` as syntax, and lexes a brace
+    next to ``{{``/``}}`` its own way (``{{{ a }}`` is a dict literal), so a string with any
+    of those, or any other brace, is left to Jinja (tests/unit/test_config_template.py checks
+    the equivalence on generated strings).
+    """
+    if "{%" in source or "{##" in source or "\r" in source:
+        return None
+    parts = _BARE.split(source)
+    texts = parts[0::2]
+    if any("{" in text or "}" in text for text in texts) or any(
+        name in _JINJA_WORDS for name in parts[1::2]
+    ):
+        return None
+    return parts
 
 
 def is_template(text: str) -> bool:
@@ -98,9 +137,12 @@ _EXTRA = SourcePosition("-e")
 @functools.lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[jinja2.Template, frozenset[str]]:
     """The compiled template and the names it reads from its context (cached: hosts share)."""
-    tree = ENVIRONMENT.parse(source)
+    from jinja2 import meta
+
+    env = environment()
+    tree = env.parse(source)
     names = frozenset(meta.find_undeclared_variables(tree))
-    return ENVIRONMENT.from_string(tree), names
+    return env.from_string(tree), names
 
 
 class Variables:
@@ -189,6 +231,12 @@ class Variables:
 
     def render_string(self, source: str, origin: Origin) -> str:
         """Render one template string; errors point at ``origin``."""
+        parts = bare_names(source)
+        if parts is not None and all(name in self._values for name in parts[1::2]):
+            # What Jinja would give (str() of each value), without Jinja.
+            return "".join(p if i % 2 == 0 else str(self.get(p)) for i, p in enumerate(parts))
+        import jinja2
+
         try:
             template, names = _compile(source)
         except jinja2.TemplateSyntaxError as exc:
@@ -201,7 +249,9 @@ class Variables:
         try:
             return template.render(context)
         except jinja2.UndefinedError as exc:
-            missing = sorted(n for n in names if n not in context and n not in ENVIRONMENT.globals)
+            missing = sorted(
+                n for n in names if n not in context and n not in environment().globals
+            )
             if missing:
                 name = missing[0]
                 hint = suggest(name, self._values) or f" (define it in vars or pass -e {name}=...)"

@@ -8,15 +8,12 @@ import the file, e.g. SGLang's venv — since what parses depends on the Python 
 
 from __future__ import annotations
 
-from deploy.checks.compile import compile_command, compile_problem
+from deploy.checks.compile import compile_command, compile_problem, compile_stdin_command
 from deploy.checks.python_ast import check_python
 from deploy.config.steps import VerifyPythonArgs
 from deploy.errors import CheckFailed
-from deploy.remote.host import quote
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.files import read_file
-
-_COMPILE_STDIN = 'import sys; compile(sys.stdin.buffer.read(), sys.argv[1], "exec")'
 
 
 class VerifyPythonStep(Step):
@@ -54,7 +51,7 @@ class VerifyPythonStep(Step):
         )
         if args.compiles:
             if ctx.check_mode:
-                command = f"{quote(args.python)} -c {quote(_COMPILE_STDIN)} {quote(args.path)}"
+                command = compile_stdin_command(args.python, args.path)
                 result = ctx.remote.run(command, stdin=content, timeout=120)
             else:
                 result = ctx.remote.run(compile_command(args.python, args.path), timeout=120)

@@ -173,7 +173,7 @@ def test_compile_command_quotes_every_argument() -> None:
     words = shlex.split(command)
     assert words[0] == "/opt/my venv/bin/python"
     assert words[-1] == "/srv/it's here.py"
-    assert words[1:4] == ["-B", "-I", "-c"]
+    assert words[1:5] == ["-B", "-I", "-S", "-c"]
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from deploy.config.template import Origin, Variables, is_template
+from deploy.config.template import Origin, Variables, _compile, bare_names, is_template
 from deploy.config.yamlpos import load_yaml_text
 from deploy.errors import InputError
 
@@ -202,3 +206,51 @@ def test_mapping_keys_are_rendered_and_collisions_refused() -> None:
         "pb.yaml:2:3 class_has[\"{{ root }}\"]: key '{{ root }}' renders to '/opt/sglang',"
         " which is already a key (host h1)"
     )
+
+
+_VALUES = st.one_of(
+    st.text(max_size=20),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+_LITERALS = st.text(alphabet=st.sampled_from(list("ab }{#%-\n\t/é$")), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_LITERALS, st.sampled_from(["v1", "v2", "v3"]), st.sampled_from(["", " ", "  "])),
+        min_size=1,
+        max_size=4,
+    ),
+    _LITERALS,
+    st.tuples(_VALUES, _VALUES, _VALUES),
+)
+def test_bare_names_render_exactly_as_jinja(
+    pieces: list[tuple[str, str, str]], tail: str, values: tuple[Any, Any, Any]
+) -> None:
+    """The no-Jinja path for ``{{ name }}`` strings gives Jinja's own output, byte for byte."""
+    source = "".join(f"{text}{{{{{pad}{name}{pad}}}}}" for text, name, pad in pieces) + tail
+    variables = Variables(dict(zip(["v1", "v2", "v3"], values, strict=True)), {})
+    names = bare_names(source)
+    assume(names is not None)
+    template, _ = _compile(source)
+    expected = template.render({"v1": values[0], "v2": values[1], "v3": values[2]})
+    assert variables.render_string(source, Origin(None)) == expected
+
+
+def test_only_strings_that_need_jinja_import_it() -> None:
+    code = (
+        "import sys\n"
+        "from deploy.config.template import Origin, Variables\n"
+        "v = Variables({'a': 'x', 'n': 8}, {})\n"
+        "assert v.render_string('{{ a }}/{{n}} and more', Origin(None)) == 'x/8 and more'\n"
+        "assert 'jinja2' not in sys.modules\n"
+        "assert v.render_string('{{ a | quote }}', Origin(None)) == 'x'\n"
+        "assert 'jinja2' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

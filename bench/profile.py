@@ -142,7 +142,7 @@ def instrument() -> None:
     wrap(host.RemoteHost, "run", lambda self, command, **_: _exec_label(command))
     for name in ("stat", "read", "write_atomic", "mkdir", "open_append", "remove", "listdir"):
         wrap(host.RemoteHost, name, f"sftp: {name}")
-    wrap(host.RemoteHost, "append_durably", "sftp: journal line + fsync")
+    wrap(host.RemoteHost, "append", "sftp: journal line (+ fsync)")
     wrap(host.RemoteHost, "close", "ssh: close")
     # Pure CPU work on the GIL, done once per host: parsing the ~28 KB model file.
     wrap(ast, "parse", "cpu: ast.parse")

@@ -6,9 +6,13 @@ Layout under ``state_dir`` (DESIGN.md)::
     runs/<run-id>/manifest.json   each file touched: path, sha256 before/after, mode, uid, gid, size
     runs/<run-id>/files/<sha256>  saved copies, content-addressed
 
-An ``intent`` line is fsynced *before* the change it announces and a ``done`` line after it, so
-a rollback — by this process, or by a later one after a crash — knows every change that may
-have happened. The run directory is created lazily at the first change: a run that changes
+An ``intent`` line is fsynced *before* the change it announces, so a rollback — by this
+process, or by a later one after a crash — knows every change that may have happened; a
+``done`` line follows the change. Lines whose loss in a crash changes nothing (`_LAZY`: begin,
+backup, done) are appended without an fsync of their own: they become durable with the next
+fsynced line of the same file — an intent precedes every change, an end every finish — and
+recovery treats an intent without its done as "may have happened" anyway, checking the file's
+checksum (or the service) before undoing. The run directory is created lazily at the first change: a run that changes
 nothing leaves nothing on the host.
 """
 
@@ -37,6 +41,11 @@ def now_iso() -> str:
 
 def run_dir(state_dir: str, run_id: str) -> str:
     return f"{state_dir.rstrip('/')}/runs/{run_id}"
+
+
+#: Events appended without their own fsync (see the module docstring): one round trip and one
+#: disk flush each, saved on every change run.
+_LAZY = frozenset({"begin", "backup", "done"})
 
 
 class Journal:
@@ -68,12 +77,16 @@ class Journal:
         self.write({"event": "begin", **self.meta})
 
     def write(self, event: dict[str, Any]) -> None:
-        """Append one line and fsync it before returning."""
+        """Append one line; fsync it (and so every line before it) unless it is in `_LAZY`."""
         self.start()
         assert self._handle is not None
         line = {"ts": now_iso(), **event}
         self.events.append(line)
-        self.remote.append_durably(self._handle, (json.dumps(line, sort_keys=True) + "\n").encode())
+        self.remote.append(
+            self._handle,
+            (json.dumps(line, sort_keys=True) + "\n").encode(),
+            durable=event.get("event") not in _LAZY,
+        )
 
     def save_copy(self, content: bytes) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""

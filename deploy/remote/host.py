@@ -363,13 +363,15 @@ class RemoteHost:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "opening", path) from exc
 
-    def append_durably(self, handle: paramiko.SFTPFile, data: bytes) -> None:
-        """Write ``data`` to an append handle and fsync it before returning."""
-        self.ops["sftp"] += 2
+    def append(self, handle: paramiko.SFTPFile, data: bytes, *, durable: bool = True) -> None:
+        """Write ``data`` to an append handle; with ``durable``, fsync before returning (which
+        also makes every earlier write to the handle durable)."""
+        self.ops["sftp"] += 2 if durable else 1
         try:
             handle.write(data)
             handle.flush()
-            _fsync(self.sftp, handle)
+            if durable:
+                _fsync(self.sftp, handle)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "appending to", "the journal") from exc
 

@@ -42,8 +42,8 @@ from bench.tools import (
     AnsibleTool,
     Command,
     DeployTool,
+    FloorNoDelayTool,
     FloorTool,
-    FloorTwoExecsTool,
     PyinfraTool,
     Tool,
 )
@@ -52,10 +52,7 @@ from deploy.sandbox.sshd import SandboxError, SshdSandbox
 from deploy.sandbox.wheels import PATCH_NEEDED, kimi_k25_source
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = ("deploy", "ansible", "pyinfra", "floor", "floor2")
-#: What runs without ``--tools``: "floor2" (a second login shell per host) priced deploy's
-#: second exec, which the lock's command loop removed; it stays available on request.
-DEFAULT_TOOLS = ("deploy", "ansible", "pyinfra", "floor")
+TOOLS = ("deploy", "ansible", "pyinfra", "floor", "floor-nodelay")
 CLI_REPEAT = 10
 SCALABLE = 10
 
@@ -79,7 +76,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=_sizes, default=_sizes("1,20,50"), help="fleet sizes")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per tool and size")
-    parser.add_argument("--tools", type=_tools, default=list(DEFAULT_TOOLS), help=",".join(TOOLS))
+    parser.add_argument("--tools", type=_tools, default=list(TOOLS), help=",".join(TOOLS))
     parser.add_argument("--out", type=Path, default=REPO / "docs/performance.md")
     parser.add_argument(
         "--time-limit", type=float, default=1500.0, help="seconds for the whole benchmark"
@@ -166,7 +163,7 @@ class Bench:
         made: dict[str, Tool] = {
             "deploy": self.deploy,
             "floor": FloorTool(sys.executable),
-            "floor2": FloorTwoExecsTool(sys.executable),
+            "floor-nodelay": FloorNoDelayTool(sys.executable),
         }
         if self.toolchain is not None:
             made["ansible"] = AnsibleTool(self.toolchain, self.methods)

@@ -9,6 +9,7 @@ Imports of the engine, SSH and YAML happen inside the commands, so ``deploy --he
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from deploy.cli_common import (
     inventory_option,
     json_option,
     limit_option,
+    startup_done,
     unattended_options,
 )
 from deploy.cli_records import history, show, status
@@ -71,6 +73,8 @@ def main() -> None:
       deploy status                       each host's lock, last run, unfinished runs
       deploy schedule kimi-eagle3 --on-calendar "Mon *-*-* 03:00"   a systemd timer for it
     """
+    # Start-up is imports and validation: no garbage worth collecting (see `startup_done`).
+    gc.disable()
 
 
 @main.command(context_settings=CONTEXT)
@@ -184,6 +188,7 @@ def apply(
             )
     except DeployError as exc:
         _fail(exc, out)
+    startup_done()
     work = plans
     name = pb.playbook.name
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -274,6 +279,7 @@ def rollback(
             )
     except InputError as exc:
         _fail(exc, out)
+    startup_done()
     if not yes:
         what = f"run {run_id}" if run_id else "the last run"
         names = ", ".join(name for name, _ in hosts)

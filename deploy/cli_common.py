@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,21 @@ import click
 from deploy.errors import DeployError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def startup_done() -> None:
+    """Imports and input checks are over: collect garbage normally from here on.
+
+    `deploy.cli.main` turns the cyclic garbage collector off while a command imports its
+    modules and validates its input: those build hundreds of thousands of long-lived objects
+    (pydantic schemas, the SSH stack), and the collections they trigger — over objects that
+    will never be garbage — cost ~15-30 ms of a ~0.5 s run, plus ~13 ms more for the first
+    collection in the run itself. Commands that go on to work for a while (a fleet run may
+    wait 45 minutes for a model to load) call this first: what exists now is frozen (never
+    scanned again) and collection resumes for what the run creates.
+    """
+    gc.freeze()
+    gc.enable()
 
 
 def _inventory_path(value: str | None) -> Path:

@@ -17,6 +17,7 @@ from deploy.cli_common import (
     inventory_option,
     json_option,
     limit_option,
+    startup_done,
 )
 from deploy.errors import InputError
 
@@ -90,6 +91,7 @@ def status(
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
     except InputError as exc:
         _fail(exc)
+    startup_done()
     statuses = fleet_status(
         hosts, forks=forks, accept_new=accept_new_host_keys, health=sglang_health
     )

@@ -16,6 +16,7 @@ from deploy.cli_common import (
     _playbooks_dir,
     inventory_option,
     limit_option,
+    startup_done,
 )
 from deploy.errors import EXIT_INPUT, InputError
 
@@ -157,4 +158,5 @@ def demo(keep: bool) -> None:
     """
     from deploy.demo import run
 
+    startup_done()
     sys.exit(run(keep=keep))

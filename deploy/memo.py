@@ -41,6 +41,19 @@ def once(fn: Callable[P, R]) -> Callable[P, R]:
     Arguments are keyed by ``repr``, so lists and dicts of plain values are accepted; ``fn``
     must not depend on anything but its arguments.
     """
+    return bounded(SIZE)(fn)
+
+
+def bounded(size: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`once`, keeping at most ``size`` inputs (for results that are large, like ASTs)."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        return _memoize(fn, size)
+
+    return decorate
+
+
+def _memoize(fn: Callable[P, R], size: int) -> Callable[P, R]:
     table: OrderedDict[tuple[Any, ...], _Slot] = OrderedDict()
     guard = threading.Lock()
 
@@ -53,7 +66,7 @@ def once(fn: Callable[P, R]) -> Callable[P, R]:
             slot = table.get(key)
             if slot is None:
                 slot = table[key] = _Slot()
-                while len(table) > SIZE:
+                while len(table) > size:
                     table.popitem(last=False)
             else:
                 table.move_to_end(key)

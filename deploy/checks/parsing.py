@@ -4,6 +4,10 @@ CPython 3.11.0-3.11.7 can fail ``ast.parse`` called from two threads at once wit
 ``SystemError: AST constructor recursion depth mismatch`` (gh-106905, fixed in 3.11.8). The
 benchmark hit it at 20 and 50 hosts: a host was rolled back for no fault of its own. Parsing is
 a few milliseconds of GIL-bound work anyway, so serializing it costs nothing measurable.
+
+A run parses the same bytes several times (the insert plans on them and checks its result,
+then ``verify_python`` checks the file again), so the last few trees are kept and shared:
+callers only read them, never change them.
 """
 
 from __future__ import annotations
@@ -11,10 +15,17 @@ from __future__ import annotations
 import ast
 import threading
 
+from deploy.memo import bounded
+
 _LOCK = threading.Lock()
 
 
+@bounded(8)
 def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
-    """``ast.parse``, serialized across threads (see the module docstring)."""
+    """``ast.parse``, serialized across threads and shared (see the module docstring).
+
+    The tree is shared with every other caller that parsed the same bytes: read it, never
+    change it.
+    """
     with _LOCK:
         return ast.parse(source, filename=filename)

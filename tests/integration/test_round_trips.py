@@ -17,10 +17,14 @@ of every command an operator types, and the SSH stack alone costs ~0.1 s to impo
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
 
+from deploy.remote.connect import ConnectSettings
+from deploy.remote.host import RemoteHost
+from deploy.sandbox.sshd import SshHost
 from tests.integration.conftest import Deploy, KimiHost
 
 #: Per host, the kimi-eagle3 change run on SGLang 0.5.9 (exec: the lock's shell; cmd: the
@@ -99,3 +103,23 @@ def test_help_imports_no_ssh_or_yaml() -> None:
         name for name in imported if name.split(".")[0] in {"paramiko", "fabric", "yaml"}
     )
     assert not heavy, f"`deploy --help` imports {heavy}"
+
+
+def test_the_connection_has_nagle_off(ssh_host: SshHost) -> None:
+    """TCP_NODELAY: paramiko's login otherwise waits ~40 ms for a delayed ACK (connect.py)."""
+    remote = RemoteHost(
+        ConnectSettings(
+            name=ssh_host.name,
+            address=ssh_host.address,
+            port=ssh_host.port,
+            user=ssh_host.user,
+            identity_file=str(ssh_host.identity_file),
+            known_hosts=str(ssh_host.known_hosts),
+        )
+    ).open()
+    try:
+        sock = remote.transport.sock
+        assert isinstance(sock, socket.socket)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        remote.close()

@@ -72,9 +72,7 @@ class HostLock:
             self.remote.session = None
         try:
             self.channel.shutdown_write()
-            deadline = time.monotonic() + 5
-            while not self.channel.exit_status_ready() and time.monotonic() < deadline:
-                time.sleep(0.005)
+            self.channel.status_event.wait(5)  # set by paramiko when the exit status arrives
         except (paramiko.SSHException, OSError, EOFError):
             pass
         finally:

@@ -24,6 +24,10 @@ import time
 
 STARTED = time.perf_counter()
 
+import gc  # noqa: E402
+
+gc.disable()  # as `deploy.cli.main` does for start-up; `startup_done` turns it back on
+
 import ast  # noqa: E402
 import contextlib  # noqa: E402  (the clock above must start before any import)
 import functools  # noqa: E402
@@ -81,11 +85,12 @@ def _record(label: str, began: float) -> None:
 
 
 def _exec_label(command: str) -> str:
+    """`RemoteHost.run`: a cmd in the lock's shell while the lock is held (always, in apply)."""
     if "flock" in command:
         return "exec: lock + scan journals"
     if "compile(" in command:
-        return "exec: compile on the host"
-    return "exec: " + command.split()[0][:30] if command.split() else "exec"
+        return "cmd: compile on the host"
+    return "cmd: " + command.split()[0][:30] if command.split() else "cmd"
 
 
 def wrap(owner: Any, attribute: str, label: str | Callable[..., str]) -> None:

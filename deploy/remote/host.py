@@ -20,43 +20,19 @@ import select
 import shlex
 import stat as statmod
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed, StepFailed
 from deploy.remote.connect import ConnectSettings, open_connection
 from deploy.remote.session import Session, SessionLost
+from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
 
 log = logging.getLogger("deploy.remote")
 
 if TYPE_CHECKING:
     from fabric import Connection
-
-
-@dataclass(frozen=True)
-class FileStat:
-    """What `stat` tells about a path (not following a final symlink)."""
-
-    path: str
-    mode: int
-    uid: int
-    gid: int
-    size: int
-    mtime: float
-
-    @property
-    def is_symlink(self) -> bool:
-        return statmod.S_ISLNK(self.mode)
-
-    @property
-    def is_file(self) -> bool:
-        return statmod.S_ISREG(self.mode)
-
-    @property
-    def permissions(self) -> int:
-        return statmod.S_IMODE(self.mode)
 
 
 class RemoteHost:
@@ -255,7 +231,7 @@ class RemoteHost:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "reading the status of", path) from exc
-        return _file_stat(path, attrs)
+        return file_stat(path, attrs)
 
     def read(self, path: str) -> bytes:
         """The whole content of ``path`` (one open, pipelined reads, close).
@@ -292,7 +268,7 @@ class RemoteHost:
         the temp file is removed and the target is untouched.
         """
         directory, _, base = path.rpartition("/")
-        tmp = f"{directory}/{_temp_prefix(base)}{secrets.token_hex(4)}.tmp"
+        tmp = f"{directory}/{temp_prefix(base)}{secrets.token_hex(4)}.tmp"
         sftp = self.sftp
         self.ops["sftp"] += 5
         try:
@@ -300,15 +276,15 @@ class RemoteHost:
                 handle.set_pipelined(True)
                 handle.write(data)
                 handle.flush()
-                _raise_write_error(sftp, handle)
-                _fsync(sftp, handle)
+                raise_write_error(sftp, handle)
+                fsync(sftp, handle)
             if mode is not None:
                 sftp.chmod(tmp, statmod.S_IMODE(mode))
                 self.ops["sftp"] += 1
             done: FileStat | None = None
             if uid is not None and gid is not None:
                 # One stat serves three ends: the owner check, a size check behind
-                # `_raise_write_error`, and the caller's new stat of the target (rename keeps it).
+                # `raise_write_error`, and the caller's new stat of the target (rename keeps it).
                 current = sftp.stat(tmp)
                 self.ops["sftp"] += 1
                 if current.st_size != len(data):
@@ -316,7 +292,7 @@ class RemoteHost:
                 if (current.st_uid, current.st_gid) != (uid, gid):
                     sftp.chown(tmp, uid, gid)
                     self.ops["sftp"] += 1
-                done = _file_stat(path, current)
+                done = file_stat(path, current)
             sftp.posix_rename(tmp, path)
             return done
         except BaseException as exc:
@@ -335,7 +311,7 @@ class RemoteHost:
         lock is held, so no other run of ours can be writing there. Returns the names removed.
         """
         directory, _, base = path.rpartition("/")
-        prefix = _temp_prefix(base)
+        prefix = temp_prefix(base)
         removed = []
         try:
             names = self.listdir(directory or "/")
@@ -371,7 +347,7 @@ class RemoteHost:
             handle.write(data)
             handle.flush()
             if durable:
-                _fsync(self.sftp, handle)
+                fsync(self.sftp, handle)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "appending to", "the journal") from exc
 
@@ -393,48 +369,6 @@ class RemoteHost:
             return sorted(self.sftp.listdir(path))
         except FileNotFoundError:
             return []
-
-
-def _temp_prefix(base: str) -> str:
-    """How `write_atomic` names its temp files for a target called ``base``."""
-    return f".{base}.deploy-"
-
-
-def _file_stat(path: str, attrs: Any) -> FileStat:
-    return FileStat(
-        path=path,
-        mode=int(attrs.st_mode or 0),
-        uid=int(attrs.st_uid or 0),
-        gid=int(attrs.st_gid or 0),
-        size=int(attrs.st_size or 0),
-        mtime=float(attrs.st_mtime or 0),
-    )
-
-
-def _raise_write_error(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
-    """Wait for the status of every pipelined write and raise the first failure.
-
-    With pipelining paramiko sends writes without waiting, and registers no owner for their
-    answers: a status that arrives while another request is awaited (our fsync, the close) is
-    dropped, so ENOSPC, EIO or a quota error is silently lost. A full disk then leaves a
-    truncated temp file that is fsynced and renamed over the target — the original replaced
-    by its first pages, reported as success. Collecting the answers here (they are already in
-    flight: no extra round trip) is what paramiko itself does for unpipelined writes.
-    """
-    pending = handle._reqs  # paramiko's queue of unanswered write requests
-    while pending:
-        sftp._read_response(pending.popleft())  # raises IOError on a failed status
-
-
-def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
-    """fsync a remote file through OpenSSH's fsync@openssh.com extension.
-
-    paramiko has no public call for it; the request is the documented extension
-    (handle as its only argument), sent on the client's own request channel.
-    """
-    from paramiko.sftp import CMD_EXTENDED
-
-    sftp._request(CMD_EXTENDED, "fsync@openssh.com", handle.handle)
 
 
 def sha256(data: bytes) -> str:

@@ -29,7 +29,7 @@ _CLASSES: dict[str, tuple[str, str]] = {
 def step_class(kind: str) -> type[Step]:
     """The `Step` subclass for an action key."""
     module, name = _CLASSES[kind]
-    cls = getattr(importlib.import_module(module), name)
+    cls: type[Step] = getattr(importlib.import_module(module), name)
     assert issubclass(cls, Step) and cls.kind == kind
     return cls
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from deploy.remote.connect import ConnectSettings
+from deploy.remote.host import RemoteHost
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
@@ -24,6 +26,19 @@ from deploy.sandbox.wheels import kimi_k25_source
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
+
+
+def open_remote(host: SshHost) -> RemoteHost:
+    """deploy's own connection to a sandbox host (strict host keys, TCP_NODELAY), opened."""
+    settings = ConnectSettings(
+        name=host.name,
+        address=host.address,
+        port=host.port,
+        user=host.user,
+        identity_file=str(host.identity_file),
+        known_hosts=str(host.known_hosts),
+    )
+    return RemoteHost(settings).open()
 
 
 def sha256(path: Path) -> str:

@@ -22,10 +22,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from deploy.remote.connect import ConnectSettings
-from deploy.remote.host import RemoteHost
 from deploy.sandbox.sshd import SshHost
-from tests.integration.conftest import Deploy, KimiHost
+from tests.integration.conftest import Deploy, KimiHost, open_remote
 
 #: Per host, the kimi-eagle3 change run on SGLang 0.5.9 (exec: the lock's shell; cmd: the
 #: compile check, run in that shell — `deploy.remote.session`).
@@ -107,16 +105,7 @@ def test_help_imports_no_ssh_or_yaml() -> None:
 
 def test_the_connection_has_nagle_off(ssh_host: SshHost) -> None:
     """TCP_NODELAY: paramiko's login otherwise waits ~40 ms for a delayed ACK (connect.py)."""
-    remote = RemoteHost(
-        ConnectSettings(
-            name=ssh_host.name,
-            address=ssh_host.address,
-            port=ssh_host.port,
-            user=ssh_host.user,
-            identity_file=str(ssh_host.identity_file),
-            known_hosts=str(ssh_host.known_hosts),
-        )
-    ).open()
+    remote = open_remote(ssh_host)
     try:
         sock = remote.transport.sock
         assert isinstance(sock, socket.socket)

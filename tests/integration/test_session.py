@@ -18,30 +18,17 @@ from pathlib import Path
 import pytest
 
 from deploy.errors import LockHeld
-from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import acquire
 from deploy.sandbox.sshd import SshHost
+from tests.integration.conftest import open_remote
 
 HOLDER = {"run_id": "test-run", "user": "tester"}
 
 
-def _remote(host: SshHost) -> RemoteHost:
-    return RemoteHost(
-        ConnectSettings(
-            name=host.name,
-            address=host.address,
-            port=host.port,
-            user=host.user,
-            identity_file=str(host.identity_file),
-            known_hosts=str(host.known_hosts),
-        )
-    ).open()
-
-
 @pytest.fixture
 def locked(ssh_host: SshHost) -> Iterator[RemoteHost]:
-    remote = _remote(ssh_host)
+    remote = open_remote(ssh_host)
     lock = acquire(remote, str(ssh_host.state_dir), HOLDER)
     try:
         yield remote
@@ -89,11 +76,11 @@ def test_a_timeout_stops_the_command_on_the_host(locked: RemoteHost, tmp_path: P
 
 def test_a_process_left_running_does_not_keep_the_lock(ssh_host: SshHost, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    remote = _remote(ssh_host)
+    remote = open_remote(ssh_host)
     lock = acquire(remote, str(ssh_host.state_dir), HOLDER)
     remote.run(f"setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pid_file}")
     pid = int(pid_file.read_text())
-    second = _remote(ssh_host)
+    second = open_remote(ssh_host)
     try:
         held = {str(p.readlink()) for p in Path(f"/proc/{pid}/fd").iterdir()}
         assert str(ssh_host.state_dir / "lock") not in held, "the child got the lock's fd"

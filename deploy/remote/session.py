@@ -32,12 +32,15 @@ import paramiko
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 #: login shell's umask. Scratch files live in the 0700 state directory; only the lock holder
-#: uses them, so fixed names cannot collide.
+#: uses them, so fixed names cannot collide. They are unlinked before each command, so a
+#: process an earlier command left running with its output still open writes to a file nobody
+#: reads any more, never into the next command's answer.
 LOOP = r"""_dI="$_dS/.session.in"; _dO="$_dS/.session.out"; _dE="$_dS/.session.err"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 while read -r _dv _dc _di _dt; do
   [ "$_dv" = RUN ] || break
   _dx=$(head -c "$_dc"; echo .); _dx=${_dx%.}
+  rm -f "$_dI" "$_dO" "$_dE"
   head -c "$_di" >"$_dI"
   if [ "$_dt" != 0 ] && [ -n "$_dT" ]; then
     ( umask "$_dU"; exec timeout -k 5 "$_dt" "${SHELL:-/bin/sh}" -c "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 9>&-

@@ -57,6 +57,14 @@ def test_commands_run_in_the_locks_shell_exactly_as_execs(locked: RemoteHost) ->
     assert locked.ops["cmd"] == 4
 
 
+def test_a_process_left_writing_never_leaks_into_the_next_answer(locked: RemoteHost) -> None:
+    first = locked.run("(sleep 0.3; echo LATE; echo LATE >&2) & echo first")
+    assert first.stdout == "first\n"
+    # LATE is written while this command runs, by a process holding the first one's output.
+    second = locked.run("sleep 0.8; echo second")
+    assert (second.stdout, second.stderr) == ("second\n", "")
+
+
 def test_the_login_shells_umask_not_the_lock_scripts(locked: RemoteHost, ssh_host: SshHost) -> None:
     exec_umask = locked._run_on_exec("umask", None, 30)[1].decode().strip()
     assert locked.run("umask").stdout.strip() == exec_umask != "0077"

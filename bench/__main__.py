@@ -88,6 +88,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=60.0,
         help="before each fleet size, wait up to this many seconds for a quiet machine",
     )
+    parser.add_argument(
+        "--sftp",
+        default="internal-sftp",
+        help="the hosts' sshd SFTP subsystem: internal-sftp (default), or a program such as "
+        "/usr/lib/openssh/sftp-server, which sshd starts through the login shell as on a "
+        "stock Debian host",
+    )
     return parser.parse_args(argv)
 
 
@@ -152,6 +159,11 @@ class Bench:
             ),
         )
         self.results.notes.append(bytecode)
+        if options.sftp != "internal-sftp":
+            self.results.notes.append(
+                f"the hosts' sshd runs `Subsystem sftp {options.sftp}`: every SFTP session "
+                "starts through the user's login shell (the default is `internal-sftp`)"
+            )
 
     def log(self, message: str) -> None:
         print(f"bench: {message}", file=sys.stderr, flush=True)
@@ -185,7 +197,7 @@ class Bench:
 
     def size(self, count: int, base: Path) -> None:
         """Everything measured on a fleet of ``count`` hosts."""
-        with SshdSandbox(base / "sandbox") as sandbox:
+        with SshdSandbox(base / "sandbox", sftp=self.options.sftp) as sandbox:
             began = time.monotonic()
             fleet = start_fleet(sandbox, count, self.original, REPO, base / "workstation")
             self.log(f"{count} host(s) up in {time.monotonic() - began:.1f} s")

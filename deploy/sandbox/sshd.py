@@ -58,8 +58,9 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 PermitRootLogin prohibit-password
-# in-process: no sftp-server exec per session
-Subsystem sftp internal-sftp
+# internal-sftp serves SFTP in-process; an sftp-server program is started through the
+# user's login shell (.bashrc included), as on a stock Debian host
+Subsystem sftp {sftp}
 MaxSessions 64
 MaxStartups 200
 PrintMotd no
@@ -215,6 +216,8 @@ class SshHost:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict, repr=False)
     _sshd: str = field(default="/usr/sbin/sshd", repr=False)
+    #: sshd's SFTP ``Subsystem``: "internal-sftp", or an sftp-server path (see `SshdSandbox`).
+    sftp: str = field(default="internal-sftp", repr=False)
     _token: str = field(default_factory=lambda: secrets.token_hex(8), repr=False)
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     _log_offset: int = field(default=0, repr=False)
@@ -289,6 +292,7 @@ class SshHost:
         config.write_text(
             _CONFIG.format(
                 port=self.port,
+                sftp=_plain(self.sftp),
                 workdir=_plain(str(self.workdir)),
                 setenv=" ".join(f'"{_plain(f"{key}={value}")}"' for key, value in setenv.items()),
             )
@@ -403,8 +407,12 @@ class SshdSandbox:
     ``atexit``. known_hosts is emptied on creation: a sandbox trusts only its own hosts.
     """
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, sftp: str = "internal-sftp") -> None:
+        """``sftp``: sshd's SFTP subsystem. The default serves SFTP inside sshd; a stock host
+        runs ``/usr/lib/openssh/sftp-server`` through the user's login shell, which the
+        benchmark can choose to measure what that shell costs (``python -m bench --sftp``)."""
         self.base = Path(base).absolute()
+        self.sftp = sftp
         self.hosts: dict[str, SshHost] = {}
         self.sshd = find_sshd()
         try:
@@ -471,6 +479,7 @@ class SshdSandbox:
                     workdir=workdir,
                     env=dict(env or {}),
                     _sshd=self.sshd,
+                    sftp=self.sftp,
                 )
             )
         _keygen([h.host_key for h in hosts], "deploy-sandbox-host")

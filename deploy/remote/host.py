@@ -28,6 +28,7 @@ from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed, S
 from deploy.remote.connect import ConnectSettings, open_connection
 from deploy.remote.session import Session, SessionLost
 from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
+from deploy.remote.shellfile import fetch_command, parse_fetch
 
 log = logging.getLogger("deploy.remote")
 
@@ -232,6 +233,28 @@ class RemoteHost:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "reading the status of", path) from exc
         return file_stat(path, attrs)
+
+    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
+        """lstat ``path`` and, if it is a regular file, read it (see `shellfile.parse_fetch`).
+
+        While the lock is held this is one command in the lock's shell, so a run that only
+        reads never opens SFTP (`deploy.remote.shellfile` says why that matters); otherwise,
+        or where the host's shell cannot answer, an SFTP lstat and read.
+        """
+        if self.session is not None:
+            status, out, err, timed_out = self._run_in_session(fetch_command(path), None, 120)
+            if timed_out:
+                raise StepFailed(f"{self.name}: reading {path} took more than 120 s")
+            answer = parse_fetch(self.name, path, status, out, err)
+            if answer is not None:
+                return answer
+        info = self.stat(path)
+        if info is None or not info.is_file:
+            return info, None
+        try:
+            return info, self.read(path)
+        except FileNotFoundError:
+            return info, None
 
     def read(self, path: str) -> bytes:
         """The whole content of ``path`` (one open, pipelined reads, close).

@@ -30,7 +30,7 @@ def read_file(ctx: StepContext, path: str) -> FileState:
         return cached
     if not path.startswith("/"):
         raise StepFailed(f"{ctx.host}: {path!r} is not an absolute path")
-    info = ctx.remote.stat(path)
+    info, content = ctx.remote.fetch(path)
     if info is None:
         raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
     if info.is_symlink:
@@ -39,12 +39,8 @@ def read_file(ctx: StepContext, path: str) -> FileState:
         raise StepFailed(f"{ctx.host}: {path} is a symlink; name the file it points to instead")
     if not info.is_file:
         raise StepFailed(f"{ctx.host}: {path} is not a regular file")
-    try:
-        content = ctx.remote.read(path)
-    except FileNotFoundError as exc:
-        raise StepFailed(
-            f"{ctx.host}: {path} disappeared while being read; nothing was changed"
-        ) from exc
+    if content is None:
+        raise StepFailed(f"{ctx.host}: {path} disappeared while being read; nothing was changed")
     state = FileState(path=path, content=content, stat=info, original=content)
     ctx.files[path] = state
     return state

@@ -32,9 +32,12 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: exec 2 -> 1 (+ cmd 1): the compile check no longer starts a login shell of its own.
 #: sftp 39 -> 36: the begin, backup and done journal lines are not fsynced on their own (the
 #: next intent or end line's fsync makes them durable; see deploy/engine/journal.py).
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 36}
+#: sftp 36 -> 32, cmd 1 -> 2: the file's lstat and content come in one command in the lock's
+#: shell (deploy/remote/shellfile.py), so a re-run opens no SFTP session at all — which on a
+#: host whose sshd starts sftp-server through the login shell is a second shell saved.
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 32}
 #: Per host, the same playbook again on the patched file: nothing to change.
-RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 4}
+RERUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0}
 HOSTS = 2
 #: The file change only: the sandbox hosts run no SGLang server for the service steps.
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")

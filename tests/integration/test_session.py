@@ -101,3 +101,23 @@ def test_a_process_left_running_does_not_keep_the_lock(ssh_host: SshHost, tmp_pa
         os.kill(pid, signal.SIGKILL)
         remote.close()
         second.close()
+
+
+def test_fetch_reads_through_the_locks_shell_without_sftp(
+    locked: RemoteHost, tmp_path: Path
+) -> None:
+    weird = tmp_path / "it's a file.py"
+    weird.write_bytes(b"# coding: latin-1\nx = '\xe9'\n\x00tail without newline")
+    weird.chmod(0o640)
+    (tmp_path / "link").symlink_to(weird)
+    sftp_before = locked.ops["sftp"]
+
+    info, content = locked.fetch(str(weird))
+    assert content == weird.read_bytes()
+    assert info is not None and info.permissions == 0o640 and info.size == len(content)
+    link, nothing = locked.fetch(str(tmp_path / "link"))
+    assert link is not None and link.is_symlink and nothing is None
+    folder, nothing = locked.fetch(str(tmp_path))
+    assert folder is not None and not folder.is_file and nothing is None
+    assert locked.fetch(str(tmp_path / "missing")) == (None, None)
+    assert locked.ops["sftp"] == sftp_before, "no SFTP request was needed"

@@ -31,27 +31,30 @@ import paramiko
 
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
-#: login shell's umask. Scratch files live in the 0700 state directory; only the lock holder
-#: uses them, so fixed names cannot collide. They are unlinked before each command, so a
-#: process an earlier command left running with its output still open writes to a file nobody
-#: reads any more, never into the next command's answer.
-LOOP = r"""_dI="$_dS/.session.in"; _dO="$_dS/.session.out"; _dE="$_dS/.session.err"
+#: login shell's umask. Each command gets its own scratch files in the 0700 state directory
+#: (numbered; all removed when the loop ends), so a process an earlier command left running
+#: with its output still open writes to a file nobody reads any more, never into a later
+#: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
+#: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file.
+LOOP = r"""_dn=0; rm -f "$_dS"/.session.*
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 while read -r _dv _dc _di _dt; do
   [ "$_dv" = RUN ] || break
   _dx=$(head -c "$_dc"; echo .); _dx=${_dx%.}
-  rm -f "$_dI" "$_dO" "$_dE"
-  head -c "$_di" >"$_dI"
+  _dn=$((_dn + 1)); _dI="$_dS/.session.$_dn.in"; _dO="$_dS/.session.$_dn.out"; _dE="$_dS/.session.$_dn.err"
+  if [ "$_di" -gt 0 ]; then head -c "$_di" >"$_dI"; else : >"$_dI"; fi
   if [ "$_dt" != 0 ] && [ -n "$_dT" ]; then
     ( umask "$_dU"; exec timeout -k 5 "$_dt" "${SHELL:-/bin/sh}" -c "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 9>&-
   else
     ( umask "$_dU"; eval "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 9>&-
   fi
   _dr=$?
-  printf 'DONE %s %s %s\n' "$_dr" "$(wc -c <"$_dO")" "$(wc -c <"$_dE")"
-  cat "$_dO" "$_dE"
+  _do=0; [ -s "$_dO" ] && _do=$(wc -c <"$_dO")
+  _de=0; [ -s "$_dE" ] && _de=$(wc -c <"$_dE")
+  printf 'DONE %s %s %s\n' "$_dr" $_do $_de
+  if [ "$_do" != 0 ] || [ "$_de" != 0 ]; then cat "$_dO" "$_dE"; fi
 done
-rm -f "$_dI" "$_dO" "$_dE"
+rm -f "$_dS"/.session.*
 """
 
 #: Seconds a timed command may overrun its own ``timeout(1)`` before the host counts as lost.

@@ -113,10 +113,6 @@ class Session:
         )
         return status, out, err, timed_out
 
-    def close(self) -> None:
-        """End the loop (EOF on its stdin), so the shell exits and the flock is released."""
-        self.channel.shutdown_write()
-
     def _fill(self, deadline: float | None) -> None:
         while not self.channel.recv_ready():
             ended = self.channel.closed or self.channel.exit_status_ready()

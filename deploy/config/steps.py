@@ -101,6 +101,13 @@ class VerifyPythonArgs(_Strict):
         default="python3", description="Interpreter on the host used for 'compiles'."
     )
     compiles: bool = Field(default=False, description="Compile the file with 'python' on the host.")
+    compile_cache: bool = Field(
+        default=True,
+        description=(
+            "Reuse a passed compile of the same file bytes by the same interpreter binary "
+            "(recorded in state_dir/compiled); false compiles on every run."
+        ),
+    )
     class_has: dict[str, list[str]] = Field(
         default_factory=dict, description="Class -> names that must be defined in its body."
     )

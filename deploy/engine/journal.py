@@ -5,6 +5,9 @@ Layout under ``state_dir`` (DESIGN.md)::
     runs/<run-id>/journal.jsonl   one JSON object per line: begin, intent, done, ..., end
     runs/<run-id>/manifest.json   each file touched: path, sha256 before/after, mode, uid, gid, size
     runs/<run-id>/files/<sha256>  saved copies, content-addressed
+    services/<name>.log, .pid     servers deploy started itself (manager: process)
+    compiled/<sha256>             passed compile checks: the interpreter identity they passed
+                                  with (deploy.checks.compile; a cache, safe to delete)
 
 An ``intent`` line is fsynced *before* the change it announces, so a rollback — by this
 process, or by a later one after a crash — knows every change that may have happened; a
@@ -13,7 +16,7 @@ backup, done) are appended without an fsync of their own: they become durable wi
 fsynced line of the same file — an intent precedes every change, an end every finish — and
 recovery treats an intent without its done as "may have happened" anyway, checking the file's
 checksum (or the service) before undoing. The run directory is created lazily at the first change: a run that changes
-nothing leaves nothing on the host.
+nothing leaves no run behind (at most the one-line record of a compile check it passed).
 """
 
 from __future__ import annotations

@@ -4,11 +4,19 @@ The structural checks (class members, nothing at module level, the last statemen
 on the bytes already fetched. ``compiles`` runs the host's own interpreter — the one that will
 import the file, e.g. SGLang's venv — since what parses depends on the Python version. Under
 ``--check`` the planned content is compiled from stdin, so nothing on the host is touched.
+Otherwise a passed compile is recorded under ``state_dir/compiled`` and reused while the file's
+bytes and the interpreter binary stay the same (`deploy.checks.compile`): a re-run that changes
+nothing then costs the host no interpreter start, and the report says the result was reused.
 """
 
 from __future__ import annotations
 
-from deploy.checks.compile import compile_command, compile_problem, compile_stdin_command
+from deploy.checks.compile import (
+    compile_command,
+    compile_problem,
+    compile_stdin_command,
+    was_reused,
+)
 from deploy.checks.python_ast import check_python
 from deploy.config.steps import VerifyPythonArgs
 from deploy.errors import CheckFailed
@@ -49,16 +57,22 @@ class VerifyPythonStep(Step):
             last_statement=args.last_statement,
             path=args.path,
         )
+        reused = False
         if args.compiles:
             if ctx.check_mode:
                 command = compile_stdin_command(args.python, args.path)
                 result = ctx.remote.run(command, stdin=content, timeout=120)
             else:
-                result = ctx.remote.run(compile_command(args.python, args.path), timeout=120)
+                cache = f"{ctx.state_dir.rstrip('/')}/compiled" if args.compile_cache else None
+                command = compile_command(args.python, args.path, cache=cache)
+                result = ctx.remote.run(command, timeout=120)
             problem = compile_problem(result.exit_status, result.stderr, python=args.python)
             if problem:
                 problems.append(problem)
+            reused = not problem and was_reused(result.stdout)
         if problems:
             prefix = f"{args.path}: "
             raise CheckFailed(prefix + "; ".join(p.removeprefix(prefix) for p in problems))
         planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"
+        if reused:
+            planned.summary += " (compile result reused: same bytes, same interpreter binary)"

@@ -48,6 +48,10 @@ def test_patches_059_inside_the_class_and_rerun_is_a_noop(
         "no temp file left"
     )
     assert "changed" in first.stdout
+    assert "compile result reused" not in first.output
+    # The compile that passed is recorded on the host: the interpreter identity it passed with.
+    record = kimi.host.state_dir / "compiled" / sha256(kimi.model_file)
+    assert record.read_text().strip()
     # Everything before the class's end is byte-identical: the insert only adds lines.
     patched = kimi.model_file.read_bytes()
     assert patched.startswith(original[: original.index(b"\n\nEntryClass")])
@@ -71,6 +75,8 @@ def test_patches_059_inside_the_class_and_rerun_is_a_noop(
     assert "unchanged" in second.stdout
     assert kimi.model_file.read_bytes() == patched
     assert kimi.runs() == runs, "a re-run that changes nothing makes no new backup"
+    # Same bytes, same interpreter binary: the host's interpreter is not started again.
+    assert "compile result reused: same bytes, same interpreter binary" in second.output
 
 
 def test_0510_already_has_the_methods(make_kimi_hosts) -> None:  # type: ignore[no-untyped-def]

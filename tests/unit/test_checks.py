@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import hashlib
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deploy.checks.compile import compile_command, compile_problem
+from deploy.checks.compile import compile_command, compile_problem, was_reused
 from deploy.checks.python_ast import check_python, module_level_definitions
 from deploy.checks.tail import check_tail
 
@@ -224,3 +227,96 @@ def test_compile_command_runs_and_writes_nothing(
 )
 def test_compile_problem(status: int, stderr: str, python: str | None, problem: str | None) -> None:
     assert compile_problem(status, stderr, python=python) == problem
+
+
+# -- the compile cache (state_dir/compiled), run by a real sh on real interpreters ------------
+
+
+def _interpreter(tmp_path: Path) -> Path:
+    """A private copy of this interpreter's binary, with a libpython beside it.
+
+    The copy runs like the original (a dynamically linked one finds its libpython through
+    its run path), and its identity — and that of ``lib/libpython*`` — is ours to change.
+    """
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    binary = prefix / "bin" / "python3"
+    shutil.copy2(os.path.realpath(sys.executable), binary)
+    (prefix / "lib" / "libpython3.so.1.0").write_bytes(b"stands for the interpreter's library")
+    return binary
+
+
+def _compile(python: Path | str, target: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    command = compile_command(str(python), str(target), cache=str(cache))
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+
+
+def test_a_passed_compile_is_reused_while_bytes_and_interpreter_stay(tmp_path: Path) -> None:
+    python, target, cache = _interpreter(tmp_path), tmp_path / "m.py", tmp_path / "compiled"
+    target.write_bytes(b"x = 1\n")
+    first = _compile(python, target, cache)
+    assert (first.returncode, first.stdout, first.stderr) == (0, "", "")
+    assert not was_reused(first.stdout)
+    (record,) = cache.iterdir()
+    assert record.name == hashlib.sha256(b"x = 1\n").hexdigest()
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    second = _compile(python, target, cache)
+    assert second.returncode == 0 and was_reused(second.stdout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compiled", "m.py", "prefix"]
+
+    # Other bytes: compiled again, and recorded under their own sha256.
+    target.write_bytes(b"x = 2\n")
+    third = _compile(python, target, cache)
+    assert third.returncode == 0 and not was_reused(third.stdout)
+    assert len(list(cache.iterdir())) == 2
+
+    # The interpreter binary replaced (here: its mtime), or its libpython: compiled again.
+    target.write_bytes(b"x = 1\n")
+    os.utime(python, (1_000_000_000, 1_000_000_000))
+    assert not was_reused(_compile(python, target, cache).stdout)
+    assert was_reused(_compile(python, target, cache).stdout)
+    os.utime(python.parent.parent / "lib" / "libpython3.so.1.0", (1_000_000_000, 1_000_000_000))
+    assert not was_reused(_compile(python, target, cache).stdout)
+
+
+def test_a_failed_compile_is_never_recorded(tmp_path: Path) -> None:
+    python, target, cache = _interpreter(tmp_path), tmp_path / "m.py", tmp_path / "compiled"
+    target.write_bytes(b"x = (\n")
+    for _ in range(2):
+        result = _compile(python, target, cache)
+        assert result.returncode == 1
+        problem = compile_problem(result.returncode, result.stderr, python="PY")
+        assert (
+            problem == "does not compile with PY: SyntaxError: '(' was never closed (m.py, line 1)"
+        )
+    assert not cache.exists()
+
+
+def test_no_cache_through_a_wrapper_script_or_a_missing_interpreter(tmp_path: Path) -> None:
+    """A wrapper (a pyenv shim, ``#!/bin/sh`` + exec) may start another interpreter without
+    changing itself: its identity says nothing, so every run compiles."""
+    real = _interpreter(tmp_path)
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(str(real))} "$@"\n')
+    wrapper.chmod(0o755)
+    target, cache = tmp_path / "m.py", tmp_path / "compiled"
+    target.write_bytes(b"x = 1\n")
+    for _ in range(2):
+        result = _compile(wrapper, target, cache)
+        assert result.returncode == 0 and not was_reused(result.stdout)
+    assert not cache.exists()
+    missing = _compile(tmp_path / "no-such-python", target, cache)
+    assert missing.returncode == 127
+    assert compile_problem(missing.returncode, missing.stderr) == "interpreter not found"
+
+
+def test_the_cached_command_quotes_every_path(tmp_path: Path) -> None:
+    odd = tmp_path / "it's $(touch pwned) `x`"
+    odd.mkdir()
+    python, target = _interpreter(odd), odd / "m; rm -rf ~.py"
+    target.write_bytes(b"x = 1\n")
+    cache = odd / "comp iled"
+    assert _compile(python, target, cache).returncode == 0
+    assert was_reused(_compile(python, target, cache).stdout)
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()

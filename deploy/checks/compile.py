@@ -55,6 +55,8 @@ CACHE_DAYS = 30
 
 #: The cached form's compile script: as `_SCRIPT`, then print the sha256 of the very bytes it
 #: compiled, so that the pass is recorded for those bytes whatever happened to the file since.
+#: The built-in sha256 module (``_sha2`` from 3.12, ``_sha256`` before) spares importing hashlib
+#: and OpenSSL, ~2 ms of the host's CPU.
 _HASHING_SCRIPT = """import sys
 p = sys.argv[1]
 try:
@@ -64,8 +66,14 @@ try:
 except (SyntaxError, ValueError, OSError) as e:
     sys.exit("%s: %s" % (type(e).__name__, e))
 try:
-    import hashlib
-    print(hashlib.sha256(data).hexdigest())
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        try:
+            from _sha256 import sha256
+        except ImportError:
+            from hashlib import sha256
+    print(sha256(data).hexdigest())
 except Exception:
     pass
 """
@@ -88,11 +96,12 @@ _STATIC_SIZE = 1_000_000
 #: The record ``$c/SHA256`` holds the identity it passed with. Any step that fails leaves its
 #: variable empty, and an empty one means "compile, record nothing": the check is never weaker
 #: than without the cache. Exit status and stderr are the interpreter's own. Builtins only
-#: beyond sha256sum, readlink, head and stat (~2 ms on the host instead of ~15).
+#: beyond sha256sum, readlink, head and stat: ~4 ms of the host's CPU where compiling is ~14.
 _CACHED = r"""c={cache}; p={path}; k=; f=; r=
 k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
-if i=$(command -v {python} 2>/dev/null) && i=$(readlink -f -- "$i" 2>/dev/null) \
-  && [ "$(head -c 4 -- "$i" 2>/dev/null)" = "$(printf '\177ELF')" ]; then
+case {python} in /*) i={python} ;; *) i=$(command -v {python} 2>/dev/null) ;; esac
+if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
+  && case "$(head -c 4 -- "$i" 2>/dev/null)" in ?ELF) true ;; *) false ;; esac; then
   set -- "$i"
   for l in {libpython}; do [ -f "$l" ] && set -- "$@" "$l"; done
   if f=$(stat -L -c '%s:%d:%i:%Y:%Z' -- "$@" 2>/dev/null); then

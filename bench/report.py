@@ -248,10 +248,12 @@ def _round_trips(results: Results) -> list[str]:
         "init`: see the unit prices below) — while an **SFTP** request is served inside the "
         "already running SFTP server, with no shell (the sandbox's sshd serves SFTP "
         "in-process, `internal-sftp`; where a host's sshd runs `sftp-server` instead, that "
-        "starts through the login shell once per connection). So `deploy` reads, writes and "
-        "renames over SFTP and starts one login shell per host: the one that takes the lock, "
-        "which then runs the run's other commands (the compile check) as **cmd**s — no new "
-        "shell, one round trip each (`deploy/remote/session.py`). On loopback the hosts' "
+        "starts through the login shell once per connection). So `deploy` starts one login "
+        "shell per host, the one that takes the lock, which then runs the run's other "
+        "commands as **cmd**s — no new shell, one round trip each "
+        "(`deploy/remote/session.py`): reading a file (its status and bytes in one command) "
+        "and the compile check. Writes and renames go over SFTP, which a re-run that changes "
+        "nothing never opens. On loopback the hosts' "
         "shells also run on the workstation's cores, so at N = 20 and 50 every exec competes "
         "with the tools themselves for CPU.",
         "",
@@ -440,6 +442,12 @@ def _method(results: Results) -> list[str]:
         "(`ssh_strict_host_key_checking: yes`), no agent, no key search.",
         "- **floor**: `python bench/floor.py` — paramiko connect + `true` + close on every host "
         "in threads, host keys checked. The least a paramiko tool can do with one exec per host.",
+        "- **State between runs**: before each change run every host's file is reset and "
+        "`deploy`'s `state_dir` removed (untimed), so each change run compiles the new file "
+        "for real. The re-run that follows finds that check recorded (`state_dir/compiled`: "
+        "same file bytes, same interpreter binary; `compile_cache` in docs/playbooks.md) and "
+        "does not start the host's interpreter again — as ansible's `validate`, which only "
+        "runs when the file changes; pyinfra's `server.shell` compiles on every run.",
         "- **Checks, untimed**: after each change run every host's file is parsed with `ast` "
         "(the three methods in the class, none at module level, `EntryClass` still the last "
         "statement and line) and a backup holding the original bytes must exist; after each "

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from deploy.config.inventory import HostSpec
-from deploy.config.load import HostPlan
+from deploy.config.resolve import HostPlan
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
 from deploy.engine.host_run import RunOptions, apply_host, connect_settings, holder_info
 from deploy.engine.journal import now_iso

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
-from deploy.config.load import HostPlan
+from deploy.config.resolve import HostPlan
 from deploy.engine.journal import Journal, now_iso, read_events
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run_events, unfinished_runs

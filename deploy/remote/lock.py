@@ -139,7 +139,9 @@ def acquire(
                 raise HostUnreachable(
                     f"{remote.name}: no answer while taking the lock in {state_dir}"
                 )
-            _wait_readable(channel, 0.05)
+            # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
+            # wake-ups of the GIL per run at 50 hosts).
+            _wait_readable(channel, min(1.0, max(0.0, deadline - time.monotonic())))
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
         raise HostUnreachable(

@@ -35,8 +35,9 @@ import paramiko
 #: (numbered; all removed when the loop ends), so a process an earlier command left running
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
-#: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file.
-LOOP = r"""_dn=0; rm -f "$_dS"/.session.*
+#: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
+#: ``rm`` only when there are scratch files (the glob is the shell's own).
+LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 while read -r _dv _dc _di _dt; do
   [ "$_dv" = RUN ] || break
@@ -54,7 +55,7 @@ while read -r _dv _dc _di _dt; do
   printf 'DONE %s %s %s\n' "$_dr" $_do $_de
   if [ "$_do" != 0 ] || [ "$_de" != 0 ]; then cat "$_dO" "$_dE"; fi
 done
-rm -f "$_dS"/.session.*
+if [ "$_dn" -gt 0 ]; then rm -f -- "$_dS"/.session.*; fi
 """
 
 #: Seconds a timed command may overrun its own ``timeout(1)`` before the host counts as lost.

@@ -6,6 +6,7 @@ import ast
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -195,6 +196,22 @@ def test_unknown_and_changed_host_keys_are_refused(kimi_059: tuple[KimiHost, Dep
     assert changed.exit_code == 4, changed.output
     assert "CHANGED" in changed.output and "ssh-keygen -R" in changed.output
     assert sha256(kimi.model_file) == before
+
+
+def test_hashed_known_hosts_entries_are_honoured(kimi_059: tuple[KimiHost, Deploy]) -> None:
+    """``HashKnownHosts yes`` files (``ssh-keygen -H``) name no host in clear; the key is found."""
+    kimi, deploy = kimi_059
+    known = kimi.host.known_hosts
+    saved = known.read_text()
+    try:
+        subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)
+        Path(f"{known}.old").unlink(missing_ok=True)
+        assert "|1|" in known.read_text() and "127.0.0.1" not in known.read_text()
+        result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "--check")
+        assert result.exit_code == 0, result.output
+        assert known.read_text().count("\n") == saved.count("\n"), "nothing appended"
+    finally:
+        known.write_text(saved)
 
 
 def test_two_concurrent_applies_one_is_refused(

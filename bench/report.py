@@ -251,8 +251,9 @@ def _round_trips(results: Results) -> list[str]:
         "starts through the login shell once per connection). So `deploy` starts one login "
         "shell per host, the one that takes the lock, which then runs the run's other "
         "commands as **cmd**s — no new shell, one round trip each "
-        "(`deploy/remote/session.py`): reading a file (its status and bytes in one command) "
-        "and the compile check. Writes and renames go over SFTP, which a re-run that changes "
+        "(`deploy/remote/session.py`): the compile check, and reading a file a command may "
+        "have changed. The files the first steps read (status and bytes) come with the "
+        "lock's own exec. Writes and renames go over SFTP, which a re-run that changes "
         "nothing never opens. On loopback the hosts' "
         "shells also run on the workstation's cores, so at N = 20 and 50 every exec competes "
         "with the tools themselves for CPU.",

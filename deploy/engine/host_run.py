@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
+from deploy.config.steps import action_of, args_of
 from deploy.engine.journal import Journal, now_iso, read_events
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run_events, unfinished_runs
@@ -119,7 +120,10 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
         if not options.check_mode:
             try:
                 lock = acquire(
-                    remote, spec.state_dir, holder_info(options.run_id, options.playbook)
+                    remote,
+                    spec.state_dir,
+                    holder_info(options.run_id, options.playbook),
+                    prefetch=prefetch_paths(plan),
                 )
             except HostNotAttempted as exc:
                 result.outcome, result.error = "not attempted", str(exc)
@@ -131,6 +135,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             _note_takeover(lock, result, progress)
             if not _recover(remote, spec.state_dir, lock, result, progress):
                 return result
+            if result.recovered:
+                remote.prefetched.clear()  # an undo ran: read the files as it left them
         if options.check_mode:
             _preview_recovery(remote, spec.state_dir, result)
         _run_steps(remote, plan, options, result)
@@ -141,6 +147,27 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
         remote.close()
         result.duration = round(time.monotonic() - began, 3)
     return result
+
+
+#: Steps that touch nothing but the file they name (and run only our own compile check). The
+#: files the run's leading such steps read are prefetched with the lock: read in the lock's
+#: exec, no round trip of their own. Any other step (a command, a service) may change files,
+#: so it ends that prefix, and what was prefetched and not yet read is dropped before it runs.
+FILE_STEPS = frozenset(
+    {"backup", "python_insert", "patch", "append", "verify_python", "verify_tail"}
+)
+
+
+def prefetch_paths(plan: HostPlan) -> list[str]:
+    """The files the plan's leading file steps read, in order (see `FILE_STEPS`)."""
+    paths: list[str] = []
+    for _, entry in plan.steps:
+        if action_of(entry) not in FILE_STEPS:
+            break
+        path = getattr(args_of(entry), "path", None)
+        if isinstance(path, str) and path.startswith("/") and path not in paths:
+            paths.append(path)
+    return paths
 
 
 def _preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> None:
@@ -217,6 +244,8 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
     )
     for position, (index, entry) in enumerate(steps):
         step = build_step(entry, index)
+        if step.kind not in FILE_STEPS:
+            remote.prefetched.clear()
         ctx.step_index = index
         ctx.upcoming = [later for _, later in steps[position + 1 :]]
         progress.step_started(name, index, step.title)

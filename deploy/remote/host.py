@@ -50,6 +50,9 @@ class RemoteHost:
         #: Counts of round trips by kind, for the performance budget (docs/performance.md):
         #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0}
+        #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
+        #: each answered once by `fetch`; a write or removal of the path drops it.
+        self.prefetched: dict[str, tuple[FileStat, bytes | None]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -239,8 +242,12 @@ class RemoteHost:
 
         While the lock is held this is one command in the lock's shell, so a run that only
         reads never opens SFTP (`deploy.remote.shellfile` says why that matters); otherwise,
-        or where the host's shell cannot answer, an SFTP lstat and read.
+        or where the host's shell cannot answer, an SFTP lstat and read. A file the lock's
+        exec prefetched is answered from that, once, without a round trip.
         """
+        early = self.prefetched.pop(path, None)
+        if early is not None:
+            return early
         if self.session is not None:
             # No timeout, as an SFTP read has none: timeout(1) would cost two process starts.
             status, out, err, _ = self._run_in_session(fetch_command(path), None, None)
@@ -289,6 +296,7 @@ class RemoteHost:
         path stats the temp file anyway), else None. On any failure (a full disk included)
         the temp file is removed and the target is untouched.
         """
+        self.prefetched.pop(path, None)
         directory, _, base = path.rpartition("/")
         tmp = f"{directory}/{temp_prefix(base)}{secrets.token_hex(4)}.tmp"
         sftp = self.sftp
@@ -349,6 +357,7 @@ class RemoteHost:
         return removed
 
     def remove(self, path: str) -> None:
+        self.prefetched.pop(path, None)
         self.ops["sftp"] += 1
         with contextlib.suppress(FileNotFoundError):
             self.sftp.remove(path)

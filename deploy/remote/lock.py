@@ -2,7 +2,8 @@
 
 One exec both takes the lock and reports what the engine must know before doing anything: the
 last journal line of every run kept on the host (so unfinished runs are found without further
-round trips). The flock is held by that shell, which then serves the run's commands over the
+round trips), and the status and bytes of the files the run's leading file steps will read
+(``prefetch``: no round trip of their own). The flock is held by that shell, which then serves the run's commands over the
 same channel (`deploy.remote.session`: one login shell per host per run) until its stdin ends —
 so the lock is released by the kernel the moment our SSH session ends, cleanly or because the
 workstation died. A lock can therefore never be left behind by a dead run (a command still
@@ -13,8 +14,10 @@ stays in the file for the next run to report.
 from __future__ import annotations
 
 import json
+import secrets
 import select
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import paramiko
@@ -22,6 +25,7 @@ import paramiko
 from deploy.errors import HostUnreachable, LockHeld, StepFailed
 from deploy.remote.host import RemoteHost, quote
 from deploy.remote.session import LOOP, Session
+from deploy.remote.shellfile import parse_prefetch, prefetch_end, prefetch_script
 
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
@@ -35,7 +39,7 @@ if flock -n 9; then
   set -- "$_dS"/runs/*/journal.jsonl
   [ -f "$1" ] && tail -v -n 1 -- "$@"
   echo READY
-{loop}else
+{prefetch}{loop}else
   printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
   exit 75
 fi
@@ -70,6 +74,7 @@ class HostLock:
         """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
         if self.remote.session is not None and self.remote.session.channel is self.channel:
             self.remote.session = None
+        self.remote.prefetched.clear()
         try:
             self.channel.shutdown_write()
             self.channel.status_event.wait(5)  # set by paramiko when the exit status arrives
@@ -114,24 +119,39 @@ def describe_holder(holder: dict[str, object] | None) -> str:
 
 
 def acquire(
-    remote: RemoteHost, state_dir: str, holder: dict[str, object], timeout: float = 30.0
+    remote: RemoteHost,
+    state_dir: str,
+    holder: dict[str, object],
+    timeout: float = 30.0,
+    prefetch: Sequence[str] = (),
 ) -> HostLock:
     """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
+
+    ``prefetch``: files the run will read. The same exec answers their status and bytes
+    (`deploy.remote.shellfile.prefetch_script`), kept for `RemoteHost.fetch`, so reading
+    them costs no round trip of its own.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
+    paths = list(dict.fromkeys(prefetch))
+    nonce = secrets.token_hex(16)
     script = _SCRIPT.format(
-        state=quote(state_dir), holder=quote(json.dumps(holder, sort_keys=True)), loop=LOOP
+        state=quote(state_dir),
+        holder=quote(json.dumps(holder, sort_keys=True)),
+        prefetch=prefetch_script(paths, nonce) if paths else "",
+        loop=LOOP,
     )
     channel = remote.start(script)
-    buffer = b""
+    buffer = bytearray()  # amortized appends: a prefetched file may be large
     deadline = time.monotonic() + timeout
+    end = prefetch_end(nonce) if paths else b""
     try:
-        while b"READY\n" not in buffer:
+        while not _answered(buffer, end):
             if channel.recv_ready():
                 buffer += channel.recv(65536)
+                deadline = time.monotonic() + timeout  # silence is what times out
                 continue
             if channel.exit_status_ready() and not channel.recv_ready():
                 break
@@ -147,13 +167,15 @@ def acquire(
         raise HostUnreachable(
             f"{remote.name}: connection lost while taking the lock: {exc}"
         ) from exc
-    text = buffer.decode("utf-8", "replace")
+    head, ready, files = buffer.partition(b"READY\n")
+    text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
     first = lines[0] if lines else ""
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _last_lines(lines[1:])
         remote.session = Session(channel)
+        remote.prefetched = parse_prefetch(paths, bytes(files), nonce) if paths else {}
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()
     if first.startswith("BUSY"):
@@ -166,6 +188,17 @@ def acquire(
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
     )
+
+
+def _answered(buffer: bytearray, end: bytes) -> bool:
+    """The lock script's answer is complete: READY, then the prefetched files' end marker.
+
+    Journal lines are JSON objects, so none is ``READY`` alone; file bytes come after READY
+    and are framed by the run's nonce (see `deploy.remote.shellfile`).
+    """
+    if end and not buffer.endswith(end):
+        return False
+    return b"READY\n" in buffer
 
 
 def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from deploy.sandbox.sshd import SshHost
 from tests.integration.conftest import Deploy, KimiHost, open_remote
@@ -35,12 +36,18 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: sftp 36 -> 32, cmd 1 -> 2: the file's lstat and content come in one command in the lock's
 #: shell (deploy/remote/shellfile.py), so a re-run opens no SFTP session at all — which on a
 #: host whose sshd starts sftp-server through the login shell is a second shell saved.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 32}
-#: Per host, the same playbook again on the patched file: nothing to change.
-RERUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0}
+#: cmd 2 -> 1: the files the leading file steps read come with the lock's own exec
+#: (``acquire(prefetch=)``), so the fetch is no round trip of its own.
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 32}
+#: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
+#: compile check, answered from the record of the change run's (state_dir/compiled).
+RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0}
 HOSTS = 2
 #: The file change only: the sandbox hosts run no SGLang server for the service steps.
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
+
+CLASS = "KimiK25ForConditionalGeneration"
+ENTRY = f"EntryClass = [{CLASS}]"
 
 MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 
@@ -82,6 +89,29 @@ def test_change_run_and_rerun_stay_within_the_round_trip_budget(
         f"the no-change re-run makes more SSH operations than budgeted {RERUN_BUDGET}: "
         f"{_over(rerun, RERUN_BUDGET)}"
     )
+
+
+def test_only_files_read_before_any_command_come_with_the_lock(
+    kimi_059: tuple[KimiHost, Deploy], tmp_path: Path
+) -> None:
+    """The lock's exec reads the files of the leading file steps (no round trip of their own);
+    a file first read after a command step is read after it, as the command left it."""
+    kimi, deploy = kimi_059
+    other = kimi.model_file.parent / "other.txt"
+    other.write_text("first\n")
+    playbook = tmp_path / "order.yaml"
+    playbook.write_text(
+        "name: order\nhosts: all\nsteps:\n"
+        f"  - verify_tail: {{path: {kimi.model_file}, last_line: '{ENTRY}'}}\n"
+        f"  - verify_python: {{path: {kimi.model_file}, class_has: {{{CLASS}: [forward]}}}}\n"
+        f"  - verify_command: {{run: 'echo second >> {other}'}}\n"
+        f"  - verify_tail: {{path: {other}, last_line: second}}\n"
+    )
+    result = deploy("apply", str(playbook), "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    (ops,) = _ops(result.stdout).values()
+    # cmd: the command, then other.txt's fetch; kimi_k25.py came with the lock (read once).
+    assert (ops["exec"], ops["cmd"], ops["sftp"]) == (1, 2, 0), ops
 
 
 def test_help_imports_no_ssh_or_yaml() -> None:

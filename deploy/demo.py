@@ -32,6 +32,7 @@ import click
 
 from deploy.sandbox import gpu_host
 from deploy.sandbox.sshd import SandboxError, SshdSandbox
+from deploy.sandbox.wheels import kimi_k25_source
 
 #: The repository's playbooks (the package is installed from the checkout, `pip install -e .`).
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
@@ -153,7 +154,7 @@ def run(*, keep: bool = False, out: TextIO | None = None) -> int:
         demo.deploy("history")
         if demo.deploy("rollback", "--yes") != 0:
             failures.append("rollback")
-        if gpu.model_file.read_bytes() != gpu_host.kimi_k25_source("0.5.9"):
+        if gpu.model_file.read_bytes() != kimi_k25_source("0.5.9"):
             failures.append("rollback did not restore 0.5.9's file")
         _say(
             stream,

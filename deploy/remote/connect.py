@@ -63,7 +63,7 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # untyped
     """Refuse unknown keys, or (accept-new) append them to the known_hosts file."""
 
     def __init__(self, settings: ConnectSettings) -> None:

@@ -273,7 +273,8 @@ class RemoteHost:
         try:
             with self.sftp.open(path, "rb") as handle:
                 handle.prefetch()
-                return handle.read()
+                data: bytes = handle.read()
+                return data
         except FileNotFoundError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from deploy.config.steps import StepCommon, action_of, args_of
-from deploy.remote.host import FileStat, RemoteHost
+from deploy.remote.host import RemoteHost
+from deploy.remote.sftpfile import FileStat
 
 
 class Recorder(Protocol):
@@ -113,7 +114,8 @@ class StepContext:
 class Step:
     """Base of every step: holds the validated arguments; subclasses implement the lifecycle."""
 
-    kind: ClassVar[str] = ""
+    #: The action's key (``python_insert``...): a class default, set from the entry per step.
+    kind: str = ""
     #: Whether the step may change the host (so a failure after it triggers rollback).
     mutating: ClassVar[bool] = False
     #: Whether ``verify`` may run under ``--check`` (read-only checks do; commands do not).

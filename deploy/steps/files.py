@@ -130,7 +130,8 @@ class EditStep(Step):
 
     @property
     def path(self) -> str:
-        return str(self.args.path)
+        # Every edit step's arguments model has a path; BaseModel does not say so.
+        return str(self.args.path)  # type: ignore[attr-defined]
 
     def describe(self) -> str:
         return f"{self.kind} {self.path}"

@@ -1,4 +1,4 @@
-"""The code base stays ruff-clean: CI runs this with the rest of the tests."""
+"""The code base stays ruff-clean and mypy --strict clean: CI runs this with the rest of the tests."""
 
 from __future__ import annotations
 
@@ -17,6 +17,21 @@ def test_ruff_check_is_clean() -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_strict_is_clean() -> None:
+    """The package type-checks under ``mypy --strict`` (configured in pyproject.toml)."""
+    mypy = shutil.which("mypy")
+    assert mypy, "mypy is part of the [test] extra: pip install -e '.[test]'"
+    proc = subprocess.run(
+        [mypy, "--no-error-summary"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

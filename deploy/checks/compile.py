@@ -14,10 +14,12 @@ remembered on the host, under ``state_dir/compiled/``, keyed like a ``.pyc`` is 
 what determines the answer. ``compile()`` under ``-I -S`` is a pure function of the source
 bytes and the interpreter binary, so the key is the file's sha256 (hashed on the host at
 check time, by the interpreter itself when it compiles) and the identity of the resolved
-interpreter binary (device, inode, size, mtime and ctime after following symlinks: replacing
-or upgrading it changes them). The result is reused only when both match, and only when the
-interpreter is an ELF binary, not a wrapper script (a pyenv shim or ``#!/bin/sh`` wrapper
-can start a different interpreter without changing itself). Failures are never remembered.
+interpreter binary and of the ``libpython`` it may be linked against (size, device, inode,
+mtime and ctime after following symlinks: replacing or upgrading either changes them). The
+result is reused only when both match, and only when the interpreter is an ELF binary, not a
+wrapper script (a pyenv shim or ``#!/bin/sh`` wrapper can start a different interpreter
+without changing itself), that holds the interpreter or has a libpython where one is
+installed. Failures are never remembered.
 ``compile_cache: false`` on the step turns this off.
 """
 

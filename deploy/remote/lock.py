@@ -3,12 +3,12 @@
 One exec both takes the lock and reports what the engine must know before doing anything: the
 last journal line of every run kept on the host (so unfinished runs are found without further
 round trips), and the status and bytes of the files the run's leading file steps will read
-(``prefetch``: no round trip of their own). The flock is held by that shell, which then serves the run's commands over the
-same channel (`deploy.remote.session`: one login shell per host per run) until its stdin ends —
-so the lock is released by the kernel the moment our SSH session ends, cleanly or because the
-workstation died. A lock can therefore never be left behind by a dead run (a command still
-running when the connection dropped keeps it until that command ends); the holder's description
-stays in the file for the next run to report.
+(``prefetch``: no round trip of their own). The flock is held by that shell, which then serves
+the run's commands over the same channel (`deploy.remote.session`: one login shell per host per
+run) until its stdin ends — so the lock is released by the kernel the moment our SSH session
+ends, cleanly or because the workstation died. A lock can therefore never be left behind by a
+dead run (a command still running when the connection dropped keeps it until that command
+ends); the holder's description stays in the file for the next run to report.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ Nothing here performs I/O.
 
 from __future__ import annotations
 
-import difflib
 import io
 import tokenize
 
+from deploy.edits.opcodes import diff_opcodes, grouped
 from deploy.edits.result import EditResult
 from deploy.errors import EditError
 from deploy.memo import once
@@ -202,8 +202,7 @@ def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
     a_text = _display_lines(old, a)
     b_text = _display_lines(new, b)
     out = [f"--- a/{name}", f"+++ b/{name}"]
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
+    for group in grouped(diff_opcodes(a, b), context):
         first, last = group[0], group[-1]
         old_range = _hunk_range(first[1], last[2])
         new_range = _hunk_range(first[3], last[4])

@@ -69,8 +69,10 @@ NOTES = """\
   deploy has no copy of it. Every edit before that window is caught, by comparing content
   (not size and mtime, which `cp -p` and `rsync -t` preserve).
 - A fault *during* the next command (a second fault while recovering) is not in the matrix.
-- Diffs are computed with difflib, which is quadratic on files of many identical lines
-  (20,000 identical lines take ~30 s to plan); the 100 MB case uses distinct lines.
+- Diffs match the common head and tail first, then use difflib (`deploy.edits.opcodes`):
+  an insert into 20,000 identical lines plans in ~0.02 s (38 s with difflib alone). A large
+  rewrite of many identical lines falls back to difflib's junk heuristic, which keeps it fast
+  but may make that diff longer than minimal. The 100 MB case uses distinct lines.
 - The password case uses a key passphrase (`password_env` → paramiko's passphrase): the
   sandbox sshd accepts keys only, and root's password cannot be set safely on CI machines.
 """

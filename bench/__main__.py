@@ -48,7 +48,8 @@ from bench.tools import (
     Tool,
 )
 from bench.workload import PLAYBOOK, methods_source
-from deploy.sandbox.sshd import SandboxError, SshdSandbox
+from deploy.sandbox.sshd import SshdSandbox
+from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import PATCH_NEEDED, kimi_k25_source
 
 REPO = Path(__file__).resolve().parents[1]

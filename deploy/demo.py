@@ -31,7 +31,8 @@ from typing import TextIO
 import click
 
 from deploy.sandbox import gpu_host
-from deploy.sandbox.sshd import SandboxError, SshdSandbox
+from deploy.sandbox.sshd import SshdSandbox
+from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import kimi_k25_source
 
 #: The repository's playbooks (the package is installed from the checkout, `pip install -e .`).

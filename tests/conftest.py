@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.sandbox.sshd import SandboxError, SshdSandbox, SshHost, find_sshd
+from deploy.sandbox.sshd import SshdSandbox, SshHost
+from deploy.sandbox.sshd_setup import SandboxError, find_sshd
 from deploy.sandbox.wheels import cache_dir
 
 #: Computed at import, while HOME and XDG_CACHE_HOME are still the developer's.

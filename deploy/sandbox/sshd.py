@@ -13,6 +13,9 @@ started through it, even one detached with ``setsid nohup`` (found by a marker v
 sshd puts into each session's environment). When ``setpriv`` exists, a daemon also gets
 SIGTERM if the thread that started it dies (``PR_SET_PDEATHSIG``), which covers a test runner
 killed with SIGKILL; start sandboxes from a thread that outlives them (normally the main one).
+
+Preparing a daemon (the binary, keys, ports, its config) is `deploy.sandbox.sshd_setup`;
+finding and killing the processes is `deploy.sandbox.reaper`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -35,165 +37,28 @@ from typing import Any
 
 import yaml
 
+from deploy.sandbox.reaper import MARKER_VAR, POLL, STOP_TIMEOUT, SurvivedKill, doomed, kill_trees
+from deploy.sandbox.sshd_setup import (
+    CONFIG,
+    SandboxError,
+    find_sshd,
+    keygen,
+    pick_ports,
+    plain,
+)
+
 READY_TIMEOUT = 10.0
-STOP_TIMEOUT = 5.0
-#: Set by sshd in every session's environment; how detached processes are found and killed.
-MARKER_VAR = "DEPLOY_SANDBOX_ID"
-_POLL = 0.005
 _PORT_ATTEMPTS = 5
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _RESERVED = {"known_hosts", "client_ed25519", "client_ed25519.pub"}
 
-# Absolute paths throughout (sshd re-execs itself and resolves nothing relative).
-_CONFIG = """\
-ListenAddress 127.0.0.1
-Port {port}
-HostKey "{workdir}/ssh_host_ed25519_key"
-AuthorizedKeysFile "{workdir}/authorized_keys"
-PidFile "{workdir}/sshd.pid"
-# keys live under /tmp, whose ownership and modes sshd would otherwise reject
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-# internal-sftp serves SFTP in-process; an sftp-server program is started through the
-# user's login shell (.bashrc included), as on a stock Debian host
-Subsystem sftp {sftp}
-MaxSessions 64
-MaxStartups 200
-PrintMotd no
-PrintLastLog no
-LogLevel INFO
-# sshd honours only the first SetEnv line: every variable goes on this one
-SetEnv {setenv}
-"""
 
-
-class SandboxError(RuntimeError):
-    """A daemon could not be started or stopped; the message carries its log tail."""
-
-
-def find_sshd() -> str:
-    """The absolute path of ``sshd`` (it refuses to re-exec itself from a relative one).
-
-    Raises:
-        SandboxError: not installed; the message says how to install it.
-    """
-    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/sbin"])
-    found = shutil.which("sshd", path=search)
-    if found is None:
-        raise SandboxError("sshd not found: install it with `apt-get install -y openssh-server`")
-    return os.path.abspath(found)
-
-
-def _keygen(paths: list[Path], comment: str) -> None:
-    """Make unencrypted ed25519 keys, all ``ssh-keygen`` processes at once."""
-    procs = []
-    for path in paths:
-        for stale in (path, path.with_name(path.name + ".pub")):
-            stale.unlink(missing_ok=True)  # ssh-keygen would ask "Overwrite (y/n)?"
-        procs.append(
-            subprocess.Popen(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
-    errors = [(p.communicate()[1].decode(errors="replace").strip(), p.returncode) for p in procs]
-    for message, code in errors:
-        if code:
-            raise SandboxError(f"ssh-keygen failed: {message or f'exit status {code}'}")
-
-
-def _pick_ports(count: int, avoid: set[int] | frozenset[int]) -> list[int]:
-    """Free loopback ports from the kernel, distinct and not in ``avoid``.
-
-    Every probe socket stays bound until all ports are chosen, so one call never returns the
-    same port twice; a port can still be taken before sshd binds it, which the caller retries.
-    """
-    probes: list[socket.socket] = []
+def _kill(roots: set[int], tokens: set[str]) -> None:
+    """`kill_trees`, its failure worded as the sandbox's own."""
     try:
-        ports: list[int] = []
-        while len(ports) < count:
-            probes.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            probes[-1].bind(("127.0.0.1", 0))
-            if (port := probes[-1].getsockname()[1]) not in avoid:
-                ports.append(port)
-        return ports
-    finally:
-        for probe in probes:
-            probe.close()
-
-
-def _plain(text: str) -> str:
-    """``text`` if it can sit between double quotes in sshd_config (no escaping exists there)."""
-    if any(c in text for c in '"\\\n\r'):
-        raise SandboxError(f"cannot write {text!r} into sshd_config (quote, backslash or newline)")
-    return text
-
-
-def _doomed(roots: set[int], tokens: set[str]) -> tuple[set[int], dict[int, int]]:
-    """Live pids of ``roots``, their descendants and the processes marked with ``tokens``.
-
-    Also returns pid -> ppid of every live process. Read from /proc (``ps`` may be absent);
-    zombies count as dead.
-    """
-    wanted = {f"{MARKER_VAR}={token}".encode() for token in tokens}
-    table: dict[int, int] = {}
-    found: set[int] = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
-            if stat[0] != "Z":  # (the command name before ")" may itself contain ") ")
-                table[int(entry)] = int(stat[1])
-                environ = Path(f"/proc/{entry}/environ").read_bytes() if wanted else b""
-                if wanted.intersection(environ.split(b"\0")):
-                    found.add(int(entry))
-        except OSError:
-            continue  # exited while we looked
-    children: dict[int, list[int]] = {}
-    for pid, ppid in table.items():
-        children.setdefault(ppid, []).append(pid)
-    stack = [pid for pid in roots if pid in table]
-    while stack:
-        found.add(pid := stack.pop())
-        stack.extend(children.get(pid, []))
-    found.discard(os.getpid())
-    return found, table
-
-
-def _kill_trees(roots: set[int], tokens: set[str], timeout: float = STOP_TIMEOUT) -> None:
-    """Kill ``roots``, their descendants and the processes marked with ``tokens``, leaves first.
-
-    Leaves first so that every process dies while its parent is alive to reap it: no ``sshd``
-    zombies are left for ``pgrep`` to show. The set is recomputed each round, as a dying
-    session can still spawn. SIGTERM first, SIGKILL for whatever remains after ``timeout``.
-
-    Raises:
-        SandboxError: something survived SIGKILL too.
-    """
-    term_until = time.monotonic() + timeout
-    signalled: dict[int, int] = {}
-    while True:
-        alive, table = _doomed(roots, tokens)
-        if not alive:
-            return
-        now = time.monotonic()
-        if now > term_until + timeout:
-            raise SandboxError(f"processes survived SIGKILL: {sorted(alive)}")
-        if now < term_until:
-            targets, sig = alive - {table[pid] for pid in alive}, signal.SIGTERM
-        else:
-            targets, sig = alive, signal.SIGKILL
-        for pid in targets:
-            if signalled.get(pid) != sig:
-                signalled[pid] = sig
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-        time.sleep(_POLL)
+        kill_trees(roots, tokens)
+    except SurvivedKill as exc:
+        raise SandboxError(str(exc)) from exc
 
 
 @dataclass
@@ -260,7 +125,7 @@ class SshHost:
 
     def processes(self) -> set[int]:
         """Live pids of the daemon, its sessions and everything started through it."""
-        return _doomed({self._process.pid} if self._process else set(), {self._token})[0]
+        return doomed({self._process.pid} if self._process else set(), {self._token})[0]
 
     def stop(self) -> None:
         """Kill the daemon, its sessions and every process started through it; idempotent."""
@@ -278,10 +143,10 @@ class SshHost:
             SandboxError: the daemon did not come back (e.g. the port was taken meanwhile).
         """
         if self._process is not None:
-            _kill_trees({self._process.pid}, set())
+            _kill({self._process.pid}, set())
             self._reap()
         if new_host_key:
-            _keygen([self.host_key], f"sandbox-{self.name}")
+            keygen([self.host_key], f"sandbox-{self.name}")
         self._launch()
         _await_ready([self], time.monotonic() + timeout, may_move=False)
 
@@ -290,11 +155,11 @@ class SshHost:
         setenv = {MARKER_VAR: self._token, "DEPLOY_SANDBOX_ROOT": str(self.root), **self.env}
         config = self.workdir / "sshd_config"
         config.write_text(
-            _CONFIG.format(
+            CONFIG.format(
                 port=self.port,
-                sftp=_plain(self.sftp),
-                workdir=_plain(str(self.workdir)),
-                setenv=" ".join(f'"{_plain(f"{key}={value}")}"' for key, value in setenv.items()),
+                sftp=plain(self.sftp),
+                workdir=plain(str(self.workdir)),
+                setenv=" ".join(f'"{plain(f"{key}={value}")}"' for key, value in setenv.items()),
             )
         )
         argv = [self._sshd, "-D", "-e", "-f", str(config)]
@@ -370,7 +235,7 @@ def _await_ready(
             log = host._new_log()
             if may_move and "Address already in use" in log and moves[host.name] < _PORT_ATTEMPTS:
                 moves[host.name] += 1
-                host.port = _pick_ports(1, avoid | {h.port for h in hosts})[0]
+                host.port = pick_ports(1, avoid | {h.port for h in hosts})[0]
                 host._launch()
                 continue
             for _, conn in dialled:
@@ -386,13 +251,13 @@ def _await_ready(
         if pending and time.monotonic() > deadline:
             names = ", ".join(f"{h.name}:{h.port}" for h in pending)
             raise SandboxError(f"sshd not ready in time ({names}):\n{_tail(pending[0]._new_log())}")
-        time.sleep(_POLL if pending else 0)
+        time.sleep(POLL if pending else 0)
 
 
 def _stop(hosts: list[SshHost]) -> None:
     """Stop several hosts in one sweep: one /proc scan per round, not one per host."""
     try:
-        _kill_trees({h._process.pid for h in hosts if h._process}, {h._token for h in hosts})
+        _kill({h._process.pid for h in hosts if h._process}, {h._token for h in hosts})
     finally:
         for host in hosts:
             host._reap()
@@ -422,7 +287,7 @@ class SshdSandbox:
         self.base.mkdir(parents=True, exist_ok=True)
         self.identity_file = self.base / "client_ed25519"
         if not self.identity_file.exists():
-            _keygen([self.identity_file], "deploy-sandbox-client")
+            keygen([self.identity_file], "deploy-sandbox-client")
         self.known_hosts = self.base / "known_hosts"
         self.known_hosts.write_text("")
         self._used_ports: set[int] = set()
@@ -462,7 +327,7 @@ class SshdSandbox:
             raise SandboxError(f"duplicate host names in {names}")
         pub_key = self.identity_file.with_suffix(".pub").read_text()
         hosts = []
-        for name, port in zip(names, _pick_ports(len(names), self._used_ports), strict=True):
+        for name, port in zip(names, pick_ports(len(names), self._used_ports), strict=True):
             workdir = self.base / name
             (workdir / "root").mkdir(parents=True, exist_ok=True)
             (workdir / "authorized_keys").write_text(pub_key)
@@ -482,7 +347,7 @@ class SshdSandbox:
                     sftp=self.sftp,
                 )
             )
-        _keygen([h.host_key for h in hosts], "deploy-sandbox-host")
+        keygen([h.host_key for h in hosts], "deploy-sandbox-host")
         try:
             for host in hosts:
                 self.hosts[host.name] = host

@@ -16,7 +16,8 @@ import yaml
 
 from deploy.config.inventory import Inventory
 from deploy.sandbox import sshd
-from deploy.sandbox.sshd import SandboxError, SshdSandbox, SshHost
+from deploy.sandbox.sshd import SshdSandbox, SshHost
+from deploy.sandbox.sshd_setup import SandboxError
 
 
 def connect(host: SshHost, known_hosts: Path | None = None) -> paramiko.SSHClient:
@@ -143,12 +144,12 @@ def test_a_taken_port_is_retried_on_another(
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
-        real_pick, first = sshd._pick_ports, [[taken]]
+        real_pick, first = sshd.pick_ports, [[taken]]
 
         def pick_taken_first(count: int, avoid: set[int] | frozenset[int]) -> list[int]:
             return first.pop() if first else real_pick(count, avoid)
 
-        monkeypatch.setattr(sshd, "_pick_ports", pick_taken_first)
+        monkeypatch.setattr(sshd, "pick_ports", pick_taken_first)
         host = sshd_sandbox.start("a")
     assert host.port != taken
     assert "Address already in use" in host.log_text()

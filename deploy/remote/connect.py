@@ -105,9 +105,8 @@ def _known_hosts(path: Path) -> paramiko.HostKeys:
 
     paramiko parses each line into a key object: fifty hosts each loading a fifty-line file
     was 2500 parses, ~30 ms of the GIL per run. Keyed by the file's identity, size, mtime and
-    ctime, so a key appended
-    by ``--accept-new-host-keys`` (or by anyone) is seen by the next host that connects.
-    Callers only read the shared object.
+    ctime, so a key appended by ``--accept-new-host-keys`` (or by anyone) is seen by the next
+    host that connects. Callers only read the shared object.
     """
     info = path.stat()
     key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)

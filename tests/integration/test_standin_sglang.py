@@ -38,7 +38,7 @@ from deploy.checks.nvidia_smi import (
 from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, kimi_k25_source
 
 FAKE = Path(__file__).parents[2] / "deploy" / "sandbox" / "fake_sglang"
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
 READY = "The server is fired up and ready to roll!"
 NO_SET_EAGLE3 = (
     "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute "

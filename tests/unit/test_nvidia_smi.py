@@ -1,4 +1,4 @@
-"""The nvidia-smi parsers against real captures (shared/fixtures/nvidia-smi), and the verdict.
+"""The nvidia-smi parsers against real captures (tests/fixtures/nvidia-smi, copied from shared/), and the verdict.
 
 Every capture in the fixture directory is used by some test here (checked below), so a capture
 added later cannot sit there untested.
@@ -24,7 +24,7 @@ from deploy.checks.nvidia_smi import (
 )
 from deploy.errors import CheckFailed
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
 UUID = "GPU-d982c062-2f38-192d-6ebe-12bd48d01d74"
 HOLDER = ComputeApp(pid=420, process_name="python3", used_memory_mib=19592, gpu_uuid=UUID)
 IDLE = GpuInfo(0, UUID, "NVIDIA H200", 0, 143771, 0)

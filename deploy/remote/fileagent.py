@@ -209,6 +209,8 @@ def write(args, data):
         meta = args.get("meta")
         if meta is None:
             meta = current or {"mode": 0o600}
+        elif "xattrs" not in meta and current:
+            meta = dict(meta, xattrs=current["xattrs"])  # a record from before xattrs were kept
         tmp = temp_prefix(base) + os.urandom(4).hex() + TEMP_SUFFIX
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
@@ -275,6 +277,22 @@ def mkdir(args, data):
         os.close(dfd)
 
 
+def remove(args, data):
+    """Unlink a name that is not a directory (a symlink itself, never its target)."""
+    directory, base = _split(args["path"])
+    try:
+        dfd = os.open(directory, _DIR_FLAGS)
+    except FileNotFoundError:
+        return {"missing": True}
+    try:
+        os.unlink(base, dir_fd=dfd)
+        return {}
+    except FileNotFoundError:
+        return {"missing": True}
+    finally:
+        os.close(dfd)
+
+
 def remove_temps(args, data):
     """Remove what an interrupted write of ``path`` left beside it; return the names."""
     directory, base = _split(args["path"])
@@ -321,6 +339,7 @@ OPERATIONS = {
     "write": write,
     "append": append,
     "mkdir": mkdir,
+    "remove": remove,
     "remove_temps": remove_temps,
 }
 

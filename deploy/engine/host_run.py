@@ -337,6 +337,11 @@ def _fail(
     if not journal.started:
         result.outcome = "failed"
         return
+    if not isinstance(exc, HostUnreachable):
+        try:
+            journal.settle()  # undo what the host recorded, not what was sent
+        except HostUnreachable as lost:
+            exc = lost
     if isinstance(exc, HostUnreachable):
         result.outcome = "rollback failed"
         result.error += (

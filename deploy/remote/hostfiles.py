@@ -65,6 +65,9 @@ class HostFiles(ABC):
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
+    #: Commands the lock's round trip ran ahead (``acquire(speculate=)``): (exit status,
+    #: stdout, stderr), for a step to use when what it checks is what they saw.
+    speculated: dict[str, tuple[int, bytes, str]]
 
     @property
     @abstractmethod

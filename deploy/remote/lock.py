@@ -143,9 +143,9 @@ def acquire(
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
     the prefetch in the same round trip.
 
-    ``prefetch``: files the run will read. The same exec answers their status and bytes
-    (`deploy.remote.shellfile.prefetch_script`), kept for `RemoteHost.fetch`, so reading
-    them costs no round trip of its own.
+    ``prefetch``: files the run will read. Their reads are sent to the host's file helper
+    with the lock's exec (served once the lock is held), and their status and bytes kept for
+    `RemoteHost.fetch`, so reading them costs no round trip of its own.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).

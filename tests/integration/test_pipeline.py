@@ -74,3 +74,24 @@ def test_reads_never_follow_a_symlink_swapped_in(ssh_host: SshHost, tmp_path: Pa
     finally:
         lock.release()
         remote.close()
+
+
+def test_without_the_lock_reads_are_fd_based_in_one_exec(ssh_host: SshHost, tmp_path: Path) -> None:
+    """``--check`` (and the plan shown before asking) holds no lock: its reads go to the same
+    helper, all in one exec, instead of SFTP's lstat-then-open by path."""
+    tmp_path.chmod(0o755)
+    target = tmp_path / "conf"
+    target.write_bytes(b"content\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    remote = open_remote(ssh_host)
+    try:
+        remote.read_ahead([str(target), str(link), str(tmp_path / "missing")])
+        assert remote.session is None
+        assert remote.fetch(str(target))[1] == b"content\n"
+        info, content = remote.fetch(str(link))
+        assert info is not None and info.is_symlink and content is None
+        assert remote.fetch(str(tmp_path / "missing")) == (None, None)
+        assert (remote.ops["exec"], remote.ops["sftp"]) == (1, 0), remote.ops
+    finally:
+        remote.close()

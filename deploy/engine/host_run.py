@@ -142,6 +142,7 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
                 remote.speculated.clear()
         if options.check_mode:
             _preview_recovery(remote, spec.state_dir, result)
+            remote.read_ahead(prefetch_paths(plan))
         _run_steps(remote, plan, options, result)
     finally:
         if lock is not None:

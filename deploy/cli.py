@@ -223,7 +223,11 @@ def apply(
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
         force=force,
+        inventory=str(inventory_path),
+        on_start=_record_start,
     )
+    if not check:
+        _interruptible(options.cancel, run_id, name)
     run = run_apply(work, options, forks=forks, **pace)
     if check and not as_json:
         from deploy.report.human import render_plan
@@ -260,8 +264,13 @@ def rollback(
     log_file: Path | None,
     notify_url: str | None,
 ) -> None:
-    """Put back what RUN_ID (default: each host's last run not yet undone) changed."""
+    """Undo one run: RUN_ID, or the latest apply of this inventory, on every host it touched.
+
+    A run with later runs still standing on a host is refused there (they are listed: roll
+    them back first, newest first). A retry after a partial failure finishes the same run.
+    """
     from deploy.config import load
+    from deploy.engine import rollback_target
     from deploy.engine.fleet import run_rollback
     from deploy.engine.journal import new_run_id
 
@@ -277,25 +286,78 @@ def rollback(
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
             )
+        target = rollback_target.choose(run_id, str(inventory_path), hosts)
     except InputError as exc:
         _fail(exc, out)
     startup_done()
-    if not yes:
-        what = f"run {run_id}" if run_id else "the last run"
-        names = ", ".join(name for name, _ in hosts)
-        if not click.confirm(f"Roll back {what} on {names}?", default=False):
-            click.echo("Nothing was changed.")
-            sys.exit(0)
+    if target.run_id is None:
+        click.echo(
+            f"Nothing to roll back: no apply of {inventory_path} is recorded on this "
+            "workstation. To undo a run kept on the hosts, name it: `deploy rollback RUN_ID` "
+            "(`deploy status` lists them)."
+        )
+        sys.exit(0)
+    if not target.hosts:
+        where = ", ".join(name for name, _ in hosts)
+        click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
+        sys.exit(0)
+    if not yes and not click.confirm(target.describe(), default=False):
+        click.echo("Nothing was changed.")
+        sys.exit(0)
     run = run_rollback(
-        hosts,
+        target.hosts,
         run_id=new_id,
-        target_run=run_id,
+        target_run=target.run_id,
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
         timeout=timeout,
+        playbook=target.recorded.playbook if target.recorded else None,
     )
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
+
+
+def _interruptible(cancel: Any, run_id: str, playbook: str) -> None:
+    """First SIGINT/SIGTERM: start no new step, roll back hosts mid-change, report (exit 1/3).
+
+    A second signal abandons at once (exit 3), naming the hosts left mid-run and the command
+    that recovers them: their journals record what changed, for the next apply or rollback.
+    """
+    import signal
+
+    def handle(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if not cancel.is_set():
+            cancel.set(f"interrupted by {name}")
+            click.echo(
+                f"\ndeploy: {name}: starting no new step; hosts mid-change are being rolled "
+                "back (send it again to abandon them at once)",
+                err=True,
+            )
+            return
+        busy = ", ".join(sorted(cancel.busy)) or "none"
+        click.echo(
+            f"\ndeploy: abandoned at once; left mid-run: {busy}. Their journals record what "
+            f"changed: `deploy rollback {run_id}` undoes it (or the next `deploy apply "
+            f"{playbook}` recovers it first); `deploy status` shows them",
+            err=True,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(3)
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+
+
+def _record_start(run: Any) -> None:
+    """History knows a run before it touches a host, so a killed run can be rolled back."""
+    from deploy.engine import history
+
+    try:
+        history.save(run)
+    except OSError as exc:
+        click.echo(f"deploy: warning: history not written: {exc}", err=True)
 
 
 def _split(values: tuple[str, ...]) -> set[str] | None:

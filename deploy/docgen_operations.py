@@ -125,7 +125,7 @@ def render_operations() -> str:
         "",
         markdown(rollback.__doc__),
         "",
-        markdown(rollback.undo_run_events.__doc__, 1),
+        markdown(rollback.undo_run.__doc__, 1),
         "",
         _command_help("rollback") + " Without `--yes` it asks first.",
         "",

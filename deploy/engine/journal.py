@@ -1,116 +1,113 @@
 """The write-ahead journal and the saved copies of one run on one host.
 
-Layout under ``state_dir`` (DESIGN.md)::
+What the records are, and where they live, is `deploy.statedir` (records typed, versioned and
+checksummed; the layout). This module writes and reads them through a small sink, so *how* the
+bytes reach the host (SFTP today; the run's session later) is one class: `JournalSink`.
 
-    runs/<run-id>/journal.jsonl   one JSON object per line: begin, intent, done, ..., end
-    runs/<run-id>/manifest.json   each file touched: path, sha256 before/after, mode, uid, gid, size
-    runs/<run-id>/files/<sha256>  saved copies, content-addressed
-    services/<name>.log, .pid     servers deploy started itself (manager: process)
-    compiled/<sha256>             passed compile checks: the interpreter identity they passed
-                                  with (deploy.checks.compile; a cache, safe to delete)
-
-An ``intent`` line is fsynced *before* the change it announces, so a rollback — by this
+An ``intent`` record is fsynced *before* the change it announces, so a rollback — by this
 process, or by a later one after a crash — knows every change that may have happened; a
-``done`` line follows the change. Lines whose loss in a crash changes nothing (`_LAZY`: begin,
-backup, done) are appended without an fsync of their own: they become durable with the next
-fsynced line of the same file — an intent precedes every change, an end every finish — and
-recovery treats an intent without its done as "may have happened" anyway, checking the file's
-checksum (or the service) before undoing. The run directory is created lazily at the first change: a run that changes
-nothing leaves no run behind (at most the one-line record of a compile check it passed).
+``done`` record follows the change. Records whose loss in a crash changes nothing (`_LAZY`:
+begin, backup, done) are appended without an fsync of their own: they become durable with the
+next fsynced record of the same file — an intent precedes every change, an end every finish —
+and recovery treats an intent without its done as "may have happened" anyway, checking the
+file's checksum (or the service) before undoing. The run directory is created lazily at the
+first change: a run that changes nothing leaves no run behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import paramiko
 
-from deploy.errors import StepFailed
+from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.host import RemoteHost, sha256
+from deploy.statedir.layout import Layout
+from deploy.statedir.records import (
+    Begin,
+    ParsedJournal,
+    Record,
+    encode,
+    from_fields,
+    parse_journal,
+)
 
 
 def new_run_id() -> str:
-    """A sortable, unique run id: UTC time to the second plus 6 hex digits."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    """A unique run id: UTC time to the microsecond plus 6 hex digits.
+
+    Readable and roughly time-ordered; decisions never sort these as text (a host's runs are
+    ordered by the ``host_seq`` of their journals, `deploy.statedir.runs.ordered`).
+    """
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(3)
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def now_precise() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
 def run_dir(state_dir: str, run_id: str) -> str:
-    return f"{state_dir.rstrip('/')}/runs/{run_id}"
+    return Layout(state_dir).run_dir(run_id)
 
 
-#: Events appended without their own fsync (see the module docstring): one round trip and one
+#: Records appended without their own fsync (see the module docstring): one round trip and one
 #: disk flush each, saved on every change run.
 _LAZY = frozenset({"begin", "backup", "done"})
 
 
-class Journal:
-    """Appends to ``runs/<run-id>/journal.jsonl`` on the host; created on first use."""
+class JournalSink(Protocol):
+    """How a run's records and saved copies reach the host: the one place that knows."""
 
-    def __init__(
-        self, remote: RemoteHost, state_dir: str, run_id: str, meta: dict[str, Any]
-    ) -> None:
-        self.remote = remote
-        self.state_dir = state_dir
-        self.run_id = run_id
-        self.meta = meta
-        self.dir = run_dir(state_dir, run_id)
+    def append(self, line: bytes, *, durable: bool) -> None: ...
+
+    def save_copy(self, name: str, content: bytes) -> None: ...
+
+    def replace_journal(self, body: bytes) -> None: ...
+
+    def write_manifest(self, body: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SftpSink:
+    """`JournalSink` over the host's SFTP channel; the run directory is created on first use."""
+
+    def __init__(self, remote: RemoteHost, layout: Layout, run_id: str, *, create: bool) -> None:
+        self.remote, self.layout, self.run_id = remote, layout, run_id
+        self._create = create
         self._handle: paramiko.SFTPFile | None = None
-        self._saved: set[str] = set()
-        self.events: list[dict[str, Any]] = []
 
-    @property
-    def started(self) -> bool:
-        return self._handle is not None
-
-    def start(self) -> None:
-        """Create the run directory and write the ``begin`` line (idempotent)."""
-        if self._handle is not None:
-            return
-        self.remote.mkdir(self.dir)
-        self.remote.mkdir(f"{self.dir}/files")
-        self._handle = self.remote.open_append(f"{self.dir}/journal.jsonl")
-        self.write({"event": "begin", **self.meta})
-
-    def write(self, event: dict[str, Any]) -> None:
-        """Append one line; fsync it (and so every line before it) unless it is in `_LAZY`."""
-        self.start()
-        assert self._handle is not None
-        line = {"ts": now_iso(), **event}
-        self.events.append(line)
-        self.remote.append(
-            self._handle,
-            (json.dumps(line, sort_keys=True) + "\n").encode(),
-            durable=event.get("event") not in _LAZY,
-        )
-
-    def save_copy(self, content: bytes) -> str:
-        """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""
-        digest = sha256(content)
-        if digest not in self._saved:
-            self.start()
-            self.remote.write_atomic(f"{self.dir}/files/{digest}", content, mode=0o600)
-            self._saved.add(digest)
-        return digest
-
-    def finish(
-        self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None
-    ) -> None:
-        """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json."""
+    def _open(self) -> paramiko.SFTPFile:
         if self._handle is None:
-            return
-        if manifest is not None:
-            body = json.dumps({"run_id": self.run_id, "files": manifest}, indent=2, sort_keys=True)
-            self.remote.write_atomic(f"{self.dir}/manifest.json", body.encode() + b"\n", mode=0o600)
-        self.write({"event": event, "outcome": outcome})
+            if self._create:
+                self.remote.mkdir(self.layout.run_dir(self.run_id))
+                self.remote.mkdir(self.layout.copies(self.run_id))
+            self._handle = self.remote.open_append(self.layout.journal(self.run_id))
+        return self._handle
+
+    def append(self, line: bytes, *, durable: bool) -> None:
+        self.remote.append(self._open(), line, durable=durable)
+
+    def save_copy(self, name: str, content: bytes) -> None:
+        self._open()
+        self.remote.write_atomic(f"{self.layout.copies(self.run_id)}/{name}", content, mode=0o600)
+
+    def replace_journal(self, body: bytes) -> None:
         self.close()
+        self.remote.write_atomic(self.layout.journal(self.run_id), body, mode=0o600)
+
+    def write_manifest(self, body: bytes) -> None:
+        self.remote.write_atomic(self.layout.manifest(self.run_id), body, mode=0o600)
 
     def close(self) -> None:
         if self._handle is not None:
@@ -119,44 +116,121 @@ class Journal:
             self._handle = None
 
 
-def attach(remote: RemoteHost, state_dir: str, run_id: str) -> Journal:
-    """A `Journal` that appends to an existing run (rollback of an earlier run)."""
-    journal = Journal(remote, state_dir, run_id, {})
-    journal._handle = remote.open_append(f"{journal.dir}/journal.jsonl")
-    return journal
+class Journal:
+    """Appends records to ``runs/<run-id>/journal.jsonl`` on the host; created on first use.
+
+    ``events`` keeps every record written (and, when attached to an earlier run, read) as a
+    dict of its fields, which the undo code and the manifest read.
+    """
+
+    def __init__(
+        self,
+        remote: RemoteHost,
+        state_dir: str,
+        run_id: str,
+        meta: Mapping[str, Any],
+        *,
+        existing: ParsedJournal | None = None,
+    ) -> None:
+        self.remote = remote
+        self.state_dir = state_dir
+        self.layout = Layout(state_dir)
+        self.run_id = run_id
+        self.meta = dict(meta)
+        self.dir = self.layout.run_dir(run_id)
+        self.sink = SftpSink(remote, self.layout, run_id, create=existing is None)
+        self._started = existing is not None
+        self._saved: set[str] = set()
+        self.records: list[Record] = list(existing.records) if existing else []
+        self.events: list[dict[str, Any]] = [r.fields_dict() for r in self.records]
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self) -> None:
+        """Write the ``begin`` record (idempotent); the sink creates the run directory."""
+        if self._started:
+            return
+        self._started = True
+        names = {f.name for f in dataclasses.fields(Begin)}
+        self.write(Begin(**{k: v for k, v in self.meta.items() if k in names}))
+
+    def write(self, event: Record | Mapping[str, Any]) -> None:
+        """Append one record; fsync it (and every one before it) unless its kind is lazy.
+
+        A dict is checked into its typed record first (`deploy.statedir.records.from_fields`).
+        """
+        self.start()
+        record = event if isinstance(event, Record) else from_fields(event)
+        record = dataclasses.replace(record, ts=now_precise(), seq=len(self.records) + 1)
+        self.records.append(record)
+        self.events.append(record.fields_dict())
+        self.sink.append(encode(record), durable=record.EVENT not in _LAZY)
+
+    def save_copy(self, content: bytes) -> str:
+        """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""
+        digest = sha256(content)
+        if digest not in self._saved:
+            self.start()
+            self.sink.save_copy(digest, content)
+            self._saved.add(digest)
+        return digest
+
+    def finish(
+        self, record: Record, manifest: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Write the final record (`End` or `RollbackEnd`) and, if given, manifest.json."""
+        if not self._started:
+            return
+        if manifest is not None:
+            body = json.dumps({"run_id": self.run_id, "files": manifest}, indent=2, sort_keys=True)
+            self.sink.write_manifest(body.encode() + b"\n")
+        self.write(record)
+        self.close()
+
+    def close(self) -> None:
+        self.sink.close()
 
 
-def read_events(remote: RemoteHost, state_dir: str, run_id: str) -> list[dict[str, Any]]:
-    """Every complete line of a run's journal (a torn last line from a crash is skipped).
+def read_journal(remote: RemoteHost, state_dir: str, run_id: str) -> ParsedJournal:
+    """Every record of a run's journal, checked (a torn last line from a crash is dropped).
 
     Raises:
         StepFailed: the run does not exist on this host.
+        JournalDamaged: any other line is damaged (exit 3: undo must not guess).
     """
-    path = f"{run_dir(state_dir, run_id)}/journal.jsonl"
+    path = Layout(state_dir).journal(run_id)
     try:
         raw = remote.read(path)
     except FileNotFoundError as exc:
         raise StepFailed(f"{remote.name}: no run {run_id} in {state_dir}/runs") from exc
-    events = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict):
-                events.append(value)
-    return events
+    return parse_journal(raw, f"{remote.name}:{path}")
+
+
+def attach(remote: RemoteHost, state_dir: str, parsed: ParsedJournal, run_id: str) -> Journal:
+    """A `Journal` that appends to an existing run (the undo of an earlier run).
+
+    A torn last line is dropped first (the journal is rewritten, atomically, without it), so
+    the next record starts on a line of its own and only a new crash can tear the end again.
+    """
+    journal = Journal(remote, state_dir, run_id, {}, existing=parsed)
+    if parsed.torn_tail:
+        journal.sink.replace_journal(parsed.valid)
+    return journal
 
 
 def read_copy(remote: RemoteHost, state_dir: str, run_id: str, digest: str) -> bytes:
     """A saved copy, checked against its name.
 
     Raises:
-        StepFailed: missing, or its content does not hash to its name (corrupted).
+        RollbackFailed: missing, or its content does not hash to its name (corrupted).
     """
-    path = f"{run_dir(state_dir, run_id)}/files/{digest}"
+    path = Layout(state_dir).copy(run_id, digest)
     try:
         data = remote.read(path)
     except FileNotFoundError as exc:
-        raise StepFailed(f"{remote.name}: saved copy {path} is missing") from exc
+        raise RollbackFailed(f"{remote.name}: saved copy {path} is missing") from exc
     if sha256(data) != digest:
-        raise StepFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
+        raise RollbackFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
     return data

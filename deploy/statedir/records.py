@@ -247,6 +247,8 @@ class ParsedJournal:
     path: str
     records: list[Record]
     torn_tail: bool = False
+    #: The journal without its torn tail: what a writer appending to it must start from.
+    valid: bytes = b""
 
 
 def parse_journal(data: bytes, path: str) -> ParsedJournal:
@@ -271,4 +273,4 @@ def parse_journal(data: bytes, path: str) -> ParsedJournal:
                 f"record seq {record.seq} where {expected} belongs (a line is missing)",
             )
         records.append(record)
-    return ParsedJournal(path, records, torn_tail=bool(tail))
+    return ParsedJournal(path, records, torn_tail=bool(tail), valid=data[: len(data) - len(tail)])

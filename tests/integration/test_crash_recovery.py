@@ -45,7 +45,8 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
     assert _journal(kimi, dead_run)[-1]["event"] != "end", "the killed run left no end"
 
     plan = deploy("apply", str(quick), "--check")
-    assert f"first: run {dead_run} did not finish: it will be undone first" in plan.stdout, (
+    assert f"first: run {dead_run} (hangs, started" in plan.stdout
+    assert "was interrupted mid-change: it will be undone first" in plan.stdout, (
         plan.output
     )
     assert sha256(kimi.model_file) == patched, "--check undoes nothing"

@@ -365,6 +365,9 @@ def _run_steps(
     if options.check_mode:
         result.outcome = "would change" if result.changed_files else "unchanged"
         return
+    if options.cancel.is_set():  # it came during the last step: the run did not complete
+        _cancelled(remote, spec, ctx, journal, result, [], options)
+        return
     if not ctx.changed:
         for done in result.steps:
             if done.kind == "backup" and done.status == "ok":
@@ -387,19 +390,22 @@ def _cancelled(
 ) -> None:
     """The run was interrupted before ``steps``: none of them runs; undo what changed."""
     reason = options.cancel.reason
-    index = steps[0][0]
+    index = steps[0][0] if steps else (result.steps[-1].index + 1 if result.steps else 0)
+    where = f"before step {index + 1}" if steps else "before the run's end"
     for later_index, later in steps:
         step = build_step(later, later_index)
         result.steps.append(StepResult(later_index, step.kind, step.title, "not run"))
     if not journal.started:
         result.outcome = "failed"
-        result.error = f"{reason} before step {index + 1}: nothing was changed"
+        result.error = f"{reason} {where}: nothing was changed"
         return
     options.progress.host_event(remote.name, f"{reason}: rolling back the changes made so far")
     _fail(remote, spec, ctx, journal, result, index, reason, StepFailed(reason), options.progress)
     result.failed_step = None
     if result.error:
-        result.error = result.error.replace(f"step {index + 1} failed: ", "", 1)
+        result.error = result.error.replace(
+            f"step {index + 1} failed: {reason}", f"{reason} {where}", 1
+        )
 
 
 def _fail(

@@ -177,9 +177,7 @@ class Journal:
             self._saved.add(digest)
         return digest
 
-    def finish(
-        self, record: Record, manifest: list[dict[str, Any]] | None = None
-    ) -> None:
+    def finish(self, record: Record, manifest: list[dict[str, Any]] | None = None) -> None:
         """Write the final record (`End` or `RollbackEnd`) and, if given, manifest.json."""
         if not self._started:
             return

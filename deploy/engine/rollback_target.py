@@ -65,9 +65,7 @@ class RollbackTarget:
                 "Each host undoes whatever its journal of that run records."
             )
         touched = {name for name, _ in self.hosts}
-        files = sorted(
-            {f for h in run.hosts if h.host in touched for f in h.changed_files}
-        )
+        files = sorted({f for h in run.hosts if h.host in touched for f in h.changed_files})
         services = sorted(
             {
                 f"{h.host}: {s.title}"
@@ -90,13 +88,13 @@ class RollbackTarget:
                 f"  {', '.join(unknown)}: the run did not finish there; its journal says what to undo"
             )
         if self.missing:
-            lines.append(f"  not reached (not in this inventory or --limit): {', '.join(self.missing)}")
+            lines.append(
+                f"  not reached (not in this inventory or --limit): {', '.join(self.missing)}"
+            )
         return "\n".join(lines) + "\nProceed?"
 
 
-def choose(
-    run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]
-) -> RollbackTarget:
+def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]) -> RollbackTarget:
     """The run to undo and the hosts to undo it on (``hosts``: the inventory after --limit).
 
     Raises:

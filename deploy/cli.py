@@ -148,6 +148,7 @@ def apply(
     force: bool,
 ) -> None:
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
+    from deploy.cli_interrupts import interruptible, record_start
     from deploy.config import load
     from deploy.engine import batches, local_lock
     from deploy.engine.fleet import Listeners, run_apply
@@ -224,10 +225,10 @@ def apply(
         progress=progress,
         force=force,
         inventory=str(inventory_path),
-        on_start=_record_start,
+        on_start=record_start,
     )
     if not check:
-        _interruptible(options.cancel, run_id, name)
+        interruptible(options.cancel, run_id, name)
     run = run_apply(work, options, forks=forks, **pace)
     if check and not as_json:
         from deploy.report.human import render_plan
@@ -315,49 +316,6 @@ def rollback(
         playbook=target.recorded.playbook if target.recorded else None,
     )
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
-
-
-def _interruptible(cancel: Any, run_id: str, playbook: str) -> None:
-    """First SIGINT/SIGTERM: start no new step, roll back hosts mid-change, report (exit 1/3).
-
-    A second signal abandons at once (exit 3), naming the hosts left mid-run and the command
-    that recovers them: their journals record what changed, for the next apply or rollback.
-    """
-    import signal
-
-    def handle(signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        if not cancel.is_set():
-            cancel.set(f"interrupted by {name}")
-            click.echo(
-                f"\ndeploy: {name}: starting no new step; hosts mid-change are being rolled "
-                "back (send it again to abandon them at once)",
-                err=True,
-            )
-            return
-        busy = ", ".join(sorted(cancel.busy)) or "none"
-        click.echo(
-            f"\ndeploy: abandoned at once; left mid-run: {busy}. Their journals record what "
-            f"changed: `deploy rollback {run_id}` undoes it (or the next `deploy apply "
-            f"{playbook}` recovers it first); `deploy status` shows them",
-            err=True,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(3)
-
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
-
-
-def _record_start(run: Any) -> None:
-    """History knows a run before it touches a host, so a killed run can be rolled back."""
-    from deploy.engine import history
-
-    try:
-        history.save(run)
-    except OSError as exc:
-        click.echo(f"deploy: warning: history not written: {exc}", err=True)
 
 
 def _split(values: tuple[str, ...]) -> set[str] | None:

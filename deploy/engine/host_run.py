@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.config.steps import action_of, args_of
-from deploy.engine.journal import Journal, now_iso, read_journal
+from deploy.engine.journal import Journal, now_iso
+from deploy.engine.recovery import note_takeover, preview_recovery, recover
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.errors import (
@@ -35,10 +36,9 @@ from deploy.errors import (
 )
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
-from deploy.remote.lock import HostLock, acquire, describe_holder
-from deploy.statedir.layout import Layout
-from deploy.statedir.records import End, JournalDamaged
-from deploy.statedir.runs import RunInfo, decide_apply, next_host_seq, summarize
+from deploy.remote.lock import HostLock, acquire
+from deploy.statedir.records import End
+from deploy.statedir.runs import next_host_seq
 from deploy.steps import build_step
 from deploy.steps.base import StepContext
 
@@ -168,13 +168,13 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             except DeployError as exc:
                 result.outcome, result.error = "failed", str(exc)
                 return result
-            _note_takeover(lock, result, progress)
-            if not _recover(remote, spec.state_dir, lock, result, progress):
+            note_takeover(lock, result, progress)
+            if not recover(remote, spec.state_dir, lock, result, progress):
                 return result
             if result.recovered:
                 remote.prefetched.clear()  # an undo ran: read the files as it left them
             host_seq = next_host_seq(lock.runs)
-        if options.check_mode and not _preview_recovery(remote, spec.state_dir, result):
+        if options.check_mode and not preview_recovery(remote, spec.state_dir, result):
             return result
         _run_steps(remote, plan, options, result, host_seq)
     finally:
@@ -206,74 +206,6 @@ def prefetch_paths(plan: HostPlan) -> list[str]:
         if isinstance(path, str) and path.startswith("/") and path not in paths:
             paths.append(path)
     return paths
-
-
-def _preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> bool:
-    """Under --check (and the plan shown before asking): say which unfinished runs the real run
-    will undo first (`deploy.statedir.runs.decide_apply`, the decision the real run takes),
-    read over SFTP without taking the lock, so the operator is asked first. False when the
-    real run would not start (a rollback left incomplete)."""
-    runs: list[RunInfo] = []
-    for run_id in remote.listdir(Layout(state_dir).runs):
-        try:
-            runs.append(summarize(run_id, read_journal(remote, state_dir, run_id).records))
-        except JournalDamaged as exc:
-            result.recovered.append(f"run {run_id} is left alone: {exc}")
-        except DeployError:
-            continue
-    decision = decide_apply(runs)
-    if decision.blocked_by:
-        result.outcome, result.error = "rollback failed", decision.blocked_message(remote.name)
-        return False
-    for run in decision.recover:
-        result.recovered.append(
-            f"{run.describe()} was interrupted mid-change: it will be undone first"
-        )
-    return True
-
-
-def _note_takeover(lock: HostLock, result: HostResult, progress: Progress) -> None:
-    """Say so when the lock's previous holder died mid-run: a takeover is never silent."""
-    holder = lock.previous_holder or {}
-    dead = {run.run_id for run in decide_apply(lock.runs).recover}
-    if holder.get("run_id") in dead:
-        line = f"took over the lock from run {holder['run_id']}, which died mid-run ({describe_holder(holder)})"
-        progress.host_event(result.host, line)
-        result.recovered.append(line)
-
-
-def _recover(
-    remote: RemoteHost, state_dir: str, lock: HostLock, result: HostResult, progress: Progress
-) -> bool:
-    """Undo runs interrupted mid-change on this host; False if that failed or may not (exit 3).
-
-    Only runs without an end are recovered; a finished run is never undone here, and a host
-    where a ``deploy rollback`` was left incomplete is not touched (`decide_apply`).
-    """
-    decision = decide_apply(lock.runs)
-    if decision.blocked_by:
-        result.outcome, result.error = "rollback failed", decision.blocked_message(remote.name)
-        return False
-    for run in decision.recover:
-        progress.host_event(
-            remote.name, f"{run.describe()} was interrupted mid-change; undoing it first"
-        )
-        try:
-            lines = undo_run(
-                remote,
-                state_dir,
-                run.run_id,
-                force=False,
-                reason="recovery",
-                by=result.run_id or "",
-                note=lambda message: progress.host_event(remote.name, message),
-            )
-        except DeployError as exc:
-            result.outcome = "rollback failed"
-            result.error = f"interrupted run {run.run_id} could not be undone: {exc}"
-            return False
-        result.recovered.append(f"run {run.run_id}: " + ("; ".join(lines) or "nothing had changed"))
-    return True
 
 
 def _run_steps(

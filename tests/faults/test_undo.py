@@ -229,6 +229,7 @@ def test_fleet_rollback_retry_finishes_the_same_run(make_fault_host, tmp_path: P
     history = json.loads(fleet("history", "--json").stdout)
     rollbacks = [run for run in history if run["command"] == "rollback"]
     assert {run["target_run"] for run in rollbacks} == {history[1]["run_id"]}
+    assert f"rollback of run {history[1]['run_id']} (release-2)" in retry.stdout
 
 
 def closed_port() -> int:

@@ -35,7 +35,8 @@ class Layout:
 
     @property
     def root(self) -> str:
-        return self.state_dir.rstrip("/") or "/"
+        """state_dir without its trailing slash ("" for "/"): every path is root + "/name"."""
+        return self.state_dir.rstrip("/")
 
     @property
     def lock(self) -> str:
@@ -72,7 +73,7 @@ class Layout:
 
     def trust_paths(self) -> list[str]:
         """state_dir and each parent up to /, the directories whose owner and mode matter."""
-        paths = [posixpath.normpath(self.root)]
+        paths = [posixpath.normpath(self.state_dir)]
         while paths[-1] != "/":
             paths.append(posixpath.dirname(paths[-1]))
         return paths

@@ -20,6 +20,7 @@ from deploy.checks.compile import (
 from deploy.checks.python_ast import check_python
 from deploy.config.steps import VerifyPythonArgs
 from deploy.errors import CheckFailed
+from deploy.statedir.layout import Layout
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.files import read_file
 
@@ -63,7 +64,7 @@ class VerifyPythonStep(Step):
                 command = compile_stdin_command(args.python, args.path)
                 result = ctx.remote.run(command, stdin=content, timeout=120)
             else:
-                cache = f"{ctx.state_dir.rstrip('/')}/compiled" if args.compile_cache else None
+                cache = Layout(ctx.state_dir).compiled if args.compile_cache else None
                 command = compile_command(args.python, args.path, cache=cache)
                 result = ctx.remote.run(command, timeout=120)
             problem = compile_problem(result.exit_status, result.stderr, python=args.python)

@@ -135,5 +135,6 @@ def test_layout_paths_and_trust_paths() -> None:
     layout = Layout("/var/lib/deploy/")
     assert layout.copy("R1", "ab") == "/var/lib/deploy/runs/R1/files/ab"
     assert layout.trust_paths() == ["/var/lib/deploy", "/var/lib", "/var", "/"]
+    assert Layout("/").lock == "/lock" and Layout("/").trust_paths() == ["/"]
     with pytest.raises(ValueError):
         layout.run_dir("../x")

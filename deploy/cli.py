@@ -148,6 +148,7 @@ def apply(
     force: bool,
 ) -> None:
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
+    from deploy.cli_interrupts import interruptible, record_start
     from deploy.config import load
     from deploy.engine import batches, local_lock
     from deploy.engine.fleet import Listeners, run_apply
@@ -223,7 +224,11 @@ def apply(
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
         force=force,
+        inventory=str(inventory_path),
+        on_start=record_start,
     )
+    if not check:
+        interruptible(options.cancel, run_id, name)
     run = run_apply(work, options, forks=forks, **pace)
     if check and not as_json:
         from deploy.report.human import render_plan
@@ -260,8 +265,13 @@ def rollback(
     log_file: Path | None,
     notify_url: str | None,
 ) -> None:
-    """Put back what RUN_ID (default: each host's last run not yet undone) changed."""
+    """Undo one run: RUN_ID, or the latest apply of this inventory, on every host it touched.
+
+    A run with later runs still standing on a host is refused there (they are listed: roll
+    them back first, newest first). A retry after a partial failure finishes the same run.
+    """
     from deploy.config import load
+    from deploy.engine import rollback_target
     from deploy.engine.fleet import run_rollback
     from deploy.engine.journal import new_run_id
 
@@ -277,23 +287,33 @@ def rollback(
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
             )
+        target = rollback_target.choose(run_id, str(inventory_path), hosts)
     except InputError as exc:
         _fail(exc, out)
     startup_done()
-    if not yes:
-        what = f"run {run_id}" if run_id else "the last run"
-        names = ", ".join(name for name, _ in hosts)
-        if not click.confirm(f"Roll back {what} on {names}?", default=False):
-            click.echo("Nothing was changed.")
-            sys.exit(0)
+    if target.run_id is None:
+        click.echo(
+            f"Nothing to roll back: no apply of {inventory_path} is recorded on this "
+            "workstation. To undo a run kept on the hosts, name it: `deploy rollback RUN_ID` "
+            "(`deploy status` lists them)."
+        )
+        sys.exit(0)
+    if not target.hosts:
+        where = ", ".join(name for name, _ in hosts)
+        click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
+        sys.exit(0)
+    if not yes and not click.confirm(target.describe(), default=False):
+        click.echo("Nothing was changed.")
+        sys.exit(0)
     run = run_rollback(
-        hosts,
+        target.hosts,
         run_id=new_id,
-        target_run=run_id,
+        target_run=target.run_id,
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
         timeout=timeout,
+        playbook=target.recorded.playbook if target.recorded else None,
     )
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
 

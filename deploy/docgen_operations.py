@@ -10,9 +10,19 @@ from deploy import errors, schema
 from deploy import schedule as scheduling
 from deploy.config import inventory as inventory_models
 from deploy.docgen_markdown import _NOTICE, _cell, markdown
-from deploy.engine import batches, fleet, history, host_run, journal, local_lock, rollback
+from deploy.engine import (
+    batches,
+    fleet,
+    history,
+    host_run,
+    journal,
+    local_lock,
+    rollback,
+    rollback_target,
+)
 from deploy.engine import status as host_status
 from deploy.remote import lock
+from deploy.statedir import layout, records, runs
 
 # --- docs/operations.md -----------------------------------------------------------------------
 
@@ -125,17 +135,24 @@ def render_operations() -> str:
         "",
         markdown(rollback.__doc__),
         "",
-        markdown(rollback.undo_run_events.__doc__, 1),
+        markdown(rollback.undo_run.__doc__, 1),
         "",
         _command_help("rollback") + " Without `--yes` it asks first.",
         "",
+        markdown(rollback_target.__doc__, 1),
+        "",
+        "### What a journal says about its run",
+        "",
+        markdown(runs.__doc__, 1),
+        "",
         "## Crash recovery",
         "",
-        markdown(journal.__doc__, 3),
+        markdown(journal.__doc__, 2),
         "",
         markdown(lock.__doc__, 1),
         "",
-        "A run cut short by `--timeout` is left the same way (see [the deadline](#deadlines)).",
+        "A run cut short by `--timeout`, SIGINT or SIGTERM is not left so: it rolls back what it",
+        "changed before it exits (see [the deadline](#deadlines)); only a second signal leaves it.",
         "",
         markdown(host_status.__doc__),
         "",
@@ -165,7 +182,9 @@ def render_operations() -> str:
         "",
         "### On each host",
         "",
-        markdown(journal.__doc__, 0, 3),
+        markdown(layout.__doc__, 0, 2),
+        "",
+        markdown(records.__doc__, 0),
         "",
         f"`state_dir` defaults to `{inventory_models.DEFAULT_STATE_DIR}` and is set per host in",
         "the inventory ([inventory.md](inventory.md#host-keys)).",

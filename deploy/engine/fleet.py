@@ -7,12 +7,14 @@ Pacing (`deploy.engine.batches`): with ``serial`` the hosts run batch after batc
 ``forks`` at a time within a batch; a batch with more failed hosts than ``max_fail`` allows
 calls off the batches after it, whose hosts are reported "skipped" and never contacted.
 
-Deadline: with ``timeout`` no host or batch starts after it expires. Hosts still running get
-a grace period (a tenth of the timeout, 1 to 30 s) to finish what they are doing; one that
-is still busy after that is reported "interrupted" and abandoned — its thread is a daemon, so
-the process can exit, which closes the SSH connection and so frees the host's lock. Whatever
-it changed is in its journal on the host, and the next ``apply`` or ``rollback`` there undoes
-it first: the same path as a workstation that crashed, which the journal exists for.
+Deadline and interrupts: when ``timeout`` expires, or the CLI sees SIGINT or SIGTERM, the
+run's `Cancel` is set: no host or batch starts after it, and each busy host starts no new step
+and rolls back what it changed, as if its next step had failed (progress says so). The report
+and history are then written as for any run: exit 1 when every host is back as it was, else 3.
+A second signal abandons at once (the CLI's handler): the hosts left mid-run keep an
+unfinished journal, which the next ``apply`` or ``rollback`` there undoes first.
+``deploy rollback`` under ``--timeout`` still abandons a host that is busy after a grace period
+(a tenth of the timeout, 1 to 30 s): an undo is not interrupted half-way by another undo.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from typing import Any
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
-from deploy.engine.host_run import RunOptions, apply_host, connect_settings, holder_info
-from deploy.engine.journal import now_iso
+from deploy.engine.host_run import Cancel, RunOptions, apply_host, connect_settings, holder_info
+from deploy.engine.journal import now_precise
 from deploy.engine.results import HostResult, RunResult, StepResult
 from deploy.engine.rollback import rollback_host
 from deploy.remote.host import RemoteHost
@@ -118,12 +120,19 @@ class _Deadline:
 
 
 def _in_parallel(
-    names: Sequence[str], work: Callable[[int], HostResult], forks: int, deadline: _Deadline
+    names: Sequence[str],
+    work: Callable[[int], HostResult],
+    forks: int,
+    deadline: _Deadline,
+    cancel: Cancel | None = None,
 ) -> tuple[dict[int, HostResult], set[int]]:
-    """Run ``work(i)`` for every name on up to ``forks`` daemon threads, until the deadline.
+    """Run ``work(i)`` for every name on up to ``forks`` daemon threads.
 
-    Returns the results that came back, by index, and the indexes that were started (a
-    started index without a result was abandoned at the deadline). Daemon threads, not a
+    Returns the results that came back, by index, and the indexes that were started. With
+    ``cancel`` (an apply), the deadline or a signal sets it: no host starts after that, and
+    the busy ones are waited for — they start no new step and roll back what they changed
+    (`deploy.engine.host_run.Cancel`). Without it (a rollback), the deadline abandons busy
+    hosts after a grace period: a started index without a result. Daemon threads, not a
     ThreadPoolExecutor, because the executor joins its threads at exit: an abandoned host
     would hold the process, and the run would hang exactly when it must not.
     """
@@ -153,10 +162,26 @@ def _in_parallel(
     for number in range(state["active"]):
         threading.Thread(target=worker, name=f"host-{number}", daemon=True).start()
     with cond:
-        if not cond.wait_for(lambda: state["active"] == 0, timeout=deadline.remaining()):
-            state["closed"] = True
-            cond.wait_for(lambda: started <= results.keys(), timeout=deadline.grace)
+        while not cond.wait_for(lambda: state["active"] == 0, timeout=_tick(deadline, cancel)):
+            if cancel is not None:
+                if deadline.expired:
+                    cancel.set(f"--timeout {deadline.timeout:g} s expired")
+                if cancel.is_set():
+                    state["closed"] = True
+                continue
+            if deadline.expired:
+                state["closed"] = True
+                cond.wait_for(lambda: started <= results.keys(), timeout=deadline.grace)
+                break
         return dict(results), set(started)
+
+
+def _tick(deadline: _Deadline, cancel: Cancel | None) -> float | None:
+    """How long the fleet sleeps between looks at the deadline and the cancel flag."""
+    remaining = deadline.remaining()
+    if cancel is None:
+        return remaining
+    return 0.2 if remaining is None else min(0.2, max(remaining, 0.01))
 
 
 def _guarded(name: str, work: Callable[[int], HostResult], index: int) -> HostResult:
@@ -185,7 +210,7 @@ def _new_run(run_id: str, command: str, playbook: str | None, check: bool) -> Ru
         run_id=run_id,
         command=command,
         playbook=playbook,
-        started=now_iso(),
+        started=now_precise(),
         check_mode=check,
         user=_user(),
         argv=sys.argv[1:],
@@ -247,6 +272,11 @@ def run_apply(
         options.check_mode,
     )
     names = [h.name for h in hosts]
+    run.inventory = options.inventory
+    if options.on_start is not None and not options.check_mode:
+        run.hosts = [_unrecorded(name) for name in names]
+        options.on_start(run)
+        run.hosts = []
     plan_of = {h.name: h for h in hosts}
     batches = plan_batches(names, None if options.check_mode else serial)
     if serial and not options.check_mode:
@@ -257,6 +287,9 @@ def run_apply(
         if deadline.expired:
             run.stopped = f"--timeout {timeout:g} s expired before batch {number} of {len(batches)}"
             break
+        if options.cancel.is_set():
+            run.stopped = f"{options.cancel.reason} before batch {number} of {len(batches)}"
+            break
         if len(batches) > 1:
             tracker.run_event(f"batch {number} of {len(batches)}: {', '.join(batch)}")
         plans = [plan_of[name] for name in batch]
@@ -264,10 +297,14 @@ def run_apply(
         def one(i: int, plans: list[HostPlan] = plans) -> HostResult:
             return apply_host(plans[i], options)
 
-        got, started = _in_parallel(batch, one, forks, deadline)
+        got, started = _in_parallel(batch, one, forks, deadline, options.cancel)
         for result in _settle(batch, got, started, tracker, timeout):
             if result is not None:
                 results[result.host] = result
+        if options.cancel.is_set() and not options.check_mode:
+            run.stopped = f"{options.cancel.reason} during batch {number} of {len(batches)}"
+            tracker.run_event(run.stopped)
+            break
         if len(results) < len(names) and deadline.expired:
             run.stopped = f"--timeout {timeout:g} s expired during batch {number} of {len(batches)}"
             tracker.run_event(run.stopped)
@@ -285,6 +322,16 @@ def run_apply(
     return run
 
 
+def _unrecorded(name: str) -> HostResult:
+    """What history says of a host until the run records its outcome (a killed run stays so)."""
+    return HostResult(
+        host=name,
+        outcome="interrupted",
+        error="deploy ended before this host's outcome was recorded (killed?): its journal "
+        "says what changed; `deploy status` shows it, `deploy rollback` undoes it",
+    )
+
+
 def _skipped(name: str, why: str | None) -> HostResult:
     return HostResult(host=name, outcome="skipped", error=f"never touched: {why or 'not started'}")
 
@@ -293,16 +340,18 @@ def run_rollback(
     hosts: list[tuple[str, HostSpec]],
     *,
     run_id: str,
-    target_run: str | None,
+    target_run: str,
     force: bool,
     accept_new_host_keys: bool = False,
     forks: int = 10,
     timeout: float | None = None,
+    playbook: str | None = None,
 ) -> RunResult:
-    """Undo ``target_run`` (or each host's newest run not yet undone) on every host."""
+    """Undo ``target_run`` on every host given (those the run touched)."""
     began = time.monotonic()
     deadline = _Deadline(timeout)
-    run = _new_run(run_id, "rollback", None, False)
+    run = _new_run(run_id, "rollback", playbook, False)
+    run.target_run = target_run
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]

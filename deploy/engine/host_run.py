@@ -12,27 +12,33 @@ import getpass
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.config.steps import VerifyPythonArgs, action_of, args_of
-from deploy.engine.journal import Journal, now_iso, read_events
+from deploy.engine.journal import Journal, now_iso
+from deploy.engine.recovery import note_takeover, preview_recovery, recover
 from deploy.engine.results import HostResult, StepResult
-from deploy.engine.rollback import undo_run_events, unfinished_runs
+from deploy.engine.rollback import undo_run
 from deploy.errors import (
     DeployError,
     HostNotAttempted,
     HostUnreachable,
     InputError,
     RollbackFailed,
+    StepFailed,
 )
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
-from deploy.remote.lock import HostLock, acquire, describe_holder
+from deploy.remote.lock import HostLock, acquire
+from deploy.statedir.records import End
+from deploy.statedir.runs import next_host_seq
 from deploy.steps import build_step
 from deploy.steps.base import StepContext
 from deploy.steps.verify_python import speculative_command
@@ -61,6 +67,25 @@ class NoProgress:
         pass
 
 
+class Cancel:
+    """Set once (SIGINT, SIGTERM, ``--timeout``): hosts start no new step, and a host in the
+    middle of its changes is rolled back as if its next step had failed."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        #: Hosts between their lock and their outcome: what an abandon leaves mid-run.
+        self.busy: set[str] = set()
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
 @dataclass
 class RunOptions:
     run_id: str
@@ -69,6 +94,12 @@ class RunOptions:
     accept_new_host_keys: bool = False
     force: bool = False
     progress: Progress = field(default_factory=NoProgress)
+    #: The inventory file, recorded so that ``deploy rollback`` finds this run.
+    inventory: str | None = None
+    #: Called with the run's record before any host is touched (the workstation's history:
+    #: a run killed mid-way is still found by ``deploy rollback``).
+    on_start: Callable[[Any], None] | None = None
+    cancel: Cancel = field(default_factory=Cancel)
 
 
 def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
@@ -108,6 +139,9 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
     result = HostResult(host=name, run_id=options.run_id)
     remote = RemoteHost(connect_settings(name, spec, accept_new=options.accept_new_host_keys))
     progress = options.progress
+    if options.cancel.is_set() and not options.check_mode:
+        result.outcome, result.error = "skipped", f"never touched: {options.cancel.reason}"
+        return result
     try:
         remote.open()
     except (HostNotAttempted, InputError) as exc:
@@ -117,6 +151,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
         progress.host_event(name, f"not attempted: {exc}")
         return result
     lock: HostLock | None = None
+    host_seq = 0
+    options.cancel.busy.add(name)
     try:
         if not options.check_mode:
             try:
@@ -134,17 +170,20 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             except DeployError as exc:
                 result.outcome, result.error = "failed", str(exc)
                 return result
-            _note_takeover(lock, result, progress)
-            if not _recover(remote, spec.state_dir, lock, result, progress):
+            note_takeover(lock, result, progress)
+            if not recover(remote, spec.state_dir, lock, result, progress):
                 return result
             if result.recovered:
                 remote.prefetched.clear()  # an undo ran: read the files as it left them
                 remote.speculated.clear()
+            host_seq = next_host_seq(lock.runs)
         if options.check_mode:
-            _preview_recovery(remote, spec.state_dir, result)
+            if not preview_recovery(remote, spec.state_dir, result):
+                return result
             remote.read_ahead(prefetch_paths(plan))
-        _run_steps(remote, plan, options, result)
+        _run_steps(remote, plan, options, result, host_seq)
     finally:
+        options.cancel.busy.discard(name)
         if lock is not None:
             lock.release()
         result.ops = dict(remote.ops)
@@ -193,53 +232,9 @@ def speculative_commands(plan: HostPlan) -> list[str]:
     return commands
 
 
-def _preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> None:
-    """Under --check (and the plan shown before asking): say which unfinished runs the real run
-    will undo first, read over SFTP without taking the lock, so the operator is asked first."""
-    for run_id in remote.listdir(f"{state_dir.rstrip('/')}/runs"):
-        try:
-            events = read_events(remote, state_dir, run_id)
-        except DeployError:
-            continue
-        last = events[-1].get("event") if events else None
-        if last not in ("end", "rollback_end"):
-            result.recovered.append(f"run {run_id} did not finish: it will be undone first")
-
-
-def _note_takeover(lock: HostLock, result: HostResult, progress: Progress) -> None:
-    """Say so when the lock's previous holder died mid-run: a takeover is never silent."""
-    holder = lock.previous_holder or {}
-    dead = {run.run_id for run in unfinished_runs(lock.runs)}
-    if holder.get("run_id") in dead:
-        line = f"took over the lock from run {holder['run_id']}, which died mid-run ({describe_holder(holder)})"
-        progress.host_event(result.host, line)
-        result.recovered.append(line)
-
-
-def _recover(
-    remote: RemoteHost, state_dir: str, lock: HostLock, result: HostResult, progress: Progress
-) -> bool:
-    """Undo runs that a crash left unfinished on this host; False if that failed (exit 3)."""
-    for run in unfinished_runs(lock.runs):
-        progress.host_event(remote.name, f"found unfinished run {run.run_id}; undoing it first")
-        try:
-            lines = undo_run_events(
-                remote,
-                state_dir,
-                run.run_id,
-                force=False,
-                reason="recovery",
-                note=lambda message: progress.host_event(remote.name, message),
-            )
-        except RollbackFailed as exc:
-            result.outcome = "rollback failed"
-            result.error = f"unfinished run {run.run_id} could not be undone: {exc}"
-            return False
-        result.recovered.append(f"run {run.run_id}: " + ("; ".join(lines) or "nothing had changed"))
-    return True
-
-
-def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: HostResult) -> None:
+def _run_steps(
+    remote: RemoteHost, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
+) -> None:
     name, spec, steps = remote.name, plan.spec, plan.steps
     progress = options.progress
     journal = Journal(
@@ -251,6 +246,7 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
             "playbook": options.playbook,
             "host": name,
             **holder_info(options.run_id, options.playbook),
+            "host_seq": host_seq,
         },
     )
     ctx = StepContext(
@@ -266,6 +262,9 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
         force=options.force,
     )
     for position, (index, entry) in enumerate(steps):
+        if options.cancel.is_set() and not options.check_mode:
+            _cancelled(remote, spec, ctx, journal, result, steps[position:], options)
+            return
         step = build_step(entry, index)
         if step.kind not in FILE_STEPS:
             remote.prefetched.clear()
@@ -323,6 +322,9 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
     if options.check_mode:
         result.outcome = "would change" if result.changed_files else "unchanged"
         return
+    if options.cancel.is_set():  # it came during the last step: the run did not complete
+        _cancelled(remote, spec, ctx, journal, result, [], options)
+        return
     if not ctx.changed:
         for done in result.steps:
             if done.kind == "backup" and done.status == "ok":
@@ -336,13 +338,42 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
         # (deploy.remote.hostfiles). A write that failed on the host surfaces here at the
         # latest (the host then skipped the end record and the manifest too), and fails the
         # last step that changed something: the host is rolled back.
-        journal.finish("end", "ok", manifest=_manifest(journal.events))
+        journal.finish(End(outcome="ok"), manifest=_manifest(journal.events))
     except DeployError as exc:
         changed = [done for done in result.steps if done.status == "changed"]
         failed = changed[-1] if changed else result.steps[-1]
         failed.status, failed.summary = "failed", str(exc)
         result.changed_files.clear()
         _fail(remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress)
+
+
+def _cancelled(
+    remote: RemoteHost,
+    spec: HostSpec,
+    ctx: StepContext,
+    journal: Journal,
+    result: HostResult,
+    steps: list[tuple[int, Any]],
+    options: RunOptions,
+) -> None:
+    """The run was interrupted before ``steps``: none of them runs; undo what changed."""
+    reason = options.cancel.reason
+    index = steps[0][0] if steps else (result.steps[-1].index + 1 if result.steps else 0)
+    where = f"before step {index + 1}" if steps else "before the run's end"
+    for later_index, later in steps:
+        step = build_step(later, later_index)
+        result.steps.append(StepResult(later_index, step.kind, step.title, "not run"))
+    if not journal.started:
+        result.outcome = "failed"
+        result.error = f"{reason} {where}: nothing was changed"
+        return
+    options.progress.host_event(remote.name, f"{reason}: rolling back the changes made so far")
+    _fail(remote, spec, ctx, journal, result, index, reason, StepFailed(reason), options.progress)
+    result.failed_step = None
+    if result.error:
+        result.error = result.error.replace(
+            f"step {index + 1} failed: {reason}", f"{reason} {where}", 1
+        )
 
 
 def _fail(
@@ -376,14 +407,13 @@ def _fail(
         return
     progress.host_event(remote.name, f"step {index + 1} failed; rolling back")
     try:
-        result.rollback = undo_run_events(
+        result.rollback = undo_run(
             remote,
             spec.state_dir,
             journal.run_id,
             force=False,
             reason=reason,
             journal=journal,
-            events=journal.events,
             note=ctx.note,
         )
         result.outcome = "rolled back"

@@ -1,103 +1,177 @@
 """The write-ahead journal and the saved copies of one run on one host.
 
-Layout under ``state_dir`` (DESIGN.md)::
+What the records are, and where they live, is `deploy.statedir` (records typed, versioned and
+checksummed; the layout). This module writes and reads them through a small sink, so *how* the
+bytes reach the host is one class: `HelperSink`, which sends them to the host's file helper
+over the run's session without waiting (`deploy.remote.hostfiles`), and falls back to SFTP
+where no session is held.
 
-    runs/<run-id>/journal.jsonl   one JSON object per line: begin, intent, done, ..., end
-    runs/<run-id>/manifest.json   each file touched: path, sha256 before/after, mode, uid, gid, size
-    runs/<run-id>/files/<sha256>  saved copies, content-addressed
-    services/<name>.log, .pid     servers deploy started itself (manager: process)
-    compiled/<sha256>             passed compile checks: the interpreter identity they passed
-                                  with (deploy.checks.compile; a cache, safe to delete)
-
-An ``intent`` line is fsynced *before* the change it announces, so a rollback — by this
+An ``intent`` record is fsynced *before* the change it announces, so a rollback — by this
 process, or by a later one after a crash — knows every change that may have happened; a
-``done`` line follows the change. Lines whose loss in a crash changes nothing (`_LAZY`: begin,
-backup, done) are appended without an fsync of their own: they become durable with the next
-fsynced line of the same file — an intent precedes every change, an end every finish — and
-recovery treats an intent without its done as "may have happened" anyway, checking the file's
-checksum (or the service) before undoing. The run directory is created lazily at the first change: a run that changes
-nothing leaves no run behind (at most the one-line record of a compile check it passed).
+``done`` record follows the change. Records whose loss in a crash changes nothing (`_LAZY`:
+begin, backup, done) are appended without an fsync of their own: they become durable with the
+next fsynced record of the same file — an intent precedes every change, an end every finish —
+and recovery treats an intent without its done as "may have happened" anyway, checking the
+file's checksum (or the service) before undoing. The run directory is created lazily at the
+first change: a run that changes nothing leaves no run behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from deploy.errors import StepFailed
+from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.host import RemoteHost, sha256
 from deploy.remote.session import Call
+from deploy.statedir.layout import Layout
+from deploy.statedir.records import (
+    Begin,
+    ParsedJournal,
+    Record,
+    encode,
+    from_fields,
+    parse_journal,
+)
 
 
 def new_run_id() -> str:
-    """A sortable, unique run id: UTC time to the second plus 6 hex digits."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    """A unique run id: UTC time to the microsecond plus 6 hex digits.
+
+    Readable and roughly time-ordered; decisions never sort these as text (a host's runs are
+    ordered by the ``host_seq`` of their journals, `deploy.statedir.runs.ordered`).
+    """
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(3)
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def now_precise() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
 def run_dir(state_dir: str, run_id: str) -> str:
-    return f"{state_dir.rstrip('/')}/runs/{run_id}"
+    return Layout(state_dir).run_dir(run_id)
 
 
-#: Events appended without their own fsync (see the module docstring): one round trip and one
+#: Records appended without their own fsync (see the module docstring): one round trip and one
 #: disk flush each, saved on every change run.
 _LAZY = frozenset({"begin", "backup", "done"})
 
 
+class JournalSink(Protocol):
+    """How a run's records and saved copies reach the host: the one place that knows."""
+
+    def append(self, line: bytes, *, durable: bool) -> Call | None: ...
+
+    def save_copy(self, name: str, content: bytes) -> None: ...
+
+    def replace_journal(self, body: bytes) -> None: ...
+
+    def write_manifest(self, body: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class HelperSink:
+    """`JournalSink` through the host's file helper (`RemoteHost.append_file`, `write_atomic`).
+
+    While the lock is held every request rides the run's session without waiting: the helper
+    serves them in order (an intent is appended and fsynced before the change it announces),
+    and the run waits once, at its commit point (`Journal.finish`). The run directory is
+    created with the first record.
+    """
+
+    def __init__(self, remote: RemoteHost, layout: Layout, run_id: str, *, create: bool) -> None:
+        self.remote, self.layout, self.run_id = remote, layout, run_id
+        self._create = create
+
+    def _ready(self) -> None:
+        if self._create:
+            self._create = False
+            self.remote.mkdir(self.layout.run_dir(self.run_id))
+            self.remote.mkdir(self.layout.copies(self.run_id))
+
+    def append(self, line: bytes, *, durable: bool) -> Call | None:
+        self._ready()
+        return self.remote.append_file(self.layout.journal(self.run_id), line, durable=durable)
+
+    def save_copy(self, name: str, content: bytes) -> None:
+        self._ready()
+        self.remote.write_atomic(f"{self.layout.copies(self.run_id)}/{name}", content, mode=0o600)
+
+    def replace_journal(self, body: bytes) -> None:
+        self.remote.write_atomic(self.layout.journal(self.run_id), body, mode=0o600)
+
+    def write_manifest(self, body: bytes) -> None:
+        self.remote.write_atomic(self.layout.manifest(self.run_id), body, mode=0o600)
+
+    def close(self) -> None:
+        """Nothing to release: the host's helper keeps the journal open until the run ends."""
+
+
 class Journal:
-    """Appends to ``runs/<run-id>/journal.jsonl`` on the host; created on first use."""
+    """Appends records to ``runs/<run-id>/journal.jsonl`` on the host; created on first use.
+
+    ``events`` keeps every record written (and, when attached to an earlier run, read) as a
+    dict of its fields, which the undo code and the manifest read.
+    """
 
     def __init__(
-        self, remote: RemoteHost, state_dir: str, run_id: str, meta: dict[str, Any]
+        self,
+        remote: RemoteHost,
+        state_dir: str,
+        run_id: str,
+        meta: Mapping[str, Any],
+        *,
+        existing: ParsedJournal | None = None,
     ) -> None:
         self.remote = remote
         self.state_dir = state_dir
+        self.layout = Layout(state_dir)
         self.run_id = run_id
-        self.meta = meta
-        self.dir = run_dir(state_dir, run_id)
-        self._started = False
+        self.meta = dict(meta)
+        self.dir = self.layout.run_dir(run_id)
+        self.sink: JournalSink = HelperSink(remote, self.layout, run_id, create=existing is None)
+        self._started = existing is not None
         self._saved: set[str] = set()
-        self.events: list[dict[str, Any]] = []
-        #: Per event, the helper request that appended it (None without the lock's session).
-        self._calls: list[Call | None] = []
+        self.records: list[Record] = list(existing.records) if existing else []
+        self.events: list[dict[str, Any]] = [r.fields_dict() for r in self.records]
+        #: Per record written in this run, the helper request that appended it (None when it
+        #: was read from the host, or written without the lock's session).
+        self._calls: list[Call | None] = [None] * len(self.records)
 
     @property
     def started(self) -> bool:
         return self._started
 
-    @property
-    def path(self) -> str:
-        return f"{self.dir}/journal.jsonl"
-
     def start(self) -> None:
-        """Create the run directory and write the ``begin`` line (idempotent).
-
-        Sent without waiting, like every record: the host's helper serves them in order.
-        """
+        """Write the ``begin`` record (idempotent); the sink creates the run directory."""
         if self._started:
             return
-        self.remote.mkdir(self.dir)
-        self.remote.mkdir(f"{self.dir}/files")
         self._started = True
-        self.write({"event": "begin", **self.meta})
+        names = {f.name for f in dataclasses.fields(Begin)}
+        self.write(Begin(**{k: v for k, v in self.meta.items() if k in names}))
 
-    def write(self, event: dict[str, Any]) -> None:
-        """Append one line; fsync it (and so every line before it) unless it is in `_LAZY`."""
+    def write(self, event: Record | Mapping[str, Any]) -> None:
+        """Append one record; fsync it (and every one before it) unless its kind is lazy.
+
+        A dict is checked into its typed record first (`deploy.statedir.records.from_fields`).
+        """
         self.start()
-        line = {"ts": now_iso(), **event}
-        self.events.append(line)
+        record = event if isinstance(event, Record) else from_fields(event)
+        record = dataclasses.replace(record, ts=now_precise(), seq=len(self.records) + 1)
+        self.records.append(record)
+        self.events.append(record.fields_dict())
         self._calls.append(None)
-        self._calls[-1] = self.remote.append_file(
-            self.path,
-            (json.dumps(line, sort_keys=True) + "\n").encode(),
-            durable=event.get("event") not in _LAZY,
-        )
+        self._calls[-1] = self.sink.append(encode(record), durable=record.EVENT not in _LAZY)
 
     def settle(self) -> None:
         """Wait for every answer, then forget the records the host did not append.
@@ -113,27 +187,26 @@ class Journal:
         with contextlib.suppress(StepFailed):
             self.remote.flush()
         kept = [
-            (event, call)
-            for event, call in zip(self.events, self._calls, strict=True)
+            index
+            for index, call in enumerate(self._calls)
             if call is None or not call.done or call.ok
         ]
-        self.events = [event for event, _ in kept]
-        self._calls = [call for _, call in kept]
+        self.records = [self.records[i] for i in kept]
+        self.events = [self.events[i] for i in kept]
+        self._calls = [self._calls[i] for i in kept]
 
     def save_copy(self, content: bytes) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""
         digest = sha256(content)
         if digest not in self._saved:
             self.start()
-            self.remote.write_atomic(f"{self.dir}/files/{digest}", content, mode=0o600)
+            self.sink.save_copy(digest, content)
             self._saved.add(digest)
         return digest
 
-    def finish(
-        self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None
-    ) -> None:
-        """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json;
-        then wait for every answer: the run's commit point (its one wait for the writes).
+    def finish(self, record: Record, manifest: list[dict[str, Any]] | None = None) -> None:
+        """Write the final record (`End` or `RollbackEnd`) and, if given, manifest.json; then
+        wait for every answer: the run's commit point (its one wait for the writes).
 
         Raises:
             StepFailed: a record, saved copy or write sent earlier failed on the host.
@@ -142,53 +215,53 @@ class Journal:
             return
         if manifest is not None:
             body = json.dumps({"run_id": self.run_id, "files": manifest}, indent=2, sort_keys=True)
-            self.remote.write_atomic(f"{self.dir}/manifest.json", body.encode() + b"\n", mode=0o600)
-        self.write({"event": event, "outcome": outcome})
+            self.sink.write_manifest(body.encode() + b"\n")
+        self.write(record)
         self.close()
         self.remote.flush()
 
     def close(self) -> None:
-        """Nothing to release: the host's helper keeps the journal open until the run ends."""
+        self.sink.close()
 
 
-def attach(remote: RemoteHost, state_dir: str, run_id: str) -> Journal:
-    """A `Journal` that appends to an existing run (rollback of an earlier run)."""
-    journal = Journal(remote, state_dir, run_id, {})
-    journal._started = True
-    return journal
-
-
-def read_events(remote: RemoteHost, state_dir: str, run_id: str) -> list[dict[str, Any]]:
-    """Every complete line of a run's journal (a torn last line from a crash is skipped).
+def read_journal(remote: RemoteHost, state_dir: str, run_id: str) -> ParsedJournal:
+    """Every record of a run's journal, checked (a torn last line from a crash is dropped).
 
     Raises:
         StepFailed: the run does not exist on this host.
+        JournalDamaged: any other line is damaged (exit 3: undo must not guess).
     """
-    path = f"{run_dir(state_dir, run_id)}/journal.jsonl"
+    path = Layout(state_dir).journal(run_id)
     try:
         raw = remote.read(path)
     except FileNotFoundError as exc:
         raise StepFailed(f"{remote.name}: no run {run_id} in {state_dir}/runs") from exc
-    events = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict):
-                events.append(value)
-    return events
+    return parse_journal(raw, f"{remote.name}:{path}")
+
+
+def attach(remote: RemoteHost, state_dir: str, parsed: ParsedJournal, run_id: str) -> Journal:
+    """A `Journal` that appends to an existing run (the undo of an earlier run).
+
+    A torn last line is dropped first (the journal is rewritten, atomically, without it), so
+    the next record starts on a line of its own and only a new crash can tear the end again.
+    """
+    journal = Journal(remote, state_dir, run_id, {}, existing=parsed)
+    if parsed.torn_tail:
+        journal.sink.replace_journal(parsed.valid)
+    return journal
 
 
 def read_copy(remote: RemoteHost, state_dir: str, run_id: str, digest: str) -> bytes:
     """A saved copy, checked against its name.
 
     Raises:
-        StepFailed: missing, or its content does not hash to its name (corrupted).
+        RollbackFailed: missing, or its content does not hash to its name (corrupted).
     """
-    path = f"{run_dir(state_dir, run_id)}/files/{digest}"
+    path = Layout(state_dir).copy(run_id, digest)
     try:
         data = remote.read(path)
     except FileNotFoundError as exc:
-        raise StepFailed(f"{remote.name}: saved copy {path} is missing") from exc
+        raise RollbackFailed(f"{remote.name}: saved copy {path} is missing") from exc
     if sha256(data) != digest:
-        raise StepFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
+        raise RollbackFailed(f"{remote.name}: saved copy {path} is corrupted (sha256 mismatch)")
     return data

@@ -95,6 +95,10 @@ class RunResult:
     batches: list[list[str]] = field(default_factory=list)
     #: Why hosts were left untouched on purpose (max_fail exceeded, --timeout), else None.
     stopped: str | None = None
+    #: The inventory file the run used (``deploy rollback`` takes the latest run of it).
+    inventory: str | None = None
+    #: ``deploy rollback``: the run it undid.
+    target_run: str | None = None
 
     @property
     def exit_code(self) -> int:

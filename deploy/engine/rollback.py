@@ -3,140 +3,189 @@
 The same code serves the automatic rollback inside a failing run, the recovery of a run that a
 crash left unfinished, and ``deploy rollback``. It reads only the journal and the saved copies,
 never the playbook, so it works after the workstation died or the playbook changed.
+
+Every undo is preflight first, then act: the journal is read and checked record by record
+(`deploy.statedir.records`), every saved copy is read and its sha256 checked, every file is
+checked to be as the run left it (unless ``force``), and the old server's executable and
+working directory must still exist. Only then is ``rollback_begin`` written and a server
+stopped; a failed preflight writes nothing and touches nothing (`RollbackRefused`), so it never
+changes any run's state (`deploy.statedir.runs`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from deploy.engine.journal import Journal, attach, read_copy, read_events
+from deploy.engine.journal import Journal, attach, read_copy, read_journal
 from deploy.engine.results import HostResult
 from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFailed
 from deploy.remote.host import RemoteHost
-from deploy.remote.lock import RunSummary, acquire
+from deploy.remote.lock import acquire
+from deploy.statedir.records import End, RollbackBegin, RollbackEnd, UndoFailed, Undone
+from deploy.statedir.runs import decide_rollback
 from deploy.steps.files import check_undoable, undo_write
 
-
-def is_undone(run: RunSummary) -> bool:
-    last = run.last
-    return last.get("event") == "rollback_end" or (
-        last.get("event") == "end" and last.get("outcome") == "rolled_back"
-    )
+Note = Any  # Callable[[str], None] | None, kept loose for the progress hooks
 
 
-def unfinished_runs(runs: list[RunSummary]) -> list[RunSummary]:
-    """Runs whose journal has no final line: killed or disconnected half-way."""
-    return [run for run in runs if not run.finished]
+class RollbackRefused(RollbackFailed):
+    """A precondition of the undo does not hold; nothing was changed (exit 3)."""
 
 
-def undo_run_events(
+def _key(event: dict[str, Any]) -> tuple[Any, Any]:
+    return event.get("op"), event.get("path") or event.get("service")
+
+
+def pending_changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's intents not yet undone, in the order they were made."""
+    undone = {_key(e) for e in events if e.get("event") == "undone"}
+    return [e for e in events if e.get("event") == "intent" and _key(e) not in undone]
+
+
+def _refuse(remote: RemoteHost, run_id: str, why: str) -> RollbackRefused:
+    return RollbackRefused(f"{remote.name}: run {run_id} not undone: {why}; nothing was changed")
+
+
+def preflight(
+    remote: RemoteHost,
+    state_dir: str,
+    run_id: str,
+    pending: list[dict[str, Any]],
+    *,
+    force: bool,
+) -> dict[str, bytes]:
+    """Check everything the undo needs before it touches anything; the saved copies by sha.
+
+    Raises:
+        RollbackRefused: a copy is missing or corrupt, a file changed since (without
+            ``force``), the old server's executable or working directory is gone, or the
+            journal holds a change this version cannot undo.
+    """
+    unknown = [e for e in pending if e.get("op") not in ("write", "service")]
+    if unknown:
+        raise _refuse(remote, run_id, f"it has a change this version cannot undo: {unknown[0]}")
+    copies: dict[str, bytes] = {}
+    written: dict[str, set[str]] = {}
+    newest: dict[str, dict[str, Any]] = {}
+    for event in pending:
+        if event.get("op") == "write":
+            path = str(event["path"])
+            newest[path] = event
+            written.setdefault(path, set()).add(str(event.get("after")))
+            digest = str(event["original"])
+            if digest not in copies:
+                try:
+                    copies[digest] = read_copy(remote, state_dir, run_id, digest)
+                except RollbackFailed as exc:
+                    raise _refuse(remote, run_id, str(exc)) from exc
+    if not force:
+        for path, event in newest.items():
+            try:
+                check_undoable(remote, event, written[path])
+            except RollbackFailed as exc:
+                raise _refuse(remote, run_id, str(exc)) from exc
+    for event in pending:
+        if event.get("op") != "service":
+            continue
+        before = event.get("before") or {}
+        if not before.get("running") or (event.get("spec") or {}).get("manager") == "systemd":
+            continue
+        argv = before.get("argv") or []
+        places = (("executable", argv[0] if argv else None), ("cwd", before.get("cwd")))
+        for label, place in places:
+            if isinstance(place, str) and place.startswith("/") and remote.stat(place) is None:
+                raise _refuse(
+                    remote,
+                    run_id,
+                    f"the old {event.get('service')} server's {label} {place} no longer exists, "
+                    "so it could not be started again",
+                )
+    return copies
+
+
+def undo_run(
     remote: RemoteHost,
     state_dir: str,
     run_id: str,
     *,
     force: bool,
     reason: str,
+    by: str = "",
     journal: Journal | None = None,
-    events: list[dict[str, Any]] | None = None,
-    note: Callable[[str], None] | None = None,
+    note: Note = None,
 ) -> list[str]:
     """Undo every change a run journaled, newest first; return one line per action.
 
-    Order: stop every service the run touched (whatever serves now is the new code), restore
-    the files newest first, then start each service as it ran before the run — exact command
-    line, directory and environment — and wait until it is healthy; a service that was not
-    running stays stopped. Each undo is journaled (``undone``) as it happens, so an interrupted
-    rollback resumes where it stopped. The run's journal gets a final ``rollback_end`` (or ``end`` with outcome
-    ``rolled_back`` when undoing the current run).
+    Order: preflight (see the module docstring); stop every service the run touched (whatever
+    serves now is the new code); restore the files newest first; start each service as it ran
+    before the run — exact command line, directory and environment — and wait until it is
+    healthy (a service that was not running stays stopped). Each undo is journaled
+    (``undone``) as it happens, so an interrupted rollback resumes where it stopped. The run's
+    journal gets a final ``rollback_end`` (``end`` with outcome rolled_back for its own run).
 
     Raises:
-        RollbackFailed: something could not be put back (ForeignChange when it was changed
-            by someone else since); the journal records what was and was not undone.
+        RollbackRefused: the preflight failed; nothing was written or changed.
+        JournalDamaged: the journal is damaged (named by file and line); nothing changed.
+        RollbackFailed: something could not be put back; the journal records what was.
     """
     own_run = journal is not None
-    if events is None:
-        events = read_events(remote, state_dir, run_id)
     if journal is None:
-        journal = attach(remote, state_dir, run_id)
-    journal.write({"event": "rollback_begin", "reason": reason[:500], "force": force})
-    undone = {
-        (e.get("op"), e.get("path") or e.get("service"))
-        for e in events
-        if e.get("event") == "undone"
-    }
-    intents = [e for e in events if e.get("event") == "intent"]
-    pending = [e for e in intents if (e.get("op"), e.get("path") or e.get("service")) not in undone]
-    unknown = [e for e in pending if e.get("op") not in ("write", "service")]
+        journal = attach(remote, state_dir, read_journal(remote, state_dir, run_id), run_id)
+    try:
+        pending = pending_changes(journal.events)
+        copies = preflight(remote, state_dir, run_id, pending, force=force)
+    except BaseException:
+        journal.close()
+        raise
+    journal.write(RollbackBegin(reason=reason[:500], force=force, by=by))
+    services: dict[str, dict[str, Any]] = {}
+    written: dict[str, set[str]] = {}
+    for event in pending:  # the earliest record of each service holds its state before the run
+        if event.get("op") == "service":
+            services.setdefault(str(event["service"]), event)
+        else:
+            written.setdefault(str(event["path"]), set()).add(str(event.get("after")))
     lines: list[str] = []
     try:
-        if unknown:
-            raise RollbackFailed(
-                f"{remote.name}: run {run_id} has a change this version cannot undo: {unknown[0].get('op')}"
-            )
-        # The earliest record of each service holds its state before the run.
-        services: dict[str, dict[str, Any]] = {}
-        for event in pending:
-            if event.get("op") == "service":
-                services.setdefault(str(event["service"]), event)
-        # 0. All or nothing: a file someone changed since refuses the whole undo up front,
-        #    before any service is stopped or any other file restored (--force skips this).
-        newest: dict[str, dict[str, Any]] = {}
-        written: dict[str, set[str]] = {}
-        for event in pending:
-            if event.get("op") == "write":
-                newest[str(event["path"])] = event
-                written.setdefault(str(event["path"]), set()).add(str(event.get("after")))
-        if not force:
-            for path, event in newest.items():
-                check_undoable(remote, event, written[path])
         if services:  # the service machinery (~10 ms of imports) only when a run touched one
             from deploy.steps.service_undo import restore_previous, stop_current
-        # 1. Stop what the run started, so the old code is never served by a new process.
         for name, event in services.items():
             lines.append(stop_current(remote, state_dir, name, event))
-        # 2. Files back, newest change first.
         for event in reversed([e for e in pending if e.get("op") == "write"]):
-            original = read_copy(remote, state_dir, run_id, str(event["original"]))
+            path = str(event["path"])
             outcome = undo_write(
-                remote, event, original, force=force, written=written[str(event["path"])]
+                remote, event, copies[str(event["original"])], force=force, written=written[path]
             )
-            journal.write(
-                {"event": "undone", "op": "write", "path": outcome.path, "action": outcome.action}
-            )
+            journal.write(Undone(op="write", path=outcome.path, action=outcome.action))
             lines.append(
                 f"{outcome.action} {outcome.path}"
                 + (f" ({outcome.detail})" if outcome.detail else "")
             )
-        # 3. The old server, as it ran before, on the old code; proven healthy.
         for name, event in services.items():
             lines.append(restore_previous(remote, state_dir, name, event, note=note))
-            journal.write(
-                {"event": "undone", "op": "service", "service": name, "action": "restored"}
-            )
+            journal.write(Undone(op="service", service=name, action="restored"))
     except DeployError as exc:
         failure = (
             exc if isinstance(exc, RollbackFailed) else RollbackFailed(f"{remote.name}: {exc}")
         )
-        journal.write({"event": "rollback_failed", "error": str(failure)})
+        journal.write(UndoFailed(error=str(failure)))
+        journal.close()
         raise failure from exc
-    if own_run:
-        journal.finish("end", "rolled_back")
-    else:
-        journal.finish("rollback_end", "rolled_back")
+    journal.finish(End(outcome="rolled_back") if own_run else RollbackEnd(by=by))
     return lines
 
 
 def rollback_host(
     remote: RemoteHost,
     state_dir: str,
-    run_id: str | None,
+    run_id: str,
     *,
     force: bool,
     holder: dict[str, Any],
+    note: Note = None,
 ) -> HostResult:
-    """``deploy rollback`` on one host: undo ``run_id``, or the newest run not yet undone."""
+    """``deploy rollback RUN_ID`` on one host: undo that run if nothing later stands on it."""
     began = time.monotonic()
     result = HostResult(host=remote.name, outcome="nothing to do", run_id=run_id)
     try:
@@ -149,25 +198,22 @@ def rollback_host(
         result.outcome, result.error = "rollback failed", str(exc)
         return result
     try:
-        candidates = [run for run in lock.runs if not is_undone(run)]
-        if run_id is not None:
-            known = {run.run_id: run for run in lock.runs}
-            if run_id not in known:
-                result.outcome, result.error = "nothing to do", f"no run {run_id} on this host"
-                return result
-            if is_undone(known[run_id]) and not force:
-                result.error = f"run {run_id} was already rolled back"
-                return result
-            target = run_id
-        elif candidates:
-            target = candidates[-1].run_id
-        else:
-            result.error = "no run to roll back on this host"
+        decision = decide_rollback(lock.runs, run_id)
+        if decision.action == "nothing":
+            result.error = decision.message
             return result
-        result.run_id = target
+        if decision.action == "refuse":
+            result.outcome, result.error = "rollback failed", f"{remote.name}: {decision.message}"
+            return result
         try:
-            result.rollback = undo_run_events(
-                remote, state_dir, target, force=force, reason="deploy rollback"
+            result.rollback = undo_run(
+                remote,
+                state_dir,
+                run_id,
+                force=force,
+                reason="deploy rollback",
+                by=str(holder.get("run_id", "")),
+                note=note,
             )
             result.outcome = "restored"
             result.changed_files = [
@@ -176,6 +222,8 @@ def rollback_host(
                 if line.startswith("restored")
             ]
         except RollbackFailed as exc:
+            result.outcome, result.error = "rollback failed", str(exc)
+        except DeployError as exc:  # e.g. StepFailed: the run's journal is gone
             result.outcome, result.error = "rollback failed", str(exc)
     finally:
         lock.release()

@@ -6,8 +6,9 @@ service's health (filled in by a probe; "-" until one is given).
 
 Taking the lock to look would make a concurrent ``deploy apply`` see the host as busy and
 skip it, so status never does: one exec reads the lock holder's description, asks the kernel
-whether the lock is held (``/proc/locks``, matched by the lock file's inode), and prints the
-first and last journal line of every run. Runs that changed nothing leave no journal, so
+whether the lock is held (``/proc/locks``, matched by the lock file's inode), and prints every
+run's state records with the same reader the lock uses (`deploy.statedir.layout.scan_script`),
+folded into states by the same code the engine decides with (`deploy.statedir.runs`). Runs that changed nothing leave no journal, so
 "last run" means the last run that changed something on the host.
 """
 
@@ -24,6 +25,8 @@ from deploy.engine.host_run import connect_settings
 from deploy.errors import EXIT_NOT_ATTEMPTED, EXIT_OK, DeployError
 from deploy.remote.host import RemoteHost, quote
 from deploy.remote.lock import describe_holder
+from deploy.statedir.layout import parse_scan, scan_script
+from deploy.statedir.runs import RunState, ordered
 
 _SCRIPT = r"""S={state}
 [ -d "$S" ] || {{ echo NOSTATE; exit 0; }}
@@ -39,11 +42,7 @@ if [ -f "$S/lock" ]; then
   fi
 fi
 printf 'LOCK\t%s\t%s\n' "$held" "$(head -n 1 "$S/lock" 2>/dev/null)"
-for j in "$S"/runs/*/journal.jsonl; do
-  [ -f "$j" ] && printf 'RUN\t%s\t%s\t%s\n' "$(basename "$(dirname "$j")")" \
-    "$(head -n 1 "$j")" "$(tail -n 1 "$j")"
-done
-echo END
+{scan}echo END
 """
 
 #: A service health probe: (open host, its name, its settings) -> one short word or line.
@@ -55,7 +54,8 @@ class HostRun:
     """One run kept on a host, as its journal's first and last lines describe it."""
 
     run_id: str
-    state: str  # changed | rolled back | undone | rollback failed | unfinished | running
+    #: changed | rolled back | rollback incomplete | unfinished | running | damaged
+    state: str
     playbook: str = ""
     user: str = ""
     since: str = ""
@@ -96,22 +96,11 @@ def _json_line(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _run_state(last: dict[str, Any], running: bool) -> str:
-    event, outcome = last.get("event"), last.get("outcome")
-    if event == "end":
-        return "rolled back" if outcome == "rolled_back" else "changed"
-    if event == "rollback_end":
-        return "undone"
-    if running:
-        return "running"
-    return "rollback failed" if event == "rollback_failed" else "unfinished"
-
-
 def parse(name: str, output: str) -> HostStatus:
     """Turn the status script's output into a `HostStatus` (pure, for tests)."""
     status = HostStatus(host=name)
     held = False
-    runs: list[HostRun] = []
+    scan: list[str] = []
     for line in output.splitlines():
         kind, _, rest = line.partition("\t")
         if kind == "NOSTATE":
@@ -121,23 +110,25 @@ def parse(name: str, output: str) -> HostStatus:
             status.lock_holder = _json_line(text) or None
             held = pid not in ("0", "unknown", "")
             status.lock = "held" if held else ("unknown" if pid == "unknown" else "free")
-        elif kind == "RUN":
-            run_id, first, last = [*rest.split("\t", 2), "", ""][:3]
-            begin = _json_line(first)
-            running = held and (status.lock_holder or {}).get("run_id") == run_id
-            runs.append(
-                HostRun(
-                    run_id=run_id,
-                    state=_run_state(_json_line(last), running),
-                    playbook=str(begin.get("playbook", "")),
-                    user=str(begin.get("user", "")),
-                    since=str(begin.get("since", begin.get("ts", ""))),
-                )
-            )
-    runs.sort(key=lambda r: r.run_id)
-    status.last_run = runs[-1] if runs else None
-    status.unfinished = [r for r in runs if r.state in ("unfinished", "rollback failed")]
+        elif kind != "END":
+            scan.append(line)
     holder_run = (status.lock_holder or {}).get("run_id")
+    runs = []
+    for info in ordered(parse_scan(scan)):
+        state = "damaged" if info.damaged else str(info.state)
+        if info.state is RunState.UNFINISHED and held and holder_run == info.run_id:
+            state = "running"
+        runs.append(
+            HostRun(
+                run_id=info.run_id,
+                state=state,
+                playbook=info.playbook,
+                user=info.user,
+                since=info.started,
+            )
+        )
+    status.last_run = runs[-1] if runs else None
+    status.unfinished = [r for r in runs if r.state in ("unfinished", str(RunState.UNDOING))]
     if status.lock == "free" and any(r.run_id == holder_run for r in status.unfinished):
         status.lock = "stale"
     return status
@@ -150,7 +141,8 @@ def host_status(
     remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new))
     try:
         remote.open()
-        result = remote.run(_SCRIPT.format(state=quote(spec.state_dir)), timeout=60)
+        script = _SCRIPT.format(state=quote(spec.state_dir), scan=scan_script("S"))
+        result = remote.run(script, timeout=60)
         if not result.ok or "END" not in result.stdout.splitlines():
             why = "timed out" if result.timed_out else f"exit {result.exit_status}"
             return HostStatus(

@@ -1,8 +1,8 @@
 """The per-host lock: ``state_dir/lock``, held with flock(1) by a process tied to our session.
 
 One exec both takes the lock and reports what the engine must know before doing anything: the
-last journal line of every run kept on the host (so unfinished runs are found without further
-round trips), and the status and bytes of the files the run's leading file steps will read
+state records of every run kept on the host (`deploy.statedir.layout.scan_script`, so
+unfinished runs are found without further round trips), and the status and bytes of the files the run's leading file steps will read
 (``prefetch``: no round trip of their own). The flock is held by that shell, which then serves
 the run's commands over the same channel (`deploy.remote.session`: one login shell per host per
 run) until its stdin ends — so the lock is released by the kernel the moment our SSH session
@@ -18,7 +18,7 @@ import json
 import select
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import paramiko
@@ -28,6 +28,8 @@ from deploy.remote.host import RemoteHost, quote
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
+from deploy.statedir.layout import parse_scan, scan_script
+from deploy.statedir.runs import RunInfo, ordered
 
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
@@ -39,26 +41,12 @@ if flock -n 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
-  set -- "$_dS"/runs/*/journal.jsonl
-  [ -f "$1" ] && tail -v -n 1 -- "$@"
-  echo READY
+{scan}  echo READY
 {loop}else
   printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
   exit 75
 fi
 """
-
-
-@dataclass
-class RunSummary:
-    """A run kept on the host, as its journal's last line describes it."""
-
-    run_id: str
-    last: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def finished(self) -> bool:
-        return self.last.get("event") in ("end", "rollback_end")
 
 
 @dataclass
@@ -71,7 +59,8 @@ class HostLock:
     remote: RemoteHost
     channel: paramiko.Channel
     previous_holder: dict[str, object] | None
-    runs: list[RunSummary]
+    #: Every run kept on the host, oldest first (`deploy.statedir.runs.ordered`).
+    runs: list[RunInfo]
 
     def release(self) -> None:
         """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
@@ -103,21 +92,9 @@ def _holder_text(raw: str) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _last_lines(lines: list[str]) -> list[RunSummary]:
-    """Parse ``tail -v -n 1`` over every run's journal: one fork however many runs are kept.
-
-    Each file comes as ``==> STATE/runs/RUN_ID/journal.jsonl <==`` and then its last line (none
-    for an empty journal; a torn last line from a crash parses as no event, i.e. unfinished).
-    """
-    runs: list[RunSummary] = []
-    for line in lines:
-        if line == "READY":
-            break
-        if line.startswith("==> ") and line.endswith("/journal.jsonl <=="):
-            runs.append(RunSummary(line[4:].rsplit("/journal.jsonl <==", 1)[0].rsplit("/", 1)[-1]))
-        elif line.strip() and runs:
-            runs[-1].last = _holder_text(line) or {}
-    return runs
+def _scanned(lines: list[str]) -> list[RunInfo]:
+    """The runs the lock script's scan printed before ``READY``."""
+    return ordered(parse_scan(lines[: lines.index("READY")] if "READY" in lines else lines))
 
 
 def describe_holder(holder: dict[str, object] | None) -> str:
@@ -155,6 +132,7 @@ def acquire(
     script = _SCRIPT.format(
         state=quote(state_dir),
         agent=quote(HELPER_SOURCE),
+        scan=scan_script("_dS"),
         holder=quote(json.dumps(holder, sort_keys=True)),
         loop=LOOP,
     )
@@ -199,7 +177,7 @@ def acquire(
     first = lines[0] if lines else ""
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
-        runs = _last_lines(lines[1:])
+        runs = _scanned(lines[1:])
         session.feed(bytes(rest))
         remote.session = session
         remote.prefetched = _prefetched(remote, session, paths, calls, timeout)
@@ -212,7 +190,7 @@ def acquire(
             for command, call in ahead
             if call.ok
         }
-        return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
+        return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):
         holder_info = _holder_text(first.partition("\t")[2])

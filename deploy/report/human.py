@@ -204,6 +204,8 @@ def render_summary(
 ) -> str:
     """Per-host detail (failures, rollback actions, diffs on request), the fleet, a table."""
     out: list[str] = []
+    if run.target_run:
+        out += [f"rollback of run {run.target_run} ({run.playbook or 'playbook unknown'})", ""]
     if details:
         for host in run.hosts:
             interesting = (
@@ -283,7 +285,7 @@ def render_history(runs: list[RunResult], host: str | None = None) -> str:
             [
                 run.run_id,
                 run.started.replace("+00:00", "Z"),
-                run.command,
+                f"{run.command} {run.target_run}" if run.target_run else run.command,
                 run.playbook or "-",
                 str(run.exit_code),
                 f"{run.duration:.1f} s",
@@ -318,10 +320,16 @@ def render_status(statuses: list[HostStatus]) -> str:
         if status.lock in ("held", "stale"):
             notes.append(f"{status.host}: lock {status.describe_lock()}")
         for run in status.unfinished:
+            what = (
+                f"`deploy rollback {run.run_id}` finishes undoing it (`deploy apply` leaves "
+                "this host alone until then)"
+                if run.state == "rollback incomplete"
+                else f"the next `deploy apply` on this host (or `deploy rollback {run.run_id}`) "
+                "undoes it first"
+            )
             notes.append(
                 f"{status.host}: run {run.run_id} ({run.playbook or '?'} by {run.user or '?'}, "
-                f"{run.since or '?'}) is {run.state}; the next `deploy apply` or "
-                "`deploy rollback` on this host undoes it first"
+                f"{run.since or '?'}) is {run.state}; {what}"
             )
     headers = ["HOST", "LOCK", "LAST RUN", "OUTCOME", "UNFINISHED", "SERVICE"]
     return "\n".join([*_table_lines(headers, rows), *(["", *notes] if notes else [])])

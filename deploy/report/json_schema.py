@@ -169,6 +169,14 @@ SCHEMA: dict[str, Any] = {
             **_NULLABLE_STRING,
             "description": "Why hosts were left untouched on purpose (`max_fail` exceeded, `--timeout`).",
         },
+        "inventory": {
+            **_NULLABLE_STRING,
+            "description": "The inventory file the run used (`deploy rollback` takes its latest apply).",
+        },
+        "target_run": {
+            **_NULLABLE_STRING,
+            "description": "`deploy rollback`: the id of the run it undid; null otherwise.",
+        },
     },
     "$defs": {"host": HOST, "step": STEP},
 }

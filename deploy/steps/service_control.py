@@ -32,6 +32,7 @@ from deploy.config.steps import POLL_INTERVAL
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.host import RemoteHost, quote
+from deploy.statedir.layout import Layout
 
 AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").read_text()
 
@@ -75,7 +76,7 @@ class ServiceControl:
         self.remote = remote
         self.name = name
         self.spec = spec
-        base = f"{state_dir.rstrip('/')}/services"
+        base = Layout(state_dir).services
         self.log_file = f"{base}/{name}.log"
         self.pid_file = f"{base}/{name}.pid"
 

@@ -24,6 +24,7 @@ from deploy.checks.python_ast import check_python
 from deploy.config.steps import VerifyPythonArgs
 from deploy.errors import CheckFailed
 from deploy.remote.host import sha256
+from deploy.statedir.layout import Layout
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.files import read_file
 
@@ -38,7 +39,7 @@ def speculative_command(args: VerifyPythonArgs, state_dir: str) -> str | None:
     """
     if not args.compiles or not args.compile_cache:
         return None
-    return compile_command(args.python, args.path, cache=f"{state_dir.rstrip('/')}/compiled")
+    return compile_command(args.python, args.path, cache=Layout(state_dir).compiled)
 
 
 class VerifyPythonStep(Step):

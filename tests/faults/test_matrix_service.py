@@ -8,6 +8,7 @@ must be (before, old) or (after, new) — never a new file with the old server, 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,24 +17,31 @@ from tests.faults.conftest import FaultHost
 from tests.faults.harness import Boundary, Outcome, faulted_apply, journal_at_least, judge
 
 
-def _events(host: FaultHost) -> list[str]:
+def _events(host: FaultHost) -> list[dict[str, object]]:
+    """The complete records of the newest run's journal (a line being written is skipped)."""
     journals = sorted(
         (host.state_dir / "runs" / run / "journal.jsonl")
         for run in set(host.runs()) - host.old_runs
     )
-    return journals[-1].read_text().splitlines() if journals else []
+    if not journals:
+        return []
+    records = []
+    for line in journals[-1].read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def _stopped(host: FaultHost) -> bool:
     """The service intent is journaled and nothing listens on the port any more."""
     assert host.gpu is not None
-    return any('"op": "service"' in line for line in _events(host)) and (
-        host.service_state() == "down"
-    )
+    return any(e.get("op") == "service" for e in _events(host)) and (host.service_state() == "down")
 
 
 def _service_done(host: FaultHost) -> bool:
-    return any('"event": "done", "op": "service"' in line for line in _events(host))
+    return any(e.get("event") == "done" and e.get("op") == "service" for e in _events(host))
 
 
 def _during_wait(host: FaultHost) -> bool:

@@ -161,19 +161,32 @@ def test_forks_bound_the_parallelism(monkeypatch: pytest.MonkeyPatch) -> None:
     assert hosts.most == 3 and run.exit_code == 0
 
 
-def test_timeout_skips_unstarted_hosts_and_interrupts_running_ones(
+def test_timeout_skips_unstarted_hosts_and_cancels_running_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    hosts = _FakeHosts({}, {"h1": 0.01, "h2": 5.0, "h3": 0.01})
+    """Issue 13: the deadline cancels a busy host (it rolls back) instead of abandoning it."""
+    seen: dict[str, str] = {}
+
+    def slow(plan: _Plan, options: RunOptions) -> HostResult:
+        if plan.name != "h2":
+            return HostResult(plan.name, "changed")
+        deadline = time.monotonic() + 5.0
+        while not options.cancel.is_set():  # what a host does between steps
+            assert time.monotonic() < deadline, "never cancelled"
+            time.sleep(0.01)
+        seen["reason"] = options.cancel.reason
+        return HostResult(plan.name, "rolled back", error=options.cancel.reason)
+
+    monkeypatch.setattr(fleet, "apply_host", slow)
+    plans = [_Plan(name) for name in NAMES[:4]]
     began = time.monotonic()
-    run = _run(monkeypatch, hosts, 4, forks=1, timeout=0.3)
+    run = fleet.run_apply(plans, RunOptions(run_id="r"), forks=1, timeout=0.3)  # type: ignore[arg-type]
     took = time.monotonic() - began
-    assert took < 2.0, f"abandoned after the grace period, not after the slow host ({took:.1f} s)"
-    assert [h.outcome for h in run.hosts] == ["changed", "interrupted", "skipped", "skipped"]
-    interrupted = run.hosts[1]
-    assert interrupted.error is not None
-    assert "--timeout 0.3 s expired during step 1 (the only step)" in interrupted.error
-    assert run.exit_code == 3
+    assert took < 2.0, f"cancelled at the deadline, not after the slow host ({took:.1f} s)"
+    assert [h.outcome for h in run.hosts] == ["changed", "rolled back", "skipped", "skipped"]
+    assert seen["reason"] == "--timeout 0.3 s expired"
+    assert run.stopped is not None and "--timeout 0.3 s expired" in run.stopped
+    assert run.exit_code == 1
 
 
 def test_an_exception_in_a_host_is_a_host_a_human_must_look_at(

@@ -1,27 +1,37 @@
-"""What the lock script reports about kept runs: ``tail -v -n 1`` over every journal, parsed."""
+"""What the lock script reports about kept runs: the statedir scan, read up to READY."""
 
 from __future__ import annotations
 
-from deploy.remote.lock import _last_lines
+import dataclasses
+
+from deploy.remote.lock import _scanned
+from deploy.statedir import records as r
+from deploy.statedir.runs import RunState
 
 
-def test_every_run_its_last_event_and_torn_or_empty_journals_count_as_unfinished() -> None:
+def line(record: r.Record, seq: int) -> str:
+    return r.encode(dataclasses.replace(record, seq=seq)).decode().rstrip("\n")
+
+
+def test_runs_come_in_host_order_with_their_state_and_nothing_after_ready_counts() -> None:
     output = [
-        "==> /st/runs/20261129T1-a/journal.jsonl <==",
-        '{"event": "end", "outcome": "changed"}',
-        "",
-        "==> /st/runs/20261129T2-b/journal.jsonl <==",
-        "",
-        "==> /st/runs/20261129T3-c/journal.jsonl <==",
-        '{"event": "intent", "path": "/x", "sha',
+        "RUN\t/st/runs/b/journal.jsonl",
+        "RUN\t/st/runs/a/journal.jsonl",
+        "F\t/st/runs/b/journal.jsonl",
+        "L\t1\t" + line(r.Begin(run_id="b", host_seq=1), 1),
+        "L\t5\t" + line(r.End(outcome="ok"), 5),
+        "N\t5",
+        "F\t/st/runs/a/journal.jsonl",
+        "L\t1\t" + line(r.Begin(run_id="a", host_seq=2), 1),
+        "L\t3\t" + '{"event": "intent", "path": "/x", "sha',
+        "N\t3",
         "READY",
-        "==> /ignored/after/ready/journal.jsonl <==",
+        "RUN\t/ignored/after/ready/journal.jsonl",
     ]
-    runs = _last_lines(output)
-    assert [(r.run_id, r.finished) for r in runs] == [
-        ("20261129T1-a", True),
-        ("20261129T2-b", False),
-        ("20261129T3-c", False),
+    runs = _scanned(output)
+    assert [(x.run_id, x.state) for x in runs] == [
+        ("b", RunState.CHANGED),
+        ("a", RunState.UNFINISHED),
     ]
-    assert runs[0].last == {"event": "end", "outcome": "changed"}
-    assert _last_lines(["READY"]) == []
+    assert runs[1].damaged is None, "a torn last line is tolerated"
+    assert _scanned(["READY"]) == []

@@ -242,6 +242,8 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
         services=dict(plan.services),
         force=options.force,
     )
+    if not _preflight(remote, spec, ctx, journal, steps, result, progress):
+        return
     for position, (index, entry) in enumerate(steps):
         step = build_step(entry, index)
         if step.kind not in FILE_STEPS:
@@ -258,7 +260,7 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
                 step.verify(ctx, planned)
             step_result.summary = planned.summary
             step_result.figures = planned.figures
-            step_result.diff = "".join(change.diff for change in planned.changes)
+            step_result.diff = "".join(change.diff for change in planned.changes) + planned.diff
             if planned.changes:
                 step_result.status = "would change" if options.check_mode else "changed"
                 result.changed_files.extend(
@@ -297,7 +299,8 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
         result.steps.append(step_result)
         progress.step_finished(name, step_result)
     if options.check_mode:
-        result.outcome = "would change" if result.changed_files else "unchanged"
+        pending = any(done.status == "would change" for done in result.steps)
+        result.outcome = "would change" if result.changed_files or pending else "unchanged"
         return
     if not ctx.changed:
         for done in result.steps:
@@ -308,6 +311,35 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
                 )
     result.outcome = "changed" if ctx.changed else "unchanged"
     journal.finish("end", "ok", manifest=_manifest(journal.events))
+
+
+def _preflight(
+    remote: RemoteHost,
+    spec: HostSpec,
+    ctx: StepContext,
+    journal: Journal,
+    steps: list[tuple[int, Any]],
+    result: HostResult,
+    progress: Progress,
+) -> bool:
+    """Every step's read-only pre-checks, before the first step: False (and the host failed,
+    nothing touched) if one refuses."""
+    for position, (index, entry) in enumerate(steps):
+        step = build_step(entry, index)
+        ctx.step_index = index
+        try:
+            step.preflight(ctx)
+        except DeployError as exc:
+            failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
+            result.steps.append(failed)
+            progress.step_finished(remote.name, failed)
+            result.steps.extend(
+                StepResult(i, build_step(e, i).kind, build_step(e, i).title, "not run")
+                for i, e in steps[position + 1 :]
+            )
+            _fail(remote, spec, ctx, journal, result, index, str(exc), exc, progress)
+            return False
+    return True
 
 
 def _fail(

@@ -281,6 +281,8 @@ def describe_change(
         ("environment", old_vars, new_vars),
     ):
         if old == new:
+            if old and out:
+                out.append(f"({label} {kind} unchanged: {len(old)} entries kept)\n")
             continue
         out.extend(
             line + "\n"

@@ -107,13 +107,18 @@ class ServiceStep(Step):
         if self.kind == "restart":
             planned.data["desired"] = want
             planned.diff = want.diff
-            why = "a file changed" if ctx.anything_changed() else "it runs otherwise"
+            planned.data["why"] = (
+                "a file changed"
+                if ctx.anything_changed()
+                else "the running server differs from the desired one"
+                if state.running and not want.satisfied
+                else "only_if_changed is false"
+            )
             if want.source == "running server":
-                planned.summary += (
-                    f"; new server: the running one plus the declared changes ({why})"
-                )
+                planned.summary += "; new server: the running one plus the declared changes"
             else:
                 planned.summary += "; new server: the service's command"
+            planned.summary += f" ({planned.data['why']})"
         return planned
 
     def preflight(self, ctx: StepContext) -> None:
@@ -191,6 +196,8 @@ class ServiceStep(Step):
             {"event": "done", "op": "service", "step": ctx.step_index, "service": self.service}
         )
         planned.summary = "; ".join(parts)
+        if planned.data.get("why"):
+            planned.summary = f"{planned.data['why']}: {planned.summary}"
 
     def _baseline(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
         """Measure the old server now if a later gate compares against 'before'."""

@@ -161,3 +161,5 @@ def test_change_is_a_diff_with_secrets_masked() -> None:
     assert "-API_KEY=*** (old value)\n" in text and "+API_KEY=*** (new value)\n" in text
     assert "HF_TOKEN" not in text.replace(" HF_TOKEN=***", "")  # only as context, masked
     assert describe_change(old, old, old_env, old_env, match=MATCH) == ""
+    same_env = describe_change(old, [*old, "--enable-metrics"], old_env, old_env, match=MATCH)
+    assert same_env.endswith("(server environment unchanged: 3 entries kept)\n")

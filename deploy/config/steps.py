@@ -190,10 +190,24 @@ class EnvChanges(_Strict):
 class RestartArgs(ServiceArgs):
     """Restart the server as it runs now, plus the declared changes (or from `command:`)."""
 
-    args: ArgChanges | None = Field(
-        default=None, description="Declared changes to the running server's command line."
+    only_if_changed: bool = Field(
+        default=True,
+        description="Restart only if an earlier step of this run changed something or the "
+        "running server differs from the desired one (its argv/env plus `args`/`env`); false: "
+        "always.",
     )
-    env: EnvChanges | None = Field(default=None, description="Declared changes to its environment.")
+    args: ArgChanges | None = Field(
+        default=None,
+        description="Changes to the running server's command line: `set` (flag -> value; "
+        "replaces every occurrence in any spelling, `--tp` being `--tp-size` and `--x=y` "
+        "`--x y`, or is added at the end; true is a bare flag, false or null removes it, a "
+        "list gives several values) and `remove` (flags removed with their values).",
+    )
+    env: EnvChanges | None = Field(
+        default=None,
+        description="Changes to its environment: `set` (an empty value changes nothing: a "
+        'template left at "" never wipes an inherited variable) and `unset`.',
+    )
     imports: dict[str, str] = Field(
         default_factory=dict,
         description="Module -> file: before anything is stopped or changed, the server's own "

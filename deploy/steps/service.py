@@ -6,16 +6,20 @@ stopped, so that undo starts the *old* server the old way — the playbook's new
 the change being undone. A server someone started by hand on the port is adopted the same way.
 
 A restart keeps the server the operator has: the new server is the running one's own argv,
-environment and cwd plus the declared ``args``/``env`` changes (`deploy.steps.service_desired`),
-and only with no server running is the service's ``command:`` used. The running server is part
-of the desired state: a restart happens when an earlier step of this run changed something *or*
-the running server differs from the desired one (``only_if_changed``, default true; false
-restarts always). A re-run on a host already in the desired state restarts nothing.
+environment and cwd plus the declared ``args``/``env`` changes, and only with no server running
+is the service's ``command:`` used. The plan (and ``--check``) shows old -> new command line and
+environment as a diff, secret-looking values (``*token*``, ``*password*``, ``*secret*``,
+``*key*``) as ``***``. The running server is part of the desired state: a restart happens when
+an earlier step of this run changed something *or* the running server differs from the desired
+one (``only_if_changed``, default true; false restarts always). A re-run on a host already in
+the desired state restarts nothing.
 
-Around the replacement: before the run touches anything, the server's own interpreter must find
-each ``imports`` module in the file the playbook patches (`RestartStep.preflight`); the stop
-drains (SIGTERM to the main process alone, ``drain_timeout``, then the group); and
-``wait_healthy`` requires the new server to listen on every address the old one did.
+Around the replacement: before the run touches anything on the host, the server's own
+interpreter (``/proc/PID/exe`` as invoked, with the server's environment and cwd; with no
+server, the service's ``python`` with its ``env``) must find each ``imports`` module in the file
+named, after realpath, without importing it; the stop drains (SIGTERM to the main process
+alone, up to the service's ``drain_timeout`` for its requests in flight, then the group); and
+``wait_healthy`` requires the new server to listen on every address:port the old one did.
 """
 
 from __future__ import annotations

@@ -221,3 +221,43 @@ def test_a_new_server_that_no_longer_listens_where_the_old_one_did_is_rolled_bac
     assert f"now listens on 127.0.0.1:{gpu.port}, not on 0.0.0.0:{gpu.port}" in host["error"]
     assert sha256(gpu.model_file) == before
     assert listener_cmdline(gpu.port) == old_command
+
+
+FROM_TEMPLATE = """
+name: from-template
+hosts: all
+services:
+  sglang:
+    command: >-
+      {{ sglang_python | quote }} -m sglang.launch_server --model-path m --port {{ sglang_port }}
+    python: "{{ sglang_python }}"
+    env: {PYTHONPATH: "{{ sglang_pythonpath }}"}
+    port: "{{ sglang_port }}"
+steps:
+  - restart:
+      service: sglang
+      only_if_changed: false
+      imports: {sglang.srt.models.kimi_k25: "{{ model_file }}"}
+  - wait_healthy: {service: sglang, timeout: 30}
+"""
+
+
+def test_an_empty_templated_pythonpath_keeps_the_inherited_one(
+    sshd_sandbox: Any, tmp_path: Path
+) -> None:
+    """No server runs: the template starts it. sglang is importable only through the
+    PYTHONPATH every session inherits; the playbook's "" must not wipe it."""
+    python_path = sshd_sandbox.base / "gpu-1" / "root" / "sglang" / "python"
+    host = sshd_sandbox.start("gpu-1", env={"PYTHONPATH": str(python_path)})
+    gpu = gpu_host.prepare(host, "0.5.9")
+    assert gpu.python_path == python_path
+    workdir = tmp_path / "workstation"
+    workdir.mkdir()
+    (workdir / "template.yaml").write_text(FROM_TEMPLATE)
+    inventory = sshd_sandbox.write_inventory(
+        workdir / "hosts.yaml", [host], host_vars={host.name: {**gpu.vars, "sglang_pythonpath": ""}}
+    )
+    result = Deploy(workdir, inventory)("apply", "template.yaml", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    pid = listener_pid(gpu.port)
+    assert pid is not None and environ(pid)["PYTHONPATH"] == str(python_path)

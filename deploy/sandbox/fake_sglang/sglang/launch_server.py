@@ -292,7 +292,13 @@ def spawn_children(args: argparse.Namespace, config: dict[str, Any]) -> list[Chi
             [title, "-c", BOOTSTRAP],
             executable=sys.executable,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "_SGLANG_STANDIN_CHILD": json.dumps(spec)},
+            env={
+                **os.environ,
+                "_SGLANG_STANDIN_CHILD": json.dumps(spec),
+                # argv[0] is the title, not a path: without a home, Python looks for its
+                # standard library from the cwd up, and from "/" finds the system's instead.
+                "PYTHONHOME": f"{sys.base_prefix}:{sys.base_exec_prefix}",
+            },
             pass_fds=[theirs.fileno()] if theirs else [],
         )
         if theirs:

@@ -244,6 +244,27 @@ def is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_PATTERNS)
 
 
+def masked_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of secret-looking flags (``--api-key X``, ``--hf-token=X``)
+    as ``***``, for messages."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next and not is_flag(token):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = token.partition("=")
+        secret = token.startswith("--") and is_secret(name.lstrip("-"))
+        if secret and eq:
+            out.append(f"{name}={MASK}")
+        else:
+            out.append(token)
+            hide_next = secret
+    return out
+
+
 def masked_env(env: Mapping[str, str]) -> dict[str, str]:
     return {key: MASK if is_secret(key) else value for key, value in env.items()}
 
@@ -251,7 +272,11 @@ def masked_env(env: Mapping[str, str]) -> dict[str, str]:
 def _argv_lines(argv: Sequence[str], match: str) -> list[str]:
     command = parse(argv, match)
     lines = [shlex.join(command.program)]
-    lines += ["  " + shlex.join(flag.tokens) for flag in command.flags]
+    for flag in command.flags:
+        if is_secret(flag.name.lstrip("-")) and flag.values:  # --api-key sk-...
+            lines.append(f"  {flag.name} {MASK}")
+        else:
+            lines.append("  " + shlex.join(flag.tokens))
     return lines
 
 
@@ -265,7 +290,8 @@ def describe_change(
     label: str = "server",
 ) -> str:
     """A unified diff of the command line (one flag a line) and of the environment (one
-    variable a line, sorted, secret-looking values as ``***``); "" when nothing differs."""
+    variable a line, sorted); values of secret-looking flags (``--api-key``) and variables
+    (``HF_TOKEN``) show as ``***``; "" when nothing differs."""
     old_lines = _argv_lines(old_argv, match) if old_argv else []
     new_lines = _argv_lines(new_argv, match)
     old_vars = [f"{k}={v}" for k, v in sorted(masked_env(old_env).items())]

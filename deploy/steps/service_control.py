@@ -21,6 +21,7 @@ from typing import Any
 
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import POLL_INTERVAL
+from deploy.edits.cmdline import masked_argv
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.host import RemoteHost, quote
@@ -146,7 +147,8 @@ class ServiceControl:
         if self.spec.match not in command:
             raise StepFailed(
                 f"{self.remote.name}: port {self.spec.port} is held by pid {state.pid} "
-                f"({command[:120]!r}), which is not {self.spec.match}; not stopping it "
+                f"({' '.join(masked_argv(state.argv))[:120]!r}), which is not "
+                f"{self.spec.match}; not stopping it "
                 "(use --force if it really is the service)"
             )
 
@@ -188,7 +190,7 @@ class ServiceControl:
         self.remote.remove(self.pid_file)
         if not report.get("port_free", True):
             holders = ", ".join(
-                f"pid {h['pid']} {' '.join(h['cmdline'])[:60]!r}"
+                f"pid {h['pid']} {' '.join(masked_argv(h['cmdline']))[:60]!r}"
                 for h in report.get("holders", [])
                 if h
             )

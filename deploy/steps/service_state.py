@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deploy.edits.cmdline import masked_argv
+
 
 @dataclass
 class ServiceState:
@@ -31,7 +33,7 @@ class ServiceState:
             return "not running" + (
                 " (orphaned children hold the port)" if self.leftover_pgids else ""
             )
-        command = " ".join(self.argv)[:160]
+        command = " ".join(masked_argv(self.argv))[:160]
         return f"pid {self.pid} ({self.origin}): {command}"
 
     def to_record(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from deploy.edits.cmdline import (
     derive_argv,
     derive_env,
     describe_change,
+    masked_argv,
     parse,
     same_argv,
 )
@@ -161,5 +162,15 @@ def test_change_is_a_diff_with_secrets_masked() -> None:
     assert "-API_KEY=*** (old value)\n" in text and "+API_KEY=*** (new value)\n" in text
     assert "HF_TOKEN" not in text.replace(" HF_TOKEN=***", "")  # only as context, masked
     assert describe_change(old, old, old_env, old_env, match=MATCH) == ""
+    keyed = describe_change(old, [*old, "--api-key=sk-live-1"], old_env, old_env, match=MATCH)
+    assert "+  --api-key ***\n" in keyed and "sk-live-1" not in keyed
+    assert masked_argv(["p", "--api-key", "k", "--hf-token=t", "--port", "1"]) == [
+        "p",
+        "--api-key",
+        "***",
+        "--hf-token=***",
+        "--port",
+        "1",
+    ]
     same_env = describe_change(old, [*old, "--enable-metrics"], old_env, old_env, match=MATCH)
     assert same_env.endswith("(server environment unchanged: 3 entries kept)\n")

@@ -145,7 +145,6 @@ class ServiceStep(Step):
         problem = imports_problem(answer)
         if problem:
             raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
-        runtime(ctx, self.service)["imports_checked"] = state.pid
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:

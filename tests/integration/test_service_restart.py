@@ -120,6 +120,12 @@ def test_0510_file_with_a_plain_server_is_restarted(make_gpu_hosts: Any) -> None
     gpu = gpus[0]
     before = sha256(gpu.model_file)
     old_pid = serve_by_hand(gpu)
+    check = deploy("apply", "kimi-eagle3", "--check", "--json")
+    assert check.exit_code == 0, check.output
+    planned = report(check.stdout)["hosts"][0]
+    assert planned["outcome"] == "would change", "--check reports the pending restart"
+    assert step(planned, "restart")["status"] == "would change"
+    assert listener_pid(gpu.port) == old_pid
     result = deploy("apply", "kimi-eagle3", "--yes", "--json")
     assert result.exit_code == 0, result.output
     host = report(result.stdout)["hosts"][0]
@@ -172,10 +178,33 @@ def test_a_server_importing_another_sglang_is_refused_before_anything(
     assert all(s["status"] == "not run" for s in host["steps"] if s["kind"] != "restart")
 
 
+RESTART_ONLY = """
+name: restart-only
+hosts: all
+services:
+  sglang:
+    command: unused
+    port: "{{ sglang_port }}"
+    gpus: all
+    nvidia_smi: "{{ nvidia_smi }}"
+steps:
+  - restart:
+      service: sglang
+      args: {set: {--speculative-algorithm: EAGLE3, --speculative-draft-model-path: draft}}
+  - wait_healthy: {service: sglang, timeout: 60}
+"""
+
+
 def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
-    serving_059: tuple[GpuHost, Deploy],
+    make_gpu_hosts: Any, tmp_path: Path
 ) -> None:
-    gpu, deploy = serving_059
+    """The restart comes while a generation runs (a playbook with nothing before the restart,
+    so that it surely does): the old server finishes it before it is stopped."""
+    gpus, deploy = make_gpu_hosts(["0.5.10"])
+    gpu = gpus[0]
+    serve_by_hand(gpu)
+    playbook = tmp_path / "restart-only.yaml"
+    playbook.write_text(RESTART_ONLY)
     tokens = 2400  # 15 s at the stand-in's 160 tok/s: still running when the stop comes
     answer: dict[str, Any] = {}
 
@@ -187,7 +216,7 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
+            with urllib.request.urlopen(request, timeout=90) as reply:
                 answer["status"] = reply.status
                 answer["tokens"] = json.loads(reply.read())["meta_info"]["completion_tokens"]
         except OSError as exc:
@@ -196,13 +225,16 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     client = threading.Thread(target=generate)
     client.start()
     time.sleep(0.3)
-    result = deploy("apply", "kimi-eagle3", "--yes", "--json")
-    client.join(60)
+    result = deploy("apply", str(playbook), "--yes", "--json")
+    client.join(90)
     assert result.exit_code == 0, result.output
+    old_log = (gpu.ssh.root / "manual-sglang.log").read_text()
+    assert "Gracefully exiting... Remaining number of requests: 1." in old_log, "in flight"
     assert answer == {"status": 200, "tokens": tokens}
     restart = step(report(result.stdout)["hosts"][0], "restart")["summary"]
     drained = re.search(r"drained in ([0-9.]+) s", restart)
-    assert drained and float(drained.group(1)) > 1.0, f"the request was in flight: {restart}"
+    assert drained and float(drained.group(1)) > 1.0, restart
+    assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
 
 
 def test_a_new_server_that_no_longer_listens_where_the_old_one_did_is_rolled_back(

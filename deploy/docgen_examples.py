@@ -86,9 +86,15 @@ STEP_EXAMPLES: dict[str, str] = {
     timeout: 30
 """,
     "restart": """\
-- name: Restart SGLang (only if a file changed above)
+- name: Restart SGLang with EAGLE-3 (if a file changed above or the server runs without it)
   tags: [service]
-  restart: {service: sglang}
+  restart:
+    service: sglang
+    args:
+      set: {--speculative-algorithm: EAGLE3, --speculative-draft-model-path: /models/draft}
+      remove: [--disable-cuda-graph]
+    env: {set: {SGLANG_ENABLE_JIT_DEEPGEMM: "0"}, unset: [SGLANG_DEBUG]}
+    imports: {sglang.srt.models.kimi_k25: "{{ model_file }}"}
 """,
     "stop": """\
 - name: Stop SGLang before the weights are replaced

@@ -28,7 +28,9 @@ class ServiceSpec(_Strict):
     unit: str | None = Field(default=None, description="systemd unit name (manager: systemd).")
     cwd: str = Field(default="/", description="Working directory of the started process.")
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment added for the started process."
+        default_factory=dict,
+        description="Environment added for a process started from `command`; an empty value "
+        "leaves the inherited variable as it is.",
     )
     address: str = Field(
         default="127.0.0.1", description="Where the server listens, as seen on the host itself."
@@ -49,6 +51,18 @@ class ServiceSpec(_Strict):
     )
     stop_timeout: float = Field(
         default=60.0, gt=0, description="Seconds between SIGTERM and SIGKILL of the process group."
+    )
+    drain_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds the main process gets, after SIGTERM to it alone, to finish "
+        "in-flight requests before the group is stopped (default: 300 s, the budget of one "
+        "generation in the smoke and gate steps).",
+    )
+    python: str | None = Field(
+        default=None,
+        description="The server's interpreter, for a restart's `imports` check when no server "
+        "runs (default: the first word of `command`).",
     )
     start_timeout: float = Field(
         default=2700.0, gt=0, description="Seconds the old server gets to be healthy again on undo."

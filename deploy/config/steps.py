@@ -179,6 +179,58 @@ class ServiceArgs(_Strict):
     )
 
 
+class ArgChanges(_Strict):
+    """Changes to the running server's command line, read as SGLang's argparse reads it."""
+
+    set: dict[str, str | int | float | bool | list[str | int | float] | None] = Field(
+        default_factory=dict,
+        description="Flag -> value: replaces every occurrence (any spelling: `--tp` is "
+        "`--tp-size`, `--x=y` is `--x y`) or is added at the end; true is a bare flag "
+        "(store_true), false or null removes it, a list gives several values.",
+    )
+    remove: list[str] = Field(
+        default_factory=list, description="Flags removed with their values, in any spelling."
+    )
+
+
+class EnvChanges(_Strict):
+    """Changes to the running server's environment (the rest of it is kept as it is)."""
+
+    set: dict[str, str] = Field(
+        default_factory=dict,
+        description='Variable -> value; an empty value (a template left at "") changes nothing.',
+    )
+    unset: list[str] = Field(default_factory=list, description="Variables removed.")
+
+
+class RestartArgs(ServiceArgs):
+    """Restart the server as it runs now, plus the declared changes (or from `command:`)."""
+
+    only_if_changed: bool = Field(
+        default=True,
+        description="Restart only if an earlier step of this run changed something or the "
+        "running server differs from the desired one (its argv/env plus `args`/`env`); false: "
+        "always.",
+    )
+    args: ArgChanges | None = Field(
+        default=None,
+        description="Changes to the running server's command line: `set` (flag -> value; "
+        "replaces every occurrence in any spelling, `--tp` being `--tp-size` and `--x=y` "
+        "`--x y`, or is added at the end; true is a bare flag, false or null removes it, a "
+        "list gives several values) and `remove` (flags removed with their values).",
+    )
+    env: EnvChanges | None = Field(
+        default=None,
+        description="Changes to its environment: `set` (an empty value changes nothing: a "
+        'template left at "" never wipes an inherited variable) and `unset`.',
+    )
+    imports: dict[str, str] = Field(
+        default_factory=dict,
+        description="Module -> file: before anything is stopped or changed, the server's own "
+        "interpreter (with its environment and cwd) must resolve each module to that file.",
+    )
+
+
 class WaitHealthyArgs(_Strict):
     """Wait until the service answers 200 on its health URL (refused and 503 mean: not yet)."""
 
@@ -270,7 +322,7 @@ class VerifyCommandStep(StepCommon):
 
 
 class RestartStep(StepCommon):
-    restart: ServiceArgs
+    restart: RestartArgs
 
 
 class StopStep(StepCommon):

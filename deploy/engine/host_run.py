@@ -261,6 +261,8 @@ def _run_steps(
         services=dict(plan.services),
         force=options.force,
     )
+    if not _preflight(remote, spec, ctx, journal, steps, result, progress):
+        return
     for position, (index, entry) in enumerate(steps):
         if options.cancel.is_set() and not options.check_mode:
             _cancelled(remote, spec, ctx, journal, result, steps[position:], options)
@@ -281,7 +283,7 @@ def _run_steps(
                 step.verify(ctx, planned)
             step_result.summary = planned.summary
             step_result.figures = planned.figures
-            step_result.diff = "".join(change.diff for change in planned.changes)
+            step_result.diff = "".join(change.diff for change in planned.changes) + planned.diff
             if planned.changes:
                 step_result.status = "would change" if options.check_mode else "changed"
                 result.changed_files.extend(
@@ -320,7 +322,8 @@ def _run_steps(
         result.steps.append(step_result)
         progress.step_finished(name, step_result)
     if options.check_mode:
-        result.outcome = "would change" if result.changed_files else "unchanged"
+        pending = any(done.status == "would change" for done in result.steps)
+        result.outcome = "would change" if result.changed_files or pending else "unchanged"
         return
     if options.cancel.is_set():  # it came during the last step: the run did not complete
         _cancelled(remote, spec, ctx, journal, result, [], options)
@@ -374,6 +377,35 @@ def _cancelled(
         result.error = result.error.replace(
             f"step {index + 1} failed: {reason}", f"{reason} {where}", 1
         )
+
+
+def _preflight(
+    remote: RemoteHost,
+    spec: HostSpec,
+    ctx: StepContext,
+    journal: Journal,
+    steps: list[tuple[int, Any]],
+    result: HostResult,
+    progress: Progress,
+) -> bool:
+    """Every step's read-only pre-checks, before the first step: False (and the host failed,
+    nothing touched) if one refuses."""
+    for position, (index, entry) in enumerate(steps):
+        step = build_step(entry, index)
+        ctx.step_index = index
+        try:
+            step.preflight(ctx)
+        except DeployError as exc:
+            failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
+            result.steps.append(failed)
+            progress.step_finished(remote.name, failed)
+            result.steps.extend(
+                StepResult(i, build_step(e, i).kind, build_step(e, i).title, "not run")
+                for i, e in steps[position + 1 :]
+            )
+            _fail(remote, spec, ctx, journal, result, index, str(exc), exc, progress)
+            return False
+    return True
 
 
 def _fail(

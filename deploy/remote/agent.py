@@ -10,16 +10,22 @@ no import from ``deploy``: the host does not have this package. It prints one JS
 
 Operations:
 
-``probe {port, pid_file, prefix}``
+``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, process group, session, command line, working directory,
-    environment), the pid recorded in ``pid_file`` if alive, and every process whose title
-    starts with ``prefix`` (SGLang's ``sglang::scheduler_TP0`` and friends).
-``stop {pids, pgids, sids, port, prefix, timeout}``
-    SIGTERM to each process group, wait up to ``timeout`` (or 2 s after the main ``pids`` are
-    gone), SIGKILL what is left; then SIGKILL
+    environment, interpreter, and every address:port each listens on, from /proc/net/tcp{,6}
+    matched to its socket inodes), the pid recorded in ``pid_file`` if alive, and every process
+    whose title starts with ``prefix`` (SGLang's ``sglang::scheduler_TP0`` and friends). With
+    ``imports`` ({module: file}): where the server's own interpreter, run with the server's own
+    environment and cwd (else ``fallback``'s python, env and cwd), finds each module, without
+    importing it or its packages, compared with the file after realpath.
+``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
+    First SIGTERM to ``drain_pids`` only (SGLang's main process stops admitting and finishes
+    its in-flight requests while its schedulers keep working) and wait up to
+    ``drain_timeout`` for them to exit. Then SIGTERM to each process group, wait up to
+    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left; then SIGKILL
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
-``start {argv | command, cwd, env, env_mode, log_file, pid_file, header}``
+``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header}``
     Start the server in its own session (``setsid``), stdin from /dev/null, stdout and stderr
     appended to ``log_file``, so the SSH session can end at once; record its pid.
 """
@@ -27,7 +33,9 @@ Operations:
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,7 +86,7 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
-def _describe(pid, with_env=False):
+def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
         return None
@@ -89,7 +97,131 @@ def _describe(pid, with_env=False):
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
     if with_env:
         info["env"] = _environ(pid)
+        info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
+        try:
+            info["exe"] = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            info["exe"] = None
+    if table is not None:
+        info["listen"] = _listens_on(pid, table)
     return info
+
+
+#: Run by the server's interpreter: where each module would be found, by asking every finder
+#: on sys.meta_path level by level (as importlib does), so that no package's __init__ runs and
+#: the model module itself is never imported. Editable installs' finders are honoured.
+_FIND_SPEC = """
+import json, sys, types
+def find(name):
+    parts, path, spec = name.split("."), None, None
+    for i in range(len(parts)):
+        full = ".".join(parts[: i + 1])
+        spec = None
+        for finder in sys.meta_path:
+            method = getattr(finder, "find_spec", None)
+            if method is not None:
+                spec = method(full, path)
+                if spec is not None:
+                    break
+        if spec is None:
+            return {"error": "No module named " + repr(full)}
+        if i < len(parts) - 1:
+            if spec.submodule_search_locations is None:
+                return {"error": full + " is not a package"}
+            locations = spec.submodule_search_locations
+            # A namespace package's _NamespacePath recomputes itself from sys.modules[parent]:
+            # stand an empty module there (this process only exists to answer) whose __path__
+            # is the directories the package was found in; no package code runs.
+            path = list(getattr(locations, "_path", None) or locations)
+            placeholder = types.ModuleType(full)
+            placeholder.__path__ = path
+            placeholder.__spec__ = spec
+            sys.modules[full] = placeholder
+    return {"origin": spec.origin}
+print(json.dumps({name: find(name) for name in json.loads(sys.argv[1])}))
+"""
+
+
+def _interpreter(info):
+    """The server's interpreter as it was invoked (a venv's bin/python, which /proc/PID/exe
+    resolves to the base interpreter and so loses the venv), if that is the same binary."""
+    exe = info.get("exe")
+    argv0 = (info.get("cmdline") or [""])[0]
+    if argv0:
+        if "/" in argv0:
+            candidate = os.path.join(info.get("cwd") or "/", argv0)
+        else:
+            candidate = shutil.which(argv0, path=(info.get("env") or {}).get("PATH", ""))
+        if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
+            return candidate
+    return exe
+
+
+def resolve_imports(imports, python, env, cwd):
+    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file."""
+    results = []
+    try:
+        done = subprocess.run(
+            [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
+            env=env,
+            cwd=cwd or "/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        failure = None if found else (lines[-1] if lines else f"exit {done.returncode}")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        found, failure = None, str(exc)
+    for module, wanted in sorted(imports.items()):
+        entry = {"module": module, "python": python, "cwd": cwd, "expected": wanted}
+        entry["expected_real"] = os.path.realpath(wanted)
+        answer = (found or {}).get(module) or {"error": failure or "no answer"}
+        origin = answer.get("origin")
+        entry["origin"] = origin
+        entry["origin_real"] = os.path.realpath(origin) if origin else None
+        entry["error"] = answer.get("error")
+        entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
+        results.append(entry)
+    return results
+
+
+def _address(hex_address):
+    """/proc/net/tcp's little-endian hex address and port as ``1.2.3.4:80`` / ``[::1]:80``."""
+    host, _, port = hex_address.partition(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        text = socket.inet_ntop(socket.AF_INET, raw[::-1])
+        return f"{text}:{int(port, 16)}"
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{int(port, 16)}"
+
+
+def _listen_table():
+    """socket inode -> address:port of every listening TCP socket on the host."""
+    table = {}
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (_read(path) or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == TCP_LISTEN:
+                table[f"socket:[{cols[9]}]"] = _address(cols[1])
+    return table
+
+
+def _listens_on(pid, table):
+    """The addresses the process listens on (its fds that are listening sockets)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target in table:
+                found.add(table[target])
+    return sorted(found)
 
 
 def _listening_inodes(port):
@@ -142,15 +274,54 @@ def _pid_from_file(path):
 
 def probe(args):
     port = int(args["port"])
-    listeners = [_describe(pid, with_env=True) for pid in _listeners(port)]
+    table = _listen_table()
+    listeners = [_describe(pid, with_env=True, table=table) for pid in _listeners(port)]
     recorded = _pid_from_file(args.get("pid_file"))
-    return {
+    answer = {
         "listeners": [item for item in listeners if item],
         "pid_file_pid": recorded,
-        "pid_file_process": _describe(recorded, with_env=True) if recorded else None,
+        "pid_file_process": _describe(recorded, with_env=True, table=table) if recorded else None,
         "titled": [
             item for item in (_describe(pid) for pid in _titled(args.get("prefix"))) if item
         ],
+    }
+    imports = args.get("imports")
+    if imports:
+        answer["imports"] = _probe_imports(imports, args, answer)
+    return answer
+
+
+def _probe_imports(imports, args, answer):
+    """Resolve ``imports`` with the server's interpreter (the one the caller will stop)."""
+    info = answer["pid_file_process"]
+    if info is None:  # a listener someone started, not an orphan; the group leader first
+        prefix = args.get("prefix") or ""
+        servers = [
+            item
+            for item in answer["listeners"]
+            if not (prefix and (item.get("cmdline") or [""])[0].startswith(prefix))
+        ]
+        servers.sort(key=lambda item: (item["pid"] != item["pgid"], item["pid"]))
+        info = servers[0] if servers else None
+    if info is not None:
+        if not info.get("env_readable"):
+            return {"error": f"cannot read the environment of pid {info['pid']} (another user?)"}
+        python = _interpreter(info)
+        if not python:
+            return {"error": f"cannot read the interpreter of pid {info['pid']}"}
+        return {
+            "source": f"pid {info['pid']}",
+            "results": resolve_imports(imports, python, info.get("env") or {}, info.get("cwd")),
+        }
+    fallback = args.get("fallback") or {}
+    env = dict(os.environ)
+    env.update({k: v for k, v in (fallback.get("env") or {}).items() if v != ""})
+    python = fallback.get("python") or "python3"
+    if "/" not in python:
+        python = shutil.which(python, path=env.get("PATH", "")) or python
+    return {
+        "source": "the service's python",
+        "results": resolve_imports(imports, python, env, fallback.get("cwd")),
     }
 
 
@@ -183,6 +354,24 @@ def _wait_gone(pgids, sids, deadline, main=(), grace=2.0):
     return not _members(pgids, sids)
 
 
+def _drain(args):
+    """SIGTERM to the main processes only, then wait while they finish in-flight requests."""
+    pids = [int(p) for p in args.get("drain_pids", []) if int(p) > 1 and int(p) != os.getpid()]
+    timeout = float(args.get("drain_timeout") or 0)
+    if not pids or timeout <= 0:
+        return {}
+    began = time.monotonic()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    while any(_alive(pid) for pid in pids) and time.monotonic() - began < timeout:
+        time.sleep(0.05)
+    return {
+        "drained": not any(_alive(pid) for pid in pids),
+        "drain_s": round(time.monotonic() - began, 3),
+    }
+
+
 def stop(args):
     began = time.monotonic()
     own = {os.getpgid(0)}
@@ -191,6 +380,7 @@ def stop(args):
     port = args.get("port")
     prefix = args.get("prefix") or ""
     timeout = float(args.get("timeout", 60))
+    drained = _drain(args)
     terminated = sorted(_members(pgids, set()))
     for pgid in pgids:
         with contextlib.suppress(ProcessLookupError):
@@ -226,6 +416,7 @@ def stop(args):
             time.sleep(0.05)
         port_free = not _listening_inodes(int(port))
     return {
+        **drained,
         "terminated": terminated,
         "killed": killed,
         "reaped": reaped,
@@ -245,6 +436,8 @@ def start(args):
     else:
         env = dict(os.environ)
         env.update(args.get("env") or {})
+        for name in args.get("env_unset") or []:
+            env.pop(name, None)
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
     with open(log_file, "ab") as log:
         log.write((args.get("header") or "").encode() + b"\n")

@@ -80,8 +80,18 @@ class GpuHost:
         current.update(settings)
         self.standin_config.write_text(json.dumps(current))
 
-    def old_server_command(self, *, eagle3: bool = False, log: Path | None = None) -> str:
-        """The command an operator typed by hand to start the server before deploy existed."""
+    def old_server_command(
+        self,
+        *,
+        eagle3: bool = False,
+        log: Path | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        python_path: Path | None = None,
+    ) -> str:
+        """The command an operator typed by hand to start the server before deploy existed
+        (``extra_args`` after the usual flags, ``env`` exported before it, ``python_path``
+        instead of the checkout: where sglang is imported from)."""
         args = [
             sys.executable,
             "-m",
@@ -96,9 +106,12 @@ class GpuHost:
         ]
         if eagle3:
             args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft"]
+        args += extra_args or []
         logfile = log or (self.ssh.root / "manual-sglang.log")
+        assignments = {"PYTHONPATH": str(python_path or self.python_path), **(env or {})}
+        exported = " ".join(f"{k}={shlex.quote(v)}" for k, v in assignments.items())
         return (
-            f"cd {shlex.quote(str(self.ssh.root))} ; PYTHONPATH={shlex.quote(str(self.python_path))} "
+            f"cd {shlex.quote(str(self.ssh.root))} ; {exported} "
             f"setsid nohup {shlex.join(args)} > {shlex.quote(str(logfile))} 2>&1 < /dev/null &"
         )
 
@@ -123,8 +136,11 @@ def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> Gpu
     return gpu
 
 
-def start_old_server(gpu: GpuHost, *, eagle3: bool = False, timeout: float = 30.0) -> None:
-    """Start the server "by hand" over SSH (as operators do) and wait until it is healthy."""
+def start_old_server(
+    gpu: GpuHost, *, eagle3: bool = False, timeout: float = 30.0, **command: Any
+) -> None:
+    """Start the server "by hand" over SSH (as operators do) and wait until it is healthy
+    (``command``: `GpuHost.old_server_command`'s other keywords)."""
     import paramiko
 
     client = paramiko.SSHClient()
@@ -140,7 +156,7 @@ def start_old_server(gpu: GpuHost, *, eagle3: bool = False, timeout: float = 30.
         timeout=10,
     )
     try:
-        _, stdout, _ = client.exec_command(gpu.old_server_command(eagle3=eagle3))
+        _, stdout, _ = client.exec_command(gpu.old_server_command(eagle3=eagle3, **command))
         stdout.channel.recv_exit_status()
     finally:
         client.close()

@@ -92,6 +92,9 @@ class WriteIntent(Record):
     uid: int
     gid: int
     size: int
+    #: Extended attributes to restore with the bytes (POSIX ACLs and capabilities are xattrs;
+    #: names to hex values, `deploy.remote.fileagent`); None in records written before them.
+    xattrs: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,6 +59,8 @@ class Planned:
     skipped: bool = False
     figures: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    #: A diff that is not a file's (a server's command line and environment, old -> new).
+    diff: str = ""
 
 
 @dataclass
@@ -134,6 +136,10 @@ class Step:
     def describe(self) -> str:
         """A short default title, e.g. ``python_insert KimiK25ForConditionalGeneration``."""
         return self.kind
+
+    def preflight(self, ctx: StepContext) -> None:
+        """Read-only checks run for every step before the run's first step, so that a host
+        that cannot be served is refused with nothing touched (default: none)."""
 
     def plan(self, ctx: StepContext) -> Planned:
         raise NotImplementedError

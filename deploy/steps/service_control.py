@@ -16,57 +16,22 @@ import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.checks.nvidia_smi import (
-    COMPUTE_APP_FIELDS,
-    GPU_FIELDS,
-    gpus_released,
-    parse_compute_apps,
-    parse_query_gpu,
-)
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import POLL_INTERVAL
+from deploy.edits.cmdline import masked_argv
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.host import RemoteHost, quote
 from deploy.statedir.layout import Layout
+from deploy.steps.service_gpus import wait_gpus_released
+from deploy.steps.service_state import ServiceState
+
+__all__ = ["AGENT_SOURCE", "ServiceControl", "ServiceState"]
 
 AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").read_text()
-
-
-@dataclass
-class ServiceState:
-    """What runs for a service right now, enough to start exactly that again later."""
-
-    running: bool
-    pid: int | None = None
-    pgid: int | None = None
-    sid: int | None = None
-    argv: list[str] = field(default_factory=list)
-    cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    #: "deploy" (our pid file), "adopted" (a listener someone started by hand), "systemd".
-    origin: str = "none"
-    #: Process groups of orphans (``sglang::`` children of a dead server) still on the port.
-    leftover_pgids: list[int] = field(default_factory=list)
-
-    def describe(self) -> str:
-        if not self.running:
-            return "not running" + (
-                " (orphaned children hold the port)" if self.leftover_pgids else ""
-            )
-        command = " ".join(self.argv)[:160]
-        return f"pid {self.pid} ({self.origin}): {command}"
-
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, data: dict[str, Any]) -> ServiceState:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 class ServiceControl:
@@ -116,10 +81,28 @@ class ServiceControl:
         """What runs now: our own server (pid file), else whatever listens on the port."""
         if self.spec.manager == "systemd":
             return self._systemd_state()
-        probe = self._agent(
+        return self._state(self._probe())
+
+    def _probe(self, **extra: Any) -> dict[str, Any]:
+        return self._agent(
             "probe",
-            {"port": self.spec.port, "pid_file": self.pid_file, "prefix": self.spec.process_prefix},
+            {
+                "port": self.spec.port,
+                "pid_file": self.pid_file,
+                "prefix": self.spec.process_prefix,
+                **extra,
+            },
         )
+
+    def resolve_imports(
+        self, imports: dict[str, str], fallback: dict[str, Any]
+    ) -> tuple[ServiceState, dict[str, Any]]:
+        """What runs, and where its own interpreter finds each module (the helper's ``probe``),
+        in one round trip; with no server, ``fallback``'s python, env and cwd are used."""
+        probe = self._probe(imports=imports, fallback=fallback)
+        return self._state(probe), dict(probe.get("imports") or {})
+
+    def _state(self, probe: dict[str, Any]) -> ServiceState:
         info = probe.get("pid_file_process")
         origin = "deploy"
         prefix = self.spec.process_prefix
@@ -146,6 +129,8 @@ class ServiceControl:
             cwd=info.get("cwd"),
             env=dict(info.get("env") or {}),
             origin=origin,
+            listen=list(info.get("listen") or []),
+            exe=info.get("exe"),
         )
 
     def _systemd_state(self) -> ServiceState:
@@ -166,14 +151,20 @@ class ServiceControl:
         if self.spec.match not in command:
             raise StepFailed(
                 f"{self.remote.name}: port {self.spec.port} is held by pid {state.pid} "
-                f"({command[:120]!r}), which is not {self.spec.match}; not stopping it "
+                f"({' '.join(masked_argv(state.argv))[:120]!r}), which is not "
+                f"{self.spec.match}; not stopping it "
                 "(use --force if it really is the service)"
             )
 
     # -- stop / start --------------------------------------------------------------------------
 
-    def stop(self, state: ServiceState, *, timeout: float | None = None) -> str:
+    def stop(self, state: ServiceState, *, timeout: float | None = None, drain: bool = True) -> str:
         """Stop the service completely; return a one-line account of what was done.
+
+        With ``drain``, the main process alone gets SIGTERM first and up to the service's
+        ``drain_timeout`` to finish its in-flight requests (SGLang stops admitting, answers
+        what it has, then exits); SIGTERM to the whole group at once would kill the schedulers
+        that are computing those answers.
 
         Raises:
             StepFailed: the port is still held, or the GPUs are not released, in time.
@@ -184,6 +175,8 @@ class ServiceControl:
         wait = timeout or self.spec.stop_timeout
         pgids = ([state.pgid] if state.pgid else []) + list(state.leftover_pgids)
         sids = [state.sid] if state.sid and state.sid == state.pid else []
+        draining = drain and state.running and state.pid is not None
+        drain_timeout = self.spec.drain_timeout if draining else 0.0
         report = self._agent(
             "stop",
             {
@@ -193,13 +186,15 @@ class ServiceControl:
                 "port": self.spec.port,
                 "prefix": self.spec.process_prefix,
                 "timeout": wait,
+                "drain_pids": [state.pid] if draining else [],
+                "drain_timeout": drain_timeout,
             },
-            timeout=wait + 60,
+            timeout=drain_timeout + wait + 60,
         )
         self.remote.remove(self.pid_file)
         if not report.get("port_free", True):
             holders = ", ".join(
-                f"pid {h['pid']} {' '.join(h['cmdline'])[:60]!r}"
+                f"pid {h['pid']} {' '.join(masked_argv(h['cmdline']))[:60]!r}"
                 for h in report.get("holders", [])
                 if h
             )
@@ -209,6 +204,12 @@ class ServiceControl:
         parts = []
         if state.running:
             parts.append(f"stopped pid {state.pid}")
+        if "drained" in report:
+            parts.append(
+                f"drained in {report['drain_s']:.1f} s"
+                if report["drained"]
+                else f"still busy after the {drain_timeout:g} s drain"
+            )
         leftovers = [*report.get("killed", []), *report.get("reaped", [])]
         if leftovers:
             names = ", ".join(f"{r['title'][:40]} (pid {r['pid']})" for r in leftovers)
@@ -224,8 +225,12 @@ class ServiceControl:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         run_id: str = "",
+        command: str | None = None,
+        env_unset: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Start the server detached; with ``argv``/``env`` exactly as given (undo), else the spec."""
+        """Start the server detached: with ``argv``/``env`` exactly as given (a server derived
+        from the running one, or undo), else from ``command`` (default: the spec's template)
+        with ``env`` (default: the spec's) over the session's environment."""
         if self.spec.manager == "systemd":
             self._systemctl("start", str(self.spec.unit))
             return {"pid": None, "log_offset": 0}
@@ -238,44 +243,21 @@ class ServiceControl:
         if argv:
             args.update(argv=argv, env=env or {}, env_mode="exact")
         else:
-            if not self.spec.command:
+            command = command or self.spec.command
+            if not command:
                 raise StepFailed(f"service {self.name} has no 'command' to start it with")
-            args.update(command=self.spec.command, env=self.spec.env, env_mode="merge")
+            # An empty value ("{{ sglang_pythonpath }}" left at its default) must not wipe the
+            # variable the server would inherit.
+            merged = env if env is not None else self.spec.env
+            merged = {key: value for key, value in merged.items() if value != ""}
+            args.update(
+                command=command, env=merged, env_mode="merge", env_unset=list(env_unset or [])
+            )
         return self._agent("start", args)
 
     def wait_gpus_released(self) -> str:
         """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
-        if self.spec.gpus is None:
-            return ""
-        smi = quote(self.spec.nvidia_smi)
-        command = (
-            f"command -v {smi} >/dev/null 2>&1 || {{ echo NO_NVIDIA_SMI; exit 0; }}; "
-            f"{smi} --query-compute-apps={','.join(COMPUTE_APP_FIELDS)} --format=csv,noheader,nounits; "
-            f"echo ---; {smi} --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
-        )
-        deadline = time.monotonic() + self.spec.gpu_timeout
-        why = ""
-        while True:
-            result = self.remote.run(command, timeout=60)
-            if "NO_NVIDIA_SMI" in result.stdout:
-                return "; no nvidia-smi on the host: GPU check skipped"
-            apps_text, _, gpu_text = result.stdout.partition("---")
-            try:
-                released, why = gpus_released(
-                    parse_compute_apps(apps_text),
-                    self.spec.gpus,
-                    parse_query_gpu(gpu_text),
-                    threshold_mib=self.spec.gpu_threshold_mib,
-                )
-            except CheckFailed as exc:
-                raise StepFailed(f"{self.remote.name}: cannot read nvidia-smi: {exc}") from exc
-            if released:
-                return "; GPUs released"
-            if time.monotonic() > deadline:
-                raise StepFailed(
-                    f"{self.remote.name}: GPUs not released {self.spec.gpu_timeout:g} s after the stop: {why}"
-                )
-            time.sleep(1.0)
+        return wait_gpus_released(self.remote, self.spec)
 
     # -- logs and health -----------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ SGLang refuses connections while it loads weights and answers 503 while it warms
 "keep waiting". Ready is 200 from ``/health_generate`` (a real 1-token generation). The wait is
 long by default (45 minutes) and says what it is waiting for every few seconds: elapsed time,
 the last answer and the newest log line. If the process dies or the time runs out, the step
-fails with the last 40 lines of the server's log.
+fails with the last 40 lines of the server's log. Once healthy, a restarted server must listen
+on every address:port the server it replaced listened on (read from the host's /proc).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from deploy.config.steps import WaitHealthyArgs
+from deploy.errors import CheckFailed
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service import control, runtime
+from deploy.steps.service_desired import reach_problem
 
 
 def health_path(url: str | None, default: str) -> tuple[str, int | None]:
@@ -65,3 +68,12 @@ class WaitHealthyStep(Step):
         )
         planned.summary = f"{args.service} healthy after {seconds:.1f} s ({path} answered 200)"
         planned.figures["ready_s"] = round(seconds, 1)
+        reach = list(facts.get("reach") or [])  # type: ignore[call-overload]
+        if reach:
+            now = svc.current().listen
+            problem = reach_problem(args.service, reach, now)
+            if problem:
+                raise CheckFailed(problem)
+            planned.summary += f"; listens on {', '.join(now)} as before"
+        elif facts.get("reach_note"):
+            planned.summary += f"; {facts['reach_note']}"

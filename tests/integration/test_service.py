@@ -39,7 +39,9 @@ steps:
 
         def set_eagle3_layers_to_capture(self, layer_ids=None):
             self.language_model.set_eagle3_layers_to_capture(layer_ids)
-  - restart: {service: sglang}
+  - restart:
+      service: sglang
+      args: {set: {--speculative-algorithm: EAGLE3, --speculative-draft-model-path: draft}}
   - wait_healthy: {service: sglang, timeout: 30}
 """
 
@@ -88,7 +90,8 @@ def test_full_apply_patches_restarts_and_passes_the_gate(
     assert again.exit_code == 0, again.output
     host = report(again.stdout)["hosts"][0]
     assert host["outcome"] == "unchanged"
-    assert step(host, "restart")["status"] == "skipped"
+    assert step(host, "restart")["status"] == "unchanged"
+    assert "already runs as desired" in step(host, "restart")["summary"]
     assert _listener_pid(gpu.port) == pid_before
 
     # deploy rollback restores the file AND restarts the old server with its own command line.

@@ -14,8 +14,13 @@ EAGLE-3 methods *in its body*, else the server dies after the load with SGLang's
 ``sglang::scheduler_TP<rank>`` (one per ``--tp`` rank, on GPU ``rank``) register in the GPU
 state dir the fake ``nvidia-smi`` reads; they and ``sglang::detokenizer`` exit with their
 parent, unless ``orphan_scheduler``: then schedulers ignore SIGTERM, outlive it and keep its
-listening socket open (sent over a socketpair once bound) until SIGKILLed. SIGTERM or SIGINT:
-health 503, in-flight requests finish (2 s at most), children stop, exit 0.
+listening socket open (sent over a socketpair once bound) until SIGKILLed. Otherwise the
+children have no SIGTERM handler (SIGTERM to the process group kills them at once), and a child
+that dies makes the main process kill the tree, itself included ("Received sigquit from a child
+process"): requests in flight are cut off. SIGTERM or SIGINT to the main process alone:
+health 503, new requests refused, in-flight requests finish (however long they take, as
+SGLang's ``sigterm_watchdog`` waits), then the children stop, exit 0. ``--host`` is where the
+server binds (IPv4 or IPv6); ``bind_host`` overrides it (a launcher that drops the flag).
 ``die_after_ready_seconds``: a scheduler "crash", then the whole tree is SIGKILLed as SGLang's
 ``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``max_new_tokens /
 speed`` per request, concurrently, like a batching server.
@@ -64,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "gpu_state_dir": str(HERE.parent.parent / ".standin-gpu"),
     "gpu_memory_mib": 19600,
     "model_file": str(HERE / "srt" / "models" / "kimi_k25.py"),
+    "bind_host": "",
 }
 _BOOLEANS = {
     "1": True,
@@ -81,7 +87,7 @@ BOOTSTRAP = (
     "import json,os,sys;c=json.loads(os.environ.pop('_SGLANG_STANDIN_CHILD'));"
     "sys.path.insert(0,c['path']);__import__(c['module'],fromlist=['x'])._child_main(c)"
 )
-_STOP = {"requested": False}
+_STOP = {"requested": False, "children": False}
 _LOG_LOCK = threading.Lock()
 
 
@@ -286,7 +292,13 @@ def spawn_children(args: argparse.Namespace, config: dict[str, Any]) -> list[Chi
             [title, "-c", BOOTSTRAP],
             executable=sys.executable,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "_SGLANG_STANDIN_CHILD": json.dumps(spec)},
+            env={
+                **os.environ,
+                "_SGLANG_STANDIN_CHILD": json.dumps(spec),
+                # argv[0] is the title, not a path: without a home, Python looks for its
+                # standard library from the cwd up, and from "/" finds the system's instead.
+                "PYTHONHOME": f"{sys.base_prefix}:{sys.base_exec_prefix}",
+            },
             pass_fds=[theirs.fileno()] if theirs else [],
         )
         if theirs:
@@ -295,8 +307,24 @@ def spawn_children(args: argparse.Namespace, config: dict[str, Any]) -> list[Chi
     return children
 
 
+def watch_children(children: list[Child], config: dict[str, Any]) -> None:
+    """SGLang's SIGQUIT from a dying child: the main process kills the tree, itself included."""
+    while not _STOP["children"]:
+        if any(child.process.poll() is not None for child in children):
+            if _STOP["children"]:
+                return
+            log(
+                "Received sigquit from a child process. It usually means the child failed.",
+                stream=sys.stderr,
+            )
+            stop_children(children, config["orphan_scheduler"], kill=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.05)
+
+
 def stop_children(children: list[Child], orphan: bool, kill: bool = False) -> None:
     """TERM (or KILL) the children and reap them, sparing the schedulers if they orphan."""
+    _STOP["children"] = True
     stopping = [child for child in children if not (orphan and child.channel)]
     for child in stopping:
         child.process.kill() if kill else child.process.terminate()
@@ -316,8 +344,8 @@ def _child_main(spec: dict[str, Any]) -> None:
     """A scheduler or detokenizer: hold "GPU memory", exit with the parent unless orphaned."""
     with contextlib.suppress(OSError, AttributeError):  # best effort: /proc/self/comm
         ctypes.CDLL(None).prctl(15, spec["title"].encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, signal.SIG_IGN if spec["orphan"] else _request_stop)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # no handler: they die at SIGTERM
+        signal.signal(signum, signal.SIG_IGN if spec["orphan"] else signal.SIG_DFL)
     registration = None
     if spec["gpu_index"] is not None:  # nvidia-smi ignores it once this pid is gone or reused
         registration = Path(spec["state_dir"]) / str(os.getpid())
@@ -393,7 +421,10 @@ class Standin(ThreadingHTTPServer):
         self.last_gen_throughput = 0.0
         self.eagle3 = (args.speculative_algorithm or "").upper() == "EAGLE3"
         self.speed = float(config["eagle3_tokens_per_s" if self.eagle3 else "tokens_per_s"])
-        super().__init__((args.host, args.port), Handler)
+        host = config.get("bind_host") or args.host
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, args.port), Handler)
 
     def internal_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"last_gen_throughput": self.last_gen_throughput}
@@ -550,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _request_stop)
     children = spawn_children(args, config)
+    threading.Thread(target=watch_children, args=(children, config), daemon=True).start()
     try:
         return serve(args, config, children)
     finally:
@@ -605,7 +637,8 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
         if child.channel:
             with contextlib.suppress(OSError):
                 socket.send_fds(child.channel, [b"L"], [server.fileno()])
-    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    host = config.get("bind_host") or args.host
+    log(f"INFO:     Uvicorn running on http://{host}:{args.port} (Press CTRL+C to quit)")
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         if not wait_or_stop(float(config["warmup_seconds"])):
@@ -622,8 +655,11 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
                 os.kill(os.getpid(), signal.SIGKILL)
         server.phase = "draining"
         log(f"Gracefully exiting... Remaining number of requests: {server.inflight}.")
-        deadline = time.monotonic() + 2.0
-        while server.inflight and time.monotonic() < deadline:
+        last = time.monotonic()
+        while server.inflight:  # like SGLang's sigterm_watchdog: no deadline of its own
+            if time.monotonic() - last >= 5:
+                log(f"Gracefully exiting... Remaining number of requests: {server.inflight}.")
+                last = time.monotonic()
             time.sleep(0.02)
         return 0
     finally:

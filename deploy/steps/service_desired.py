@@ -1,0 +1,120 @@
+"""The server a restart wants, from the one that runs, and the checks around replacing it.
+
+- `desired`: the running server's own argv, environment and cwd plus the restart's declared
+  changes (`deploy.edits.cmdline`), else the service's ``command:`` template; whether the
+  running server already is that server (then a restart is not needed for it).
+- `reach_problem`: the new server must listen on every address:port the old one did (a server
+  back on 127.0.0.1 where the old one listened on 0.0.0.0 passes every check made over SSH to
+  the host's loopback, and refuses every remote client).
+- `imports_problem`: the interpreter that will run the server must find the patched module in
+  the patched file, else the restart would load another copy of it.
+
+Pure functions over what the host-side helper reported; the steps do the I/O.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy.config.services import ServiceSpec
+from deploy.config.steps import RestartArgs
+from deploy.edits.cmdline import canonical, derive_argv, derive_env, describe_change, same_argv
+from deploy.steps.service_state import ServiceState
+
+
+@dataclass
+class Desired:
+    """How the server should run after the restart."""
+
+    #: "running server" (derived from it) or "command template".
+    source: str
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    #: For the template: the shell command line (kept as written when no change applies).
+    command: str | None = None
+    #: The running server already runs exactly this way (argv as SGLang reads it, and env).
+    satisfied: bool = False
+    #: Old -> new command line and environment, secret-looking values masked.
+    diff: str = ""
+    #: address:port the new server must listen on ([] = no requirement).
+    reach: list[str] = field(default_factory=list)
+    reach_note: str = ""
+
+
+def _changes(
+    args: RestartArgs | None,
+) -> tuple[dict[str, Any], list[str], dict[str, str], list[str]]:
+    argv = args.args if args is not None and args.args is not None else None
+    env = args.env if args is not None and args.env is not None else None
+    return (
+        dict(argv.set) if argv else {},
+        list(argv.remove) if argv else [],
+        dict(env.set) if env else {},
+        list(env.unset) if env else [],
+    )
+
+
+def desired(state: ServiceState, args: RestartArgs | None, spec: ServiceSpec) -> Desired:
+    """The server to run: the running one plus the declared changes, else the template."""
+    set_, remove, env_set, env_unset = _changes(args)
+    if spec.manager == "systemd":  # the unit says how it runs: a restart is `systemctl restart`
+        return Desired("systemd unit", satisfied=state.running)
+    if state.running and state.argv:
+        argv = derive_argv(state.argv, set_, remove, spec.match)
+        env = derive_env(state.env, env_set, env_unset)
+        same = same_argv(state.argv, argv, spec.match) and env == state.env
+        result = Desired("running server", argv, env, state.cwd, satisfied=same)
+        result.diff = describe_change(state.argv, argv, state.env, env, match=spec.match)
+        touched = {canonical(name) for name in [*set_, *remove]}
+        if touched & {"--host", "--port"}:
+            result.reach_note = "--host/--port changed on purpose: reach not compared"
+        else:
+            result.reach = list(state.listen)
+        return result
+    command = spec.command
+    if command and (set_ or remove):
+        words = shlex.split(command)
+        changed = derive_argv(words, set_, remove, spec.match)
+        if not same_argv(words, changed, spec.match):
+            command = shlex.join(changed)
+    env = derive_env({k: v for k, v in spec.env.items() if v != ""}, env_set, env_unset)
+    result = Desired("command template", env=env, cwd=spec.cwd, command=command)
+    if command:
+        result.diff = describe_change([], shlex.split(command), {}, env, match=spec.match)
+    return result
+
+
+def reach_problem(name: str, before: list[str], now: list[str]) -> str | None:
+    """Why the new server is not reachable where the old one was, or None."""
+    missing = [address for address in before if address not in now]
+    if not missing:
+        return None
+    listening = ", ".join(now) or "nothing"
+    return (
+        f"{name} now listens on {listening}, not on {', '.join(missing)} as the server it "
+        "replaced did: clients that reached the old server would be refused"
+    )
+
+
+def imports_problem(answer: dict[str, Any]) -> str | None:
+    """Why the server's interpreter would not load the patched file, or None (all resolve)."""
+    if answer.get("error"):
+        return str(answer["error"])
+    problems = []
+    for item in answer.get("results") or []:
+        if item.get("ok"):
+            continue
+        where = (
+            f"resolves to {item['origin_real']}"
+            if item.get("origin_real")
+            else f"is not found ({item.get('error')})"
+        )
+        problems.append(
+            f"{item['module']} {where} for {item['python']} ({answer.get('source')}, "
+            f"cwd {item.get('cwd')}), not to {item['expected_real']}, the file this playbook "
+            "changes: the restarted server would not load the change"
+        )
+    return "; ".join(problems) or None

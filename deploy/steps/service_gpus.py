@@ -1,0 +1,54 @@
+"""After a stop: wait until nvidia-smi shows the service's GPUs released (bounded).
+
+A GPU still held by a dying scheduler would only fail the new server after its full model load.
+"""
+
+from __future__ import annotations
+
+import time
+
+from deploy.checks.nvidia_smi import (
+    COMPUTE_APP_FIELDS,
+    GPU_FIELDS,
+    gpus_released,
+    parse_compute_apps,
+    parse_query_gpu,
+)
+from deploy.config.services import ServiceSpec
+from deploy.errors import CheckFailed, StepFailed
+from deploy.remote.host import RemoteHost, quote
+
+
+def wait_gpus_released(remote: RemoteHost, spec: ServiceSpec) -> str:
+    """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
+    if spec.gpus is None:
+        return ""
+    smi = quote(spec.nvidia_smi)
+    command = (
+        f"command -v {smi} >/dev/null 2>&1 || {{ echo NO_NVIDIA_SMI; exit 0; }}; "
+        f"{smi} --query-compute-apps={','.join(COMPUTE_APP_FIELDS)} --format=csv,noheader,nounits; "
+        f"echo ---; {smi} --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
+    )
+    deadline = time.monotonic() + spec.gpu_timeout
+    why = ""
+    while True:
+        result = remote.run(command, timeout=60)
+        if "NO_NVIDIA_SMI" in result.stdout:
+            return "; no nvidia-smi on the host: GPU check skipped"
+        apps_text, _, gpu_text = result.stdout.partition("---")
+        try:
+            released, why = gpus_released(
+                parse_compute_apps(apps_text),
+                spec.gpus,
+                parse_query_gpu(gpu_text),
+                threshold_mib=spec.gpu_threshold_mib,
+            )
+        except CheckFailed as exc:
+            raise StepFailed(f"{remote.name}: cannot read nvidia-smi: {exc}") from exc
+        if released:
+            return "; GPUs released"
+        if time.monotonic() > deadline:
+            raise StepFailed(
+                f"{remote.name}: GPUs not released {spec.gpu_timeout:g} s after the stop: {why}"
+            )
+        time.sleep(1.0)

@@ -160,6 +160,8 @@ class Bench:
     def __init__(self, options: argparse.Namespace, argv: list[str]) -> None:
         self.options = options
         self.deadline: float = time.monotonic() + float(options.time_limit)
+        #: Why the run ended early (SIGTERM), if it did: the page says so.
+        self.interrupted = ""
         self.load_at_start = machine.load_average()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.logs = toolchain.default_root().parent / "bench-logs" / stamp
@@ -225,12 +227,13 @@ class Bench:
 
     def size(self, count: int, base: Path) -> None:
         """Everything measured on a fleet of ``count`` hosts, at every round-trip time."""
+        self.results.sizes.append(count)  # now: a run stopped midway still shows this size
         with SshdSandbox(base / "sandbox", sftp=self.options.sftp) as sandbox:
             began = time.monotonic()
             fleet = start_fleet(sandbox, count, self.original, REPO, base / "workstation")
             self.log(f"{count} host(s) up in {time.monotonic() - began:.1f} s")
             for index, rtt in enumerate(self.options.rtt):
-                later = len(self.options.rtt) - index - 1
+                later = self.later_weight(count, index)
                 if self.remaining() < 0:
                     self.results.skipped_rtt[(count, rtt)] = "no time left of --time-limit"
                     self.log(f"skipping N={count} RTT={rtt} ms: no time left")
@@ -256,16 +259,26 @@ class Bench:
                     fleet.reset()
                     host = fleet.hosts[0]
                     self.results.prices = unit_prices(host, str(fleet.model_file(host)))
-        self.results.sizes.append(count)
 
-    def rounds(self, fleet: Fleet, count: int, rtt: int, warm: bool, later: int) -> None:
+    def later_weight(self, count: int, index: int) -> float:
+        """What is still to measure after RTT number ``index`` at ``count`` hosts, in rounds
+        like the current one: 1.5 for each later RTT of this size (a slower link costs more),
+        and for a larger size N' 1.5 x (N' / count) ** 0.55 per RTT (ansible's round grows
+        about 5x from 1 to 20 hosts on this machine)."""
+        weight = 1.5 * (len(self.options.rtt) - index - 1)
+        for size in self.options.hosts:
+            if size > count:
+                weight += 1.5 * (size / count) ** 0.55 * len(self.options.rtt)
+        return weight
+
+    def rounds(self, fleet: Fleet, count: int, rtt: int, warm: bool, later: float) -> None:
         """``--repeat`` timed rounds (after an untimed warm-up if ``warm``) of every tool,
         interleaved, on ``fleet`` as it is reached (directly or through the delay proxy).
 
         The first timed round always runs; a further one only if, after it, ``--time-limit``
-        still leaves one round for each of the ``later`` RTTs of this size (a slower link
-        costs more: each is reckoned at 1.5 × this one's last round). So a tight limit gives
-        fewer repeats everywhere rather than a missing column.
+        still leaves one round for everything measured later (``later``, in rounds like this
+        one's last: `later_weight`). So a tight limit gives fewer repeats everywhere rather
+        than a missing column.
         """
         tools = self.tools()
         for tool in tools:
@@ -275,14 +288,16 @@ class Bench:
             for tool in tools
             for kind in (("change", "rerun") if tool.changes_files else ("connect",))
         }
+        # In the results at once, filled as rounds end: a run stopped midway keeps them.
+        self.results.series.update({(t, count, rtt, k): s for (t, k), s in series.items()})
         where = f"N={count} RTT={rtt} ms"
         last = 0.0
         for round_ in range(0 if warm else 1, self.options.repeat + 1):
-            if round_ > 1 and self.remaining() < last * (1 + 1.5 * later):
+            if round_ > 1 and self.remaining() < last * (1 + later):
                 self.log(f"time limit: {round_ - 1} timed round(s) at {where}")
                 self.results.notes.append(
                     f"{where}: {round_ - 1} timed round(s) of {self.options.repeat} "
-                    "(what was left of --time-limit was kept for the other RTTs)"
+                    "(what was left of --time-limit was kept for the other RTTs and sizes)"
                 )
                 break
             began = time.monotonic()
@@ -304,7 +319,6 @@ class Bench:
                     )
                 )
             last = time.monotonic() - began
-        self.results.series.update({(t, count, rtt, k): s for (t, k), s in series.items()})
 
     def check_delay(self) -> None:
         """A ping-pong through the proxy must take at least each RTT asked for (else the
@@ -414,11 +428,24 @@ class Bench:
                         continue
                 self.settle(count)
                 began = time.monotonic()
-                self.size(count, base / f"n{count}")
+                try:
+                    self.size(count, base / f"n{count}")
+                except SystemExit as exc:
+                    if exc.code != 128 + signal.SIGTERM:
+                        raise
+                    # A hard stop from outside (e.g. `timeout`): keep what was measured.
+                    self.log(f"SIGTERM during N={count}: writing what was measured")
+                    self.interrupted = f"stopped by SIGTERM during N = {count}"
+                    break
                 spent[count] = time.monotonic() - began
                 self.log(f"N={count} done in {spent[count]:.0f} s")
         finally:
             shutil.rmtree(base, ignore_errors=True)
+        if self.interrupted:
+            self.results.skipped[0] = self.interrupted
+            self.results.notes.append(
+                f"the run was {self.interrupted}; the tables show what had been measured"
+            )
         self.results.facts = machine.describe(REPO, self.toolchain, self.load_at_start)
         self.results.spent = spent
         out: Path = self.options.out

@@ -308,7 +308,10 @@ def render(results: Results) -> str:
     lines += _loaded(results)
     if results.skipped or results.skipped_rtt:
         lines += [
-            *[f"- N = {n} not measured: {why}." for n, why in sorted(results.skipped.items())],
+            *[
+                f"- N = {n} not measured: {why}." if n else f"- Incomplete: {why}."
+                for n, why in sorted(results.skipped.items())
+            ],
             *[
                 f"- {_column(rtt, n)} not measured: {why}."
                 for (n, rtt), why in sorted(results.skipped_rtt.items())

@@ -9,6 +9,7 @@ sees on an ordinary day.
 from __future__ import annotations
 
 import os
+import statistics
 from collections import defaultdict
 
 from bench import targets
@@ -148,6 +149,9 @@ def _ratios(results: Results) -> list[str]:
                 cell += " met" if met else " **missed**"
             cells.append(cell)
         rows.append([label, *cells])
+    paired = [_paired(results, rtt, n) for rtt, n in columns]
+    if any(cell != "—" for cell in paired):
+        rows.append(["`deploy` re-run − change run, same round (median ms)", *paired])
     return [
         "## Ratios (of medians)",
         "",
@@ -158,6 +162,24 @@ def _ratios(results: Results) -> list[str]:
         *table(["ratio", *[_column(r, n) for r, n in columns]], rows),
         "",
     ]
+
+
+def _paired(results: Results, rtt: int, n: int) -> str:
+    """The median over rounds of (re-run − change run) of ``deploy``, in ms.
+
+    The two runs of a round follow each other, so a slow minute of the machine hits both:
+    the paired difference shows what the re-run saves even where the spread of either
+    median is larger than the saving (N = 1 on a shared machine: issue 17's "re-run slower
+    than the change run" was that spread).
+    """
+    change = results.series.get(("deploy", n, rtt, "change"))
+    rerun = results.series.get(("deploy", n, rtt, "rerun"))
+    if change is None or rerun is None or not change.seconds:
+        return "—"
+    if len(change.seconds) != len(rerun.seconds):
+        return "—"  # a failed round unpairs them
+    gaps = [b - a for a, b in zip(change.seconds, rerun.seconds, strict=True)]
+    return f"{statistics.median(gaps) * 1000:+.0f}"
 
 
 def _targets(results: Results) -> list[str]:

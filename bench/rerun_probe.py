@@ -9,6 +9,10 @@ interleaved, so load drifts hit all three alike. For every process it records:
   utime + stime + cutime + cstime: every session, login shell and interpreter the run started
   on the host was reaped into it by the time the run ended);
 
+- the delayed ACKs TCP sent meanwhile (``/proc/net/netstat``; a clean count when the probe
+  runs in its own network namespace:
+  ``unshare -n sh -c 'ip link set lo up && python -m bench.rerun_probe'``);
+
 then, with ``--profile K``, K instrumented runs of each kind (`bench.profile`) and the median
 of every span, so that a phase that is slower in the re-run stands out. Prints one table per
 view on stdout (markdown). Loopback only, like the rest of the bench.
@@ -45,21 +49,38 @@ def host_cpu(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
 
 
+def delayed_acks() -> int:
+    """Delayed ACKs this network namespace's TCP sent so far (``TcpExt: DelayedACKs``).
+
+    Counted per namespace: run the probe inside its own (``unshare -n``, loopback up) and
+    the count is this probe's alone, whatever else the machine runs.
+    """
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(table.get("DelayedACKs", 0))
+    return 0
+
+
 def client_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(command: Command, daemon: int, settle: float) -> tuple[float, float, float, float, int]:
-    """(wall, client CPU, host CPU, host CPU after the process exited, exit status).
+def timed(
+    command: Command, daemon: int, settle: float
+) -> tuple[float, float, float, float, int, int]:
+    """(wall, client CPU, host CPU, host CPU after the process exited, delayed ACKs sent
+    while it ran, exit status).
 
     The host's CPU is read ``settle`` s after the process ended (the daemon reaps the session
     it forked only once sshd's teardown is done): what it used after the client was gone is
     the teardown tail that a process started right away competes with.
     """
-    cpu, host = client_cpu(), host_cpu(daemon)
+    cpu, host, acks = client_cpu(), host_cpu(daemon), delayed_acks()
     outcome = run(command)
-    at_exit = host_cpu(daemon)
+    at_exit, acked = host_cpu(daemon), delayed_acks()
     time.sleep(settle)
     after = host_cpu(daemon)
     return (
@@ -67,6 +88,7 @@ def timed(command: Command, daemon: int, settle: float) -> tuple[float, float, f
         client_cpu() - cpu,
         after - host,
         after - at_exit,
+        acked - acks,
         outcome.exit_status,
     )
 
@@ -101,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     deploy = DeployTool(deploy_executable(), playbook)
     floor = FloorTool(sys.executable)
     base = Path(tempfile.mkdtemp(prefix="deploy-probe-"))
-    samples: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+    samples: dict[str, list[tuple[float, float, float, float, int]]] = defaultdict(list)
     spans: dict[str, dict[str, list[float]]] = {"change": defaultdict(list), "rerun": {}}
     spans["rerun"] = defaultdict(list)
     with SshdSandbox(base / "sandbox") as sandbox:
@@ -121,22 +143,29 @@ def main(argv: list[str] | None = None) -> int:
                 ("floor", floor.command(fleet, 1), 0.0),
             ]
             for kind, command, settle in runs:
-                wall, cpu, host, tail, status = timed(command, daemon, max(settle, 0.05))
+                wall, cpu, host, tail, acks, status = timed(command, daemon, max(settle, 0.05))
                 if status != 0:
                     print(f"{kind}: exit status {status}", file=sys.stderr)
                 if round_:
-                    samples[kind].append((wall, cpu, host, tail))
+                    samples[kind].append((wall, cpu, host, tail, acks))
         for _ in range(options.profile):
             fleet.reset()
             for kind in ("change", "rerun"):
                 for label, seconds in profiled(fleet, deploy).items():
                     spans[kind][label].append(seconds)
     print(f"## {options.rounds} interleaved rounds, N = 1, loopback (medians, ms)\n")
-    print("| run | wall | client CPU | host CPU (sshd + children) | of which after exit |")
-    print("| --- | --- | --- | --- | --- |")
+    print(
+        "| run | wall | client CPU | host CPU (sshd + children) | of which after exit "
+        "| delayed ACKs (mean) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     for kind, values in samples.items():
-        walls, cpus, hosts, tails = (list(column) for column in zip(*values, strict=True))
-        print(f"| {kind} | {_ms(walls)} | {_ms(cpus)} | {_ms(hosts)} | {_ms(tails)} |")
+        walls, cpus, hosts, tails = (list(v[i] for v in values) for i in range(4))
+        mean_acks = statistics.mean(float(v[4]) for v in values)
+        print(
+            f"| {kind} | {_ms(walls)} | {_ms(cpus)} | {_ms(hosts)} | {_ms(tails)} "
+            f"| {mean_acks:.1f} |"
+        )
     print(f"\n## {options.profile} profiled runs of each kind: median ms per span\n")
     print("| span | change run | re-run |")
     print("| --- | --- | --- |")

@@ -87,6 +87,8 @@ def test_the_page_has_a_column_per_rtt_and_size_and_lists_the_targets(tmp_path: 
     page = render(results)
     assert "| tool | run | loopback, N = 1 | loopback, N = 20 | RTT 100 ms, N = 20 |" in page
     assert "## Targets (issue 17)" in page
+    # paired per round: 0.36 - 0.40 at N = 1, 1.8 - 2.0 at N = 20, 2.0 - 3.0 at 100 ms
+    assert "| `deploy` re-run − change run, same round (median ms) | -40 | -200 | -1000 |" in page
     assert "**missed**" in page and " met" in page
     results.plot = "performance.png"
     pytest.importorskip("matplotlib")

@@ -1,17 +1,22 @@
-"""``python -m bench``: time deploy, ansible-core, pyinfra and the paramiko floor on N hosts.
+"""``python -m bench``: time deploy, ansible-core, pyinfra, a plain Fabric script and the
+paramiko floor on N hosts, over loopback and through a network with a round-trip time.
 
 Usage (from the repository root)::
 
-    python -m bench --hosts 1,20,50 --repeat 5 --out docs/performance.md
+    python -m bench --hosts 1,20 --rtt 0,50,100 --repeat 3 --time-limit 2400
 
 For each fleet size it starts that many real sshd daemons on loopback, lays SGLang 0.5.9's
-real ``kimi_k25.py`` on each, and then, ``--repeat`` times and tool after tool (interleaved,
-so that a slow minute of the machine hurts every tool alike): reset the files, time the change
-run, check every file with ``ast``, time the no-change re-run, check nothing moved. One untimed
-warm-up round (at the first size only: after it the caches stay warm) fills the page cache and
-the ``.pyc`` files of every tool, so no tool pays for a cold disk. Then it records
-deploy's SSH operation counts (``--json``) and profiles one deploy run of each kind, and
-finally times ``deploy --help`` and ``deploy validate``.
+real ``kimi_k25.py`` on each, and then, for each round-trip time of ``--rtt`` (0 = straight
+to the daemons; otherwise every tool, the floor included, reaches each host through
+`bench.delay`'s proxy, which holds every chunk RTT/2 in each direction), ``--repeat`` times
+and tool after tool (interleaved, so that a slow minute of the machine hurts every tool
+alike): reset the files, time the change run, check every file with ``ast``, time the
+no-change re-run, check nothing moved. One untimed warm-up round (at the first size and RTT
+only: after it the caches stay warm) fills the page cache and the ``.pyc`` files of every
+tool, so no tool pays for a cold disk. Then, on loopback, it records deploy's SSH operation
+counts (``--json``) and profiles one deploy run of each kind, and finally times ``deploy
+--help`` and ``deploy validate``. Before any of it, a ping-pong through the proxy proves that
+it adds at least the RTT asked for.
 
 The benchmark stops by itself: every process has a timeout, a fleet size whose estimated cost
 exceeds what is left of ``--time-limit`` is skipped (and the report says so), and every sshd
@@ -35,13 +40,17 @@ from typing import Any
 
 from bench import budget, machine, toolchain
 from bench.costs import unit_prices
-from bench.fleet import Fleet, start_fleet
-from bench.report import Results, render
+from bench.delay import DelayNetwork, ping_pong
+from bench.fleet import Fleet, start_fleet, through
+from bench.plot import draw
+from bench.report import render
+from bench.results import Results
 from bench.runner import Attempt, Series, measure, run
 from bench.tools import (
     AnsibleTool,
     Command,
     DeployTool,
+    FabricTool,
     FloorNoDelayTool,
     FloorTool,
     PyinfraTool,
@@ -53,7 +62,7 @@ from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import PATCH_NEEDED, kimi_k25_source
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = ("deploy", "ansible", "pyinfra", "floor", "floor-nodelay")
+TOOLS = ("deploy", "ansible", "pyinfra", "fabric", "floor", "floor-nodelay")
 CLI_REPEAT = 10
 SCALABLE = 10
 
@@ -63,6 +72,16 @@ def _sizes(text: str) -> list[int]:
     if not sizes or sizes[0] < 1:
         raise argparse.ArgumentTypeError("--hosts wants positive integers, e.g. 1,20,50")
     return sizes
+
+
+def _rtts(text: str) -> list[int]:
+    try:
+        rtts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        rtts = []
+    if not rtts or rtts[0] < 0:
+        raise argparse.ArgumentTypeError("--rtt wants milliseconds >= 0, e.g. 0,50,100")
+    return rtts
 
 
 def _tools(text: str) -> list[str]:
@@ -76,6 +95,12 @@ def _tools(text: str) -> list[str]:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=_sizes, default=_sizes("1,20,50"), help="fleet sizes")
+    parser.add_argument(
+        "--rtt",
+        type=_rtts,
+        default=[0],
+        help="round-trip times in ms, e.g. 0,50,100 (0: straight to the hosts on loopback)",
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per tool and size")
     parser.add_argument("--tools", type=_tools, default=list(TOOLS), help=",".join(TOOLS))
     parser.add_argument("--out", type=Path, default=REPO / "docs/performance.md")
@@ -135,6 +160,8 @@ class Bench:
     def __init__(self, options: argparse.Namespace, argv: list[str]) -> None:
         self.options = options
         self.deadline: float = time.monotonic() + float(options.time_limit)
+        #: Why the run ended early (SIGTERM), if it did: the page says so.
+        self.interrupted = ""
         self.load_at_start = machine.load_average()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.logs = toolchain.default_root().parent / "bench-logs" / stamp
@@ -147,6 +174,7 @@ class Bench:
         bytecode = ensure_bytecode()
         self.results = Results(
             sizes=[],
+            rtts=options.rtt,
             tools=options.tools,
             repeat=options.repeat,
             command=" ".join(["python -m bench", *argv]),
@@ -175,6 +203,7 @@ class Bench:
     def tools(self) -> list[Tool]:
         made: dict[str, Tool] = {
             "deploy": self.deploy,
+            "fabric": FabricTool(sys.executable, self.methods),
             "floor": FloorTool(sys.executable),
             "floor-nodelay": FloorNoDelayTool(sys.executable),
         }
@@ -197,42 +226,31 @@ class Bench:
         self.results.load[count] = f"{machine.load_average()} (after waiting {waited:.0f} s)"
 
     def size(self, count: int, base: Path) -> None:
-        """Everything measured on a fleet of ``count`` hosts."""
+        """Everything measured on a fleet of ``count`` hosts, at every round-trip time."""
+        self.results.sizes.append(count)  # now: a run stopped midway still shows this size
         with SshdSandbox(base / "sandbox", sftp=self.options.sftp) as sandbox:
             began = time.monotonic()
             fleet = start_fleet(sandbox, count, self.original, REPO, base / "workstation")
             self.log(f"{count} host(s) up in {time.monotonic() - began:.1f} s")
-            tools = self.tools()
-            for tool in tools:
-                tool.prepare(fleet, count)
-            series = {
-                (tool.name, kind): Series(tool.name, count, kind)
-                for tool in tools
-                for kind in (("change", "rerun") if tool.changes_files else ("connect",))
-            }
-            first = 0 if count == self.options.hosts[0] else 1  # round 0: warm-up, untimed
-            for round_ in range(first, self.options.repeat + 1):
-                if round_ and self.remaining() < 0:
-                    self.log(f"time limit reached: {round_ - 1} timed round(s) at N={count}")
-                    break
-                for tool in tools:
-                    attempts = measure(tool, fleet, count)
-                    label = f"round {round_}" if round_ else "warm-up"
-                    for attempt in attempts:
-                        series[(tool.name, attempt.kind)].add(attempt, label, timed=round_ > 0)
-                        if attempt.failed or attempt.wrong:
-                            self.keep_log(tool.name, count, label, attempt)
-                    if tool.changes_files and len(attempts) == 1 and round_:
-                        series[(tool.name, "rerun")].skipped += 1
-                    self.log(
-                        f"N={count} {label} {tool.name}: "
-                        + " / ".join(
-                            f"{a.kind} {a.outcome.seconds:.2f} s"
-                            + (" FAILED" if a.failed else " WRONG" if a.wrong else "")
-                            for a in attempts
+            for index, rtt in enumerate(self.options.rtt):
+                later = self.later_weight(count, index)
+                if self.remaining() < 0:
+                    self.results.skipped_rtt[(count, rtt)] = "no time left of --time-limit"
+                    self.log(f"skipping N={count} RTT={rtt} ms: no time left")
+                    continue
+                warm = count == self.options.hosts[0] and rtt == self.options.rtt[0]
+                if rtt == 0:
+                    self.rounds(fleet, count, rtt, warm, later)
+                    continue
+                with DelayNetwork(rtt) as network:
+                    ports = {h.name: network.forward(h.port) for h in fleet.hosts}
+                    view = through(fleet, ports, base / f"workstation-rtt{rtt}", REPO)
+                    self.rounds(view, count, rtt, warm, later)
+                    if network.errors:
+                        self.results.notes.append(
+                            f"N={count} RTT={rtt} ms: the delay proxy could not forward "
+                            f"{len(network.errors)} connection(s): {network.errors[0]}"
                         )
-                    )
-            self.results.series.update({(t, count, k): s for (t, k), s in series.items()})
             if "deploy" in self.options.tools:
                 self.round_trips(fleet, count)
                 self.profile(fleet, count)
@@ -241,7 +259,90 @@ class Bench:
                     fleet.reset()
                     host = fleet.hosts[0]
                     self.results.prices = unit_prices(host, str(fleet.model_file(host)))
-        self.results.sizes.append(count)
+
+    def later_weight(self, count: int, index: int) -> float:
+        """What is still to measure after RTT number ``index`` at ``count`` hosts, in rounds
+        like the current one: 1.5 for each later RTT of this size (a slower link costs more),
+        and for a larger size N' 1.5 x (N' / count) ** 0.55 per RTT (ansible's round grows
+        about 5x from 1 to 20 hosts on this machine)."""
+        weight = 1.5 * (len(self.options.rtt) - index - 1)
+        for size in self.options.hosts:
+            if size > count:
+                weight += 1.5 * (size / count) ** 0.55 * len(self.options.rtt)
+        return weight
+
+    def rounds(self, fleet: Fleet, count: int, rtt: int, warm: bool, later: float) -> None:
+        """``--repeat`` timed rounds (after an untimed warm-up if ``warm``) of every tool,
+        interleaved, on ``fleet`` as it is reached (directly or through the delay proxy).
+
+        The first timed round always runs; a further one only if, after it, ``--time-limit``
+        still leaves one round for everything measured later (``later``, in rounds like this
+        one's last: `later_weight`). So a tight limit gives fewer repeats everywhere rather
+        than a missing column.
+        """
+        tools = self.tools()
+        for tool in tools:
+            tool.prepare(fleet, count)
+        series = {
+            (tool.name, kind): Series(tool.name, count, kind)
+            for tool in tools
+            for kind in (("change", "rerun") if tool.changes_files else ("connect",))
+        }
+        # In the results at once, filled as rounds end: a run stopped midway keeps them.
+        self.results.series.update({(t, count, rtt, k): s for (t, k), s in series.items()})
+        where = f"N={count} RTT={rtt} ms"
+        last = 0.0
+        for round_ in range(0 if warm else 1, self.options.repeat + 1):
+            if round_ > 1 and self.remaining() < last * (1 + later):
+                self.log(f"time limit: {round_ - 1} timed round(s) at {where}")
+                self.results.notes.append(
+                    f"{where}: {round_ - 1} timed round(s) of {self.options.repeat} "
+                    "(what was left of --time-limit was kept for the other RTTs and sizes)"
+                )
+                break
+            began = time.monotonic()
+            for tool in tools:
+                attempts = measure(tool, fleet, count)
+                label = f"round {round_}" if round_ else "warm-up"
+                for attempt in attempts:
+                    series[(tool.name, attempt.kind)].add(attempt, label, timed=round_ > 0)
+                    if attempt.failed or attempt.wrong:
+                        self.keep_log(tool.name, count, f"rtt{rtt}-{label}", attempt)
+                if tool.changes_files and len(attempts) == 1 and round_:
+                    series[(tool.name, "rerun")].skipped += 1
+                self.log(
+                    f"{where} {label} {tool.name}: "
+                    + " / ".join(
+                        f"{a.kind} {a.outcome.seconds:.2f} s"
+                        + (" FAILED" if a.failed else " WRONG" if a.wrong else "")
+                        for a in attempts
+                    )
+                )
+            last = time.monotonic() - began
+
+    def check_delay(self) -> None:
+        """A ping-pong through the proxy must take at least each RTT asked for (else the
+        bench measures nothing): the measured values go into the report.
+
+        Raises:
+            OSError: the proxy adds less than the RTT.
+        """
+        measured = []
+        for rtt in self.options.rtt:
+            if rtt == 0:
+                continue
+            seconds = ping_pong(rtt)
+            if seconds < rtt / 1000:
+                raise OSError(
+                    f"the delay proxy's ping-pong took {seconds * 1000:.1f} ms < {rtt} ms"
+                )
+            measured.append(f"{rtt} ms → {seconds * 1000:.1f} ms")
+        if measured:
+            self.results.notes.append(
+                "the delay proxy (`bench/delay.py`, listening on 127.0.0.1 only) was checked "
+                "before timing: a one-byte ping-pong through it took (fastest of 3) "
+                + ", ".join(measured)
+            )
 
     def keep_log(self, tool: str, count: int, label: str, attempt: Attempt) -> None:
         """Save a bad run's whole output under the cache, for whoever investigates it."""
@@ -308,6 +409,7 @@ class Bench:
     def main(self) -> int:
         spent: dict[int, float] = {}
         base = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
+        self.check_delay()
         try:
             for count in self.options.hosts:
                 # Small fleets cost mostly start-up, so only sizes >= 10 predict larger ones
@@ -326,15 +428,36 @@ class Bench:
                         continue
                 self.settle(count)
                 began = time.monotonic()
-                self.size(count, base / f"n{count}")
+                try:
+                    self.size(count, base / f"n{count}")
+                except SystemExit as exc:
+                    if exc.code != 128 + signal.SIGTERM:
+                        raise
+                    # A hard stop from outside (e.g. `timeout`): keep what was measured.
+                    self.log(f"SIGTERM during N={count}: writing what was measured")
+                    self.interrupted = f"stopped by SIGTERM during N = {count}"
+                    break
                 spent[count] = time.monotonic() - began
                 self.log(f"N={count} done in {spent[count]:.0f} s")
         finally:
             shutil.rmtree(base, ignore_errors=True)
+        if self.interrupted:
+            self.results.skipped[0] = self.interrupted
+            self.results.notes.append(
+                f"the run was {self.interrupted}; the tables show what had been measured"
+            )
         self.results.facts = machine.describe(REPO, self.toolchain, self.load_at_start)
         self.results.spent = spent
         out: Path = self.options.out
         out.parent.mkdir(parents=True, exist_ok=True)
+        picture = out.with_suffix(".png")
+        if draw(self.results, picture):
+            self.results.plot = picture.name
+            self.log(f"wrote {picture}")
+        else:
+            self.results.notes.append(
+                "no plot: matplotlib is not installed (`pip install -e '.[bench]'`)"
+            )
         out.write_text(render(self.results))
         self.log(f"wrote {out}")
         return 0 if self.results.all_ok() else 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.workload import MODEL_REL
@@ -93,14 +93,38 @@ def start_fleet(
     for host in hosts:
         fleet.model_file(host).parent.mkdir(parents=True, exist_ok=True)
     fleet.reset()
+    _write_workstation(fleet, repo)
+    return fleet
+
+
+def through(fleet: Fleet, ports: dict[str, int], workdir: Path, repo: Path) -> Fleet:
+    """The same hosts reached through other loopback ports (`bench.delay`'s proxies).
+
+    Each host keeps its files and state (``root``, ``state_dir``); only the port a client
+    dials changes. A fresh workstation under ``workdir`` holds deploy's inventory for those
+    ports and a known_hosts naming ``[127.0.0.1]:PROXYPORT`` with each host's real key, so
+    every tool still checks host keys strictly.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    known_hosts = workdir / "known_hosts"
+    hosts = [replace(h, port=ports[h.name], known_hosts=known_hosts) for h in fleet.hosts]
+    known_hosts.write_text("".join(h.host_key_line() + "\n" for h in hosts))
+    view = Fleet(fleet.sandbox, hosts, workdir, fleet.original, fleet.python)
+    view.home.mkdir(exist_ok=True)
+    _write_workstation(view, repo)
+    return view
+
+
+def _write_workstation(fleet: Fleet, repo: Path) -> None:
+    """deploy's inventory (``hosts.yaml``) and ``playbooks/`` in the fleet's workstation."""
+    workdir = fleet.workdir
     playbooks = workdir / "playbooks"
     if not playbooks.exists():
         playbooks.symlink_to(repo / "playbooks")
-    sandbox.write_inventory(
+    fleet.sandbox.write_inventory(
         workdir / "hosts.yaml",
-        hosts,
-        groups={"gpu": [h.name for h in hosts]},
+        fleet.hosts,
+        groups={"gpu": [h.name for h in fleet.hosts]},
         vars={"sglang_python": fleet.python},
-        host_vars={h.name: {"model_file": str(fleet.model_file(h))} for h in hosts},
+        host_vars={h.name: {"model_file": str(fleet.model_file(h))} for h in fleet.hosts},
     )
-    return fleet

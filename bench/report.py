@@ -8,54 +8,27 @@ sees on an ordinary day.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
 
-from bench.budget import BUDGET_FILE
+from bench import targets
+from bench.markdown import KIND_LABEL, table
+from bench.report_deploy import profiles, round_trips
+from bench.results import Results
 from bench.runner import Series
 from bench.toolchain import REQUIREMENTS
 from bench.tools import KEX
 
-#: Issue 6's targets: deploy ÷ floor, and start-up of the commands that contact no host.
-TARGET_CHANGE = 1.5
-TARGET_RERUN = 1.3
+#: Start-up of the commands that contact no host (issue 6).
 TARGET_STARTUP = 0.3
-KIND_LABEL = {"change": "change run", "rerun": "no-change re-run", "connect": "connect + `true`"}
-TOOL_LABEL = {"floor": "floor", "floor-nodelay": "floor, TCP_NODELAY"}
-
-
-@dataclass
-class Results:
-    """Everything one benchmark run measured."""
-
-    sizes: list[int]
-    tools: list[str]
-    repeat: int
-    command: str
-    budget: dict[str, dict[str, int]]
-    deploy_command: str
-    series: dict[tuple[str, int, str], Series] = field(default_factory=dict)
-    ops: dict[tuple[int, str], list[dict[str, Any]]] = field(default_factory=dict)
-    profiles: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
-    cli: dict[str, Series] = field(default_factory=dict)
-    facts: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    skipped: dict[int, str] = field(default_factory=dict)
-    spent: dict[int, float] = field(default_factory=dict)
-    prices: dict[str, float] = field(default_factory=dict)
-    #: Fleet size -> the load averages when its measurements began.
-    load: dict[int, str] = field(default_factory=dict)
-
-    def all_ok(self) -> bool:
-        """No wrong result, no failed run, nothing missing: the exit status of the bench."""
-        every = [*self.series.values(), *self.cli.values()]
-        return all(s.ok and not s.failures for s in every) and not self.skipped
-
-    def median(self, tool: str, count: int, kind: str) -> float | None:
-        found = self.series.get((tool, count, kind))
-        return found.median if found is not None and found.ok else None
+TOOL_LABEL = {
+    "floor": "floor",
+    "floor-nodelay": "floor, TCP_NODELAY",
+    "fabric": "plain Fabric script",
+}
+#: A 1-minute load average above this share of the cores makes the page say it was loaded.
+LOADED = 0.5
 
 
 def _cell(series: Series | None) -> str:
@@ -77,35 +50,44 @@ def _ratio(top: float | None, bottom: float | None) -> str:
     return "—" if top is None or bottom is None or bottom == 0 else f"{top / bottom:.2f}×"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+def _column(rtt: int, n: int) -> str:
+    return f"{'loopback' if rtt == 0 else f'RTT {rtt} ms'}, N = {n}"
 
 
 def _seconds(results: Results) -> list[str]:
-    sizes = results.sizes
+    columns = results.columns()
     rows = []
     for tool in results.tools:
-        kinds = ("connect",) if tool in TOOL_LABEL else ("change", "rerun")
+        kinds = ("connect",) if tool.startswith("floor") else ("change", "rerun")
         for kind in kinds:
-            cells = [_cell(results.series.get((tool, n, kind))) for n in sizes]
+            cells = [_cell(results.series.get((tool, n, rtt, kind))) for rtt, n in columns]
             rows.append([TOOL_LABEL.get(tool, f"`{tool}`"), KIND_LABEL[kind], *cells])
-    header = ["tool", "run", *[f"N = {n}" for n in sizes]]
+    header = ["tool", "run", *[_column(r, n) for r, n in columns]]
+    picture = []
+    if results.plot:
+        picture = [
+            f"![seconds against RTT and against N, one line per tool]({results.plot})",
+            "",
+        ]
     return [
         "## Seconds",
         "",
         f"Wall time of the whole process, min / median of {results.repeat} runs (after one "
         "untimed warm-up round at the first size); files reset before every change run, "
-        "outside the timing. "
+        "outside the timing. **loopback** is straight to the sshd daemons; **RTT R ms** is "
+        "through `bench/delay.py`, a TCP forwarder on 127.0.0.1 that holds every chunk R/2 ms "
+        "in each direction (in order, the two directions independent, no bandwidth cap) — "
+        "every tool, the floor included, reaches the hosts through it. "
         '"floor, TCP_NODELAY" is the floor with Nagle\'s algorithm off, as `deploy` '
         "connects (paramiko leaves it on, and its login then waits ~40 ms for a delayed ACK): "
-        "the issue's targets are set against the plain floor, and the ratio to this one says "
+        "the targets are set against the plain floor, and the ratio to this one says "
         "how much of `deploy`'s lead that one socket option is. "
         "A tool whose result failed the `ast` check is marked **WRONG** instead of timed; "
         "† counts runs that exited non-zero (not samples; see Failures), and re-runs not "
         "made because that round's change run failed.",
         "",
-        *_table(header, rows),
+        *picture,
+        *table(header, rows),
         "",
     ]
 
@@ -113,11 +95,11 @@ def _seconds(results: Results) -> list[str]:
 def _failures(results: Results) -> list[str]:
     """Every run that exited non-zero or lied, with the lines of output that say why."""
     rows = []
-    for (tool, count, kind), series in sorted(results.series.items()):
+    for (tool, count, rtt, kind), series in sorted(results.series.items()):
         for text in series.failures:
-            rows.append([f"`{tool}`", str(count), KIND_LABEL[kind], "failed", text])
+            rows.append([f"`{tool}`", _column(rtt, count), KIND_LABEL[kind], "failed", text])
         for text in series.wrong:
-            rows.append([f"`{tool}`", str(count), KIND_LABEL[kind], "WRONG", text])
+            rows.append([f"`{tool}`", _column(rtt, count), KIND_LABEL[kind], "WRONG", text])
     for label, series in results.cli.items():
         rows += [[f"`deploy {label}`", "", "", "failed", text] for text in series.failures]
     if not rows:
@@ -130,53 +112,102 @@ def _failures(results: Results) -> list[str]:
         "with a wrong result. A failure is a finding, not noise: each one is a run an operator "
         "would have had to look at.",
         "",
-        *_table(["tool", "N", "run", "", "round: what the output says"], rows),
+        *table(["tool", "where", "run", "", "round: what the output says"], rows),
         "",
     ]
 
 
 def _ratios(results: Results) -> list[str]:
-    sizes = results.sizes
+    columns = results.columns()
     m = results.median
     specs = [
-        ("`deploy` change ÷ floor", "deploy", "change", "floor", "connect", f"≤ {TARGET_CHANGE}×"),
-        ("`deploy` re-run ÷ floor", "deploy", "rerun", "floor", "connect", f"≤ {TARGET_RERUN}×"),
-        (
-            "`deploy` change ÷ floor, TCP_NODELAY",
-            "deploy",
-            "change",
-            "floor-nodelay",
-            "connect",
-            "",
-        ),
-        ("`deploy` re-run ÷ floor, TCP_NODELAY", "deploy", "rerun", "floor-nodelay", "connect", ""),
-        ("ansible change ÷ `deploy` change", "ansible", "change", "deploy", "change", ""),
-        ("ansible re-run ÷ `deploy` re-run", "ansible", "rerun", "deploy", "rerun", ""),
-        ("pyinfra change ÷ `deploy` change", "pyinfra", "change", "deploy", "change", ""),
-        ("pyinfra re-run ÷ `deploy` re-run", "pyinfra", "rerun", "deploy", "rerun", ""),
+        ("`deploy` change ÷ floor", "deploy", "change", "floor", "connect"),
+        ("`deploy` re-run ÷ floor", "deploy", "rerun", "floor", "connect"),
+        ("`deploy` change ÷ floor, TCP_NODELAY", "deploy", "change", "floor-nodelay", "connect"),
+        ("`deploy` re-run ÷ floor, TCP_NODELAY", "deploy", "rerun", "floor-nodelay", "connect"),
+        ("`deploy` change ÷ Fabric script change", "deploy", "change", "fabric", "change"),
+        ("`deploy` re-run ÷ Fabric script re-run", "deploy", "rerun", "fabric", "rerun"),
+        ("Fabric script change ÷ floor", "fabric", "change", "floor", "connect"),
+        ("Fabric script re-run ÷ floor", "fabric", "rerun", "floor", "connect"),
+        ("ansible change ÷ `deploy` change", "ansible", "change", "deploy", "change"),
+        ("ansible re-run ÷ `deploy` re-run", "ansible", "rerun", "deploy", "rerun"),
+        ("pyinfra change ÷ `deploy` change", "pyinfra", "change", "deploy", "change"),
+        ("pyinfra re-run ÷ `deploy` re-run", "pyinfra", "rerun", "deploy", "rerun"),
     ]
-    limits = {"change": TARGET_CHANGE, "rerun": TARGET_RERUN}
+    verdicts = {(c.target, c.rtt, c.hosts, c.kind): c.met for c in targets.checks(results)}
+    target_of = {"floor": "deploy ÷ floor", "fabric": "deploy ÷ Fabric script"}
     rows = []
-    for label, top, top_kind, bottom, bottom_kind, target in specs:
+    for label, top, top_kind, bottom, bottom_kind in specs:
         if top not in results.tools or bottom not in results.tools:
             continue
         cells = []
-        for n in sizes:
-            high, low = m(top, n, top_kind), m(bottom, n, bottom_kind)
-            cell = _ratio(high, low)
-            if bottom == "floor" and top == "deploy" and high is not None and low:
-                cell += " met" if high / low <= limits[top_kind] else " **missed**"
+        for rtt, n in columns:
+            cell = _ratio(m(top, n, rtt, top_kind), m(bottom, n, rtt, bottom_kind))
+            name = target_of.get(bottom, "") if top == "deploy" else f"{top} ÷ deploy"
+            met = verdicts.get((name, rtt, n, top_kind))
+            if met is not None:
+                cell += " met" if met else " **missed**"
             cells.append(cell)
-        rows.append([label, *cells, target])
+        rows.append([label, *cells])
+    paired = [_paired(results, rtt, n) for rtt, n in columns]
+    if any(cell != "—" for cell in paired):
+        rows.append(["`deploy` re-run − change run, same round (median ms)", *paired])
     return [
         "## Ratios (of medians)",
         "",
-        "Issue 6's targets: `deploy`'s change run at most 1.5 × the floor and its re-run at most "
-        "1.3 ×, at N = 1 and N = 20.",
+        "Ratios of medians measured in the same run, tool after tool: they hold where the "
+        "absolute seconds drift with the machine's load. met / **missed** mark issue 17's "
+        "targets (listed under Targets below).",
         "",
-        *_table(["ratio", *[f"N = {n}" for n in sizes], "target"], rows),
+        *table(["ratio", *[_column(r, n) for r, n in columns]], rows),
         "",
     ]
+
+
+def _paired(results: Results, rtt: int, n: int) -> str:
+    """The median over rounds of (re-run − change run) of ``deploy``, in ms.
+
+    The two runs of a round follow each other, so a slow minute of the machine hits both:
+    the paired difference shows what the re-run saves even where the spread of either
+    median is larger than the saving (N = 1 on a shared machine: issue 17's "re-run slower
+    than the change run" was that spread).
+    """
+    change = results.series.get(("deploy", n, rtt, "change"))
+    rerun = results.series.get(("deploy", n, rtt, "rerun"))
+    if change is None or rerun is None or not change.seconds:
+        return "—"
+    if len(change.seconds) != len(rerun.seconds):
+        return "—"  # a failed round unpairs them
+    gaps = [b - a for a, b in zip(change.seconds, rerun.seconds, strict=True)]
+    return f"{statistics.median(gaps) * 1000:+.0f}"
+
+
+def _targets(results: Results) -> list[str]:
+    """Issue 17's targets, one line each: met everywhere, or where missed and by how much."""
+    found = targets.checks(results)
+    if not found:
+        return []
+    lines = ["## Targets (issue 17)", ""]
+    groups: dict[str, list[targets.Check]] = defaultdict(list)
+    for check in found:
+        if check.target == "deploy ÷ floor":
+            where = "loopback" if check.rtt == 0 else "RTT > 0"
+            name = f"`deploy` {KIND_LABEL[check.kind]} ÷ floor ≤ {check.limit:g}× ({where})"
+        elif check.at_most:
+            name = f"`deploy` ≤ the plain Fabric script ({KIND_LABEL[check.kind]})"
+        else:
+            anchor = check.target.split()[0]
+            name = (
+                f"{anchor} ≥ {check.limit:g}× `deploy` at N ≥ {targets.ANCHOR_HOSTS} "
+                f"({KIND_LABEL[check.kind]})"
+            )
+        groups[name].append(check)
+    for name, group in groups.items():
+        missed = [c for c in group if not c.met]
+        cells = ", ".join(f"{_column(c.rtt, c.hosts)}: {c.ratio:.2f}×" for c in group)
+        verdict = "**missed**" if missed else "met"
+        lines.append(f"- {name}: {verdict} — {cells}")
+    return [*lines, ""]
 
 
 def _startup(results: Results) -> list[str]:
@@ -194,215 +225,7 @@ def _startup(results: Results) -> list[str]:
         f"`deploy --help` and `deploy validate` (the inventory above, `playbooks/`), "
         f"min / median of {len(next(iter(results.cli.values())).seconds)} runs.",
         "",
-        *_table(["command", "seconds", "target", ""], rows),
-        "",
-    ]
-
-
-def _ops_summary(entries: list[dict[str, Any]], key: str) -> str:
-    values = sorted({int(e.get(key, 0)) for e in entries})
-    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
-
-
-def _round_trips(results: Results) -> list[str]:
-    rows = []
-    for kind in ("change", "rerun"):
-        allowed = results.budget.get(kind, {})
-        for count in results.sizes:
-            entries = results.ops.get((count, kind))
-            if not entries:
-                continue
-            outcomes = ", ".join(sorted({str(e["outcome"]) for e in entries}))
-            rows.append(
-                [
-                    KIND_LABEL[kind],
-                    str(count),
-                    outcomes,
-                    _ops_summary(entries, "exec"),
-                    _ops_summary(entries, "cmd"),
-                    _ops_summary(entries, "sftp"),
-                    str(allowed.get("exec", "—")),
-                    str(allowed.get("cmd", "—")),
-                    str(allowed.get("sftp", "—")),
-                ]
-            )
-    wire_rows = []
-    for (count, kind), document in sorted(results.profiles.items()):
-        per_host = {k: v / count for k, v in document.get("wire", {}).items()}
-        by_type = {k.removeprefix("sftp "): v for k, v in per_host.items() if k.startswith("sftp ")}
-        wire_rows.append(
-            [
-                KIND_LABEL[kind],
-                str(count),
-                f"{per_host.get('channel opened', 0):g}",
-                f"{sum(by_type.values()):g}",
-                f"{per_host.get('waited sftp requests', 0):g}",
-                ", ".join(f"{k} {v:g}" for k, v in sorted(by_type.items())),
-            ]
-        )
-    lines = [
-        "## Round-trip budget",
-        "",
-        "Round trips are the cost on a real network. Each **exec** opens a channel and starts "
-        "the user's login shell on the host — its `.bashrc` included (root's runs `pyenv "
-        "init`: see the unit prices below) — while an **SFTP** request is served inside the "
-        "already running SFTP server, with no shell (the sandbox's sshd serves SFTP "
-        "in-process, `internal-sftp`; where a host's sshd runs `sftp-server` instead, that "
-        "starts through the login shell once per connection). So `deploy` starts one login "
-        "shell per host, the one that takes the lock, which then runs the run's other "
-        "commands as **cmd**s — no new shell, one round trip each "
-        "(`deploy/remote/session.py`): the compile check, and reading a file a command may "
-        "have changed. The files the first steps read (status and bytes) come with the "
-        "lock's own exec. Writes and renames go over SFTP, which a re-run that changes "
-        "nothing never opens. On loopback the hosts' "
-        "shells also run on the workstation's cores, so at N = 20 and 50 every exec competes "
-        "with the tools themselves for CPU.",
-        "",
-        "SSH operations per host as `deploy --json` counts them (`hosts[].ops`). The budget is "
-        f"defined once, in `{BUDGET_FILE.relative_to(BUDGET_FILE.parents[2])}` "
-        "(`CHANGE_RUN_BUDGET`, `RERUN_BUDGET`), which fails when a change adds round trips; "
-        "this page reads it from there.",
-        "",
-        *_table(
-            [
-                "run",
-                "N",
-                "outcome",
-                "exec",
-                "cmd",
-                "sftp",
-                "exec budget",
-                "cmd budget",
-                "sftp budget",
-            ],
-            rows,
-        ),
-        "",
-    ]
-    if results.prices:
-        lines += [
-            "Unit prices on this machine (`bench/costs.py`, medians over one open connection "
-            "to a sandbox host; the last two rows run on the workstation without SSH):",
-            "",
-            *_table(["operation", "ms"], [[k, f"{v:.1f}"] for k, v in results.prices.items()]),
-            "",
-        ]
-    if wire_rows:
-        lines += [
-            "What really crossed the connection, per host, counted inside paramiko during the "
-            "profiled runs below (`bench/profile.py`): channels opened (one per exec, plus one "
-            "for the SFTP session), SFTP requests by type, and how many of them were waited "
-            "for one by one (a pipelined read or write of the ~50 KB file sends several "
-            "READ/WRITE requests without waiting). On a real network each waited request and "
-            "each exec costs at least one round-trip time: that column times the RTT is the "
-            "latency a remote fleet adds.",
-            "",
-            *_table(["run", "N", "channels", "SFTP requests", "waited for", "by type"], wire_rows),
-            "",
-        ]
-    return lines
-
-
-def _nest(spans: list[list[Any]]) -> list[tuple[int, list[Any]]]:
-    """Spans of one thread in start order, each with its depth (containment)."""
-    ordered = sorted(spans, key=lambda s: (s[2], -s[3]))
-    stack: list[list[Any]] = []
-    nested = []
-    for span in ordered:
-        while stack and span[2] >= stack[-1][3]:
-            stack.pop()
-        nested.append((len(stack), span))
-        stack.append(span)
-    return nested
-
-
-def _timeline(document: dict[str, Any]) -> list[str]:
-    """One run on one host, span by span (imports, config, SSH, each operation), in time
-    order; nesting is computed per thread, and the host's own thread is named."""
-    spans = document["spans"]
-    pre = max(0.0, document["wall"] - document["elapsed"])
-    nested = []
-    for thread in {s[0] for s in spans}:
-        # A host thread works inside main's run_apply (two levels down): indent it so.
-        offset = 0 if thread == "MainThread" else 2
-        nested += [(d + offset, s) for d, s in _nest([s for s in spans if s[0] == thread])]
-    nested.sort(key=lambda item: (item[1][2], item[0]))
-    rows = [["0", f"{pre * 1000:.0f}", "", "interpreter start (before the first line of Python)"]]
-    for depth, (thread, label, start, end) in nested:
-        rows.append(
-            [
-                f"{(pre + start) * 1000:.0f}",
-                f"{(end - start) * 1000:.1f}",
-                "main" if thread == "MainThread" else "host",
-                "&nbsp;&nbsp;" * depth * 2 + label,
-            ]
-        )
-    rows.append([f"{document['wall'] * 1000:.0f}", "", "", "process exit (wall time)"])
-    return _table(["at ms", "took ms", "thread", "what"], rows)
-
-
-def _per_host(document: dict[str, Any], count: int) -> list[str]:
-    """Many hosts: per operation, how many per host and how long (median, slowest)."""
-    spans = [s for s in document["spans"] if s[0] != "MainThread"]
-    by_label: dict[str, list[float]] = defaultdict(list)
-    for _, label, start, end in spans:
-        by_label[label].append(end - start)
-    rows = []
-    for label, durations in sorted(by_label.items(), key=lambda kv: -statistics.median(kv[1])):
-        rows.append(
-            [
-                label,
-                f"{len(durations) / count:g}",
-                f"{statistics.median(durations) * 1000:.1f}",
-                f"{max(durations) * 1000:.1f}",
-            ]
-        )
-    main = {s[1]: s for s in document["spans"] if s[0] == "MainThread"}
-    head = []
-    run = main.get("engine: run_apply (all hosts)")
-    if run is not None:
-        pre = max(0.0, document["wall"] - document["elapsed"])
-        head = [
-            f"Process wall time {document['wall']:.2f} s; the hosts' work (`run_apply`) ran "
-            f"from {(pre + run[2]):.2f} s to {(pre + run[3]):.2f} s.",
-            "",
-        ]
-    return head + _table(["operation", "per host", "median ms", "slowest ms"], rows)
-
-
-def _profiles(results: Results) -> list[str]:
-    if not results.profiles:
-        return []
-    lines = [
-        "## Where `deploy`'s time goes",
-        "",
-        "One instrumented run of each kind (`bench/profile.py`: the same command, in-process, "
-        "with deploy's network calls and paramiko's key exchange and authentication wrapped "
-        "in timers at run time; `deploy` itself is not modified). Nested rows happen inside "
-        "the row above them. Imports are timed one by one in the order the command needs "
-        "them; `fabric` is imported lazily by the first connection.",
-        "",
-    ]
-    for (count, kind), document in sorted(results.profiles.items()):
-        lines += [f"### {KIND_LABEL[kind]}, N = {count}", ""]
-        lines += _cpu(document)
-        lines += _timeline(document) if count == 1 else _per_host(document, count)
-        lines.append("")
-    return lines
-
-
-def _cpu(document: dict[str, Any]) -> list[str]:
-    """How busy the cores were while deploy ran, and how much of that was deploy itself."""
-    cpu = document.get("cpu")
-    if not cpu or cpu["wall"] <= 0:
-        return []
-    capacity = cpu["wall"] * cpu["cores"]
-    others = max(0.0, cpu["machine busy"] - cpu["deploy process"])
-    return [
-        f"CPU while `deploy apply` ran ({cpu['wall']:.2f} s, {cpu['cores']} cores): the machine "
-        f"was {100 * cpu['machine busy'] / capacity:.0f} % busy; the `deploy` process itself "
-        f"used {cpu['deploy process']:.2f} CPU-s, everything else — on loopback, mostly the "
-        f"hosts' sshd, login shells and interpreters — {others:.2f} CPU-s.",
+        *table(["command", "seconds", "target", ""], rows),
         "",
     ]
 
@@ -410,7 +233,7 @@ def _cpu(document: dict[str, Any]) -> list[str]:
 def _facts(results: Results) -> list[str]:
     rows = [[k, v] for k, v in results.facts.items()]
     rows += [[f"load average (1/5/15 min) before N = {n}", v] for n, v in results.load.items()]
-    return ["## Versions and machine", "", *_table(["", ""], rows), ""]
+    return ["## Versions and machine", "", *table(["", ""], rows), ""]
 
 
 def _method(results: Results) -> list[str]:
@@ -463,6 +286,31 @@ def _method(results: Results) -> list[str]:
     ]
 
 
+def _loaded(results: Results) -> list[str]:
+    """A warning at the top when other work kept the cores busy during the run."""
+    cores = os.cpu_count() or 1
+    readings = [
+        results.facts.get("load average (1/5/15 min) at start", ""),
+        results.facts.get("load average (1/5/15 min) at end", ""),
+        *results.load.values(),
+    ]
+    first = []
+    for text in readings:
+        try:
+            first.append(float(text.split("/")[0]))
+        except ValueError:
+            continue
+    if not first or max(first) <= LOADED * cores:
+        return []
+    return [
+        f"> **The machine was loaded during this run**: 1-minute load average up to "
+        f"{max(first):.2f} on {cores} cores (other work shared them; see Versions and "
+        "machine). The absolute seconds are noisy and slower than on an idle machine; "
+        "rely on the ratios, whose two sides were measured in turn in the same rounds.",
+        "",
+    ]
+
+
 def render(results: Results) -> str:
     """The whole page."""
     facts = results.facts
@@ -479,19 +327,28 @@ def render(results: Results) -> str:
         "```",
         "",
     ]
-    if results.skipped:
+    lines += _loaded(results)
+    if results.skipped or results.skipped_rtt:
         lines += [
-            *[f"- N = {n} not measured: {why}." for n, why in sorted(results.skipped.items())],
+            *[
+                f"- N = {n} not measured: {why}." if n else f"- Incomplete: {why}."
+                for n, why in sorted(results.skipped.items())
+            ],
+            *[
+                f"- {_column(rtt, n)} not measured: {why}."
+                for (n, rtt), why in sorted(results.skipped_rtt.items())
+            ],
             "",
         ]
     if results.notes:
         lines += [*[f"- Note: {note}" for note in results.notes], ""]
     lines += _seconds(results)
     lines += _ratios(results)
+    lines += _targets(results)
     lines += _failures(results)
     lines += _startup(results)
-    lines += _round_trips(results)
-    lines += _profiles(results)
+    lines += round_trips(results)
+    lines += profiles(results)
     lines += _facts(results)
     lines += _method(results)
     return "\n".join(lines).rstrip() + "\n"

@@ -33,7 +33,11 @@ from bench.toolchain import Toolchain
 from bench.workload import ENTRY_LINE, ENTRY_REGEX, PLAYBOOK, has_tag
 from deploy.sandbox.sshd import SshHost
 
+#: Where bench/fabric_script.py keeps its copy of the original, beside the file.
+FABRIC_BACKUP_SUFFIX = ".fabric-bak"
+
 FLOOR_SCRIPT = Path(__file__).with_name("floor.py")
+FABRIC_SCRIPT = Path(__file__).with_name("fabric_script.py")
 KEX = "curve25519-sha256"
 
 
@@ -309,6 +313,47 @@ class PyinfraTool(Tool):
     def backups(self, fleet: Fleet, host: SshHost) -> list[Path]:
         model = fleet.model_file(host)
         return sorted(p for p in model.parent.glob(model.name + ".*") if not p.name.endswith("~"))
+
+
+class FabricTool(Tool):
+    """The plain Fabric script (bench/fabric_script.py): what a careful hand-written script
+    costs — one SFTP read, one upload when the file changes, one exec that backs up,
+    compiles, moves into place and prints the last line. Run by path with this interpreter
+    (Fabric is deploy's own dependency), so it imports Fabric and nothing of ``deploy``."""
+
+    name = "fabric"
+
+    def __init__(self, python: str, methods: str) -> None:
+        self.python = python
+        self.methods = methods
+
+    def prepare(self, fleet: Fleet, forks: int) -> None:
+        job = {
+            "hosts": [
+                {
+                    "address": h.address,
+                    "port": h.port,
+                    "user": h.user,
+                    "identity_file": str(h.identity_file),
+                    "known_hosts": str(h.known_hosts),
+                    "model_file": str(fleet.model_file(h)),
+                }
+                for h in fleet.hosts
+            ],
+            "python": fleet.python,
+            "methods": self.methods,
+            "entry_line": ENTRY_LINE,
+        }
+        (fleet.workdir / "fabric.json").write_text(json.dumps(job))
+
+    def command(self, fleet: Fleet, forks: int) -> Command:
+        argv = [self.python, str(FABRIC_SCRIPT), "fabric.json"]
+        return Command(argv, fleet.workdir, fleet.env())
+
+    def backups(self, fleet: Fleet, host: SshHost) -> list[Path]:
+        model = fleet.model_file(host)
+        backup = model.with_name(model.name + FABRIC_BACKUP_SUFFIX)
+        return [backup] if backup.exists() else []
 
 
 class FloorTool(Tool):

@@ -453,6 +453,15 @@ def _fail(
         result.outcome = "rollback failed"
         result.error += f"; ROLLBACK FAILED: {undo_error}"
         journal.close()
+    except StepFailed as undo_error:  # the rollback's own records could not be written
+        if any(event.get("event") == "intent" for event in journal.events):
+            result.outcome = "rollback failed"
+            result.error += f"; ROLLBACK FAILED: {undo_error}"
+        else:
+            # The host recorded no change (a full state_dir refused even the first records):
+            # nothing to undo, and an unfinished journal with no intent undoes nothing.
+            result.outcome = "rolled back"
+            result.error += f"; nothing had been changed (closing the journal failed: {undo_error})"
 
 
 def _manifest(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

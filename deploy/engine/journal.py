@@ -147,6 +147,12 @@ class Journal:
         #: Per record written in this run, the helper request that appended it (None when it
         #: was read from the host, or written without the lock's session).
         self._calls: list[Call | None] = [None] * len(self.records)
+        #: Per record index, the change it announces (an intent's write), when sent ahead.
+        self._guards: dict[int, Call] = {}
+        #: Records the host's journal holds (or will, once sent): the next one's ``seq`` is
+        #: this plus one. Not ``len(self.records)``: `settle` forgets an intent whose change
+        #: the host refused, but the host appended that intent, and its place is taken.
+        self._seq = len(self.records)
 
     @property
     def started(self) -> bool:
@@ -167,11 +173,18 @@ class Journal:
         """
         self.start()
         record = event if isinstance(event, Record) else from_fields(event)
-        record = dataclasses.replace(record, ts=now_precise(), seq=len(self.records) + 1)
+        self._seq += 1
+        record = dataclasses.replace(record, ts=now_precise(), seq=self._seq)
         self.records.append(record)
         self.events.append(record.fields_dict())
         self._calls.append(None)
         self._calls[-1] = self.sink.append(encode(record), durable=record.EVENT not in _LAZY)
+
+    def guard(self, change: Call | None) -> None:
+        """Tie the last record (an intent) to the request making its change: if the host
+        refused that change, the target was not touched and the intent is forgotten too."""
+        if change is not None and self.events:
+            self._guards[len(self.events) - 1] = change
 
     def settle(self) -> None:
         """Wait for every answer, then forget the records the host did not append.
@@ -186,14 +199,19 @@ class Journal:
         """
         with contextlib.suppress(StepFailed):
             self.remote.flush()
-        kept = [
-            index
-            for index, call in enumerate(self._calls)
-            if call is None or not call.done or call.ok
-        ]
+        kept = []
+        for index, call in enumerate(self._calls):
+            change = self._guards.get(index)
+            if call is not None and call.done and not call.ok:
+                self._seq -= 1  # the host did not append it: its place is free
+                continue
+            if change is not None and change.done and not change.ok:
+                continue  # its change was refused or failed: the target is untouched
+            kept.append(index)
         self.records = [self.records[i] for i in kept]
         self.events = [self.events[i] for i in kept]
         self._calls = [self._calls[i] for i in kept]
+        self._guards = {}
 
     def save_copy(self, content: bytes) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""

@@ -230,8 +230,12 @@ def write(args, data):
             raise
         finally:
             os.close(fd)
-        os.fsync(dfd)
-        return {"stat": _stat_dict(st), "xattrs": sorted(meta.get("xattrs") or {})}
+        answer = {"stat": _stat_dict(st), "xattrs": sorted(meta.get("xattrs") or {})}
+        try:
+            os.fsync(dfd)
+        except OSError as exc:  # renamed already: a failed answer must mean "not written"
+            answer["warning"] = "fsync of " + directory + ": " + (exc.strerror or str(exc))
+        return answer
     finally:
         os.close(dfd)
 

@@ -263,7 +263,7 @@ class HostFiles(ABC):
         unsafe_dir: bool = False,
         hardlinks: str = "refuse",
         wait: bool = False,
-    ) -> None:
+    ) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
         Through the helper (`deploy.remote.fileagent.write`): an ``O_EXCL`` temp file in the
@@ -274,12 +274,13 @@ class HostFiles(ABC):
         and a hard-linked target are refused unless ``unsafe_dir`` / ``hardlinks="allow"``.
 
         Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
-        command), and nothing sent after it happens on the host.
+        command), and nothing sent after it happens on the host. Returns the request (None
+        over SFTP): a failed answer means the target was not touched.
         """
         self.prefetched.pop(path, None)
         if self.session is None:
             self._sftp_write_atomic(path, data, mode=mode, uid=uid, gid=gid)
-            return
+            return None
         args: dict[str, Any] = {"op": "write", "path": path}
         if mode is not None:
             meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
@@ -292,7 +293,7 @@ class HostFiles(ABC):
             args["unsafe_dir"] = True
         if hardlinks != "refuse":
             args["hardlinks"] = hardlinks
-        self._call(args, data, wait=wait, doing="writing")
+        return self._call(args, data, wait=wait, doing="writing")
 
     def _sftp_write_atomic(
         self,

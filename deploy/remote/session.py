@@ -144,7 +144,8 @@ class Session:
 
     def __init__(self, channel: paramiko.Channel, ops: dict[str, int] | None = None) -> None:
         self.channel = channel
-        self._buffer = b""
+        # Amortized appends and front deletions: an answer may carry a large file.
+        self._buffer = bytearray()
         self.broken = False
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
@@ -201,7 +202,7 @@ class Session:
 
     def feed(self, data: bytes) -> None:
         """Bytes already read off the channel (after the lock's own answer) that are ours."""
-        self._buffer = data + self._buffer
+        self._buffer[:0] = data
 
     def collect(self, timeout: float | None = None) -> None:
         """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
@@ -332,13 +333,17 @@ class Session:
         self._buffer += chunk
 
     def _read_line(self, deadline: float | None) -> bytes:
-        while b"\n" not in self._buffer:
+        searched = 0
+        while (end := self._buffer.find(b"\n", searched)) < 0:
+            searched = len(self._buffer)
             self._fill(deadline)
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
         return line
 
     def _read_exactly(self, size: int, deadline: float | None) -> bytes:
         while len(self._buffer) < size:
             self._fill(deadline)
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
         return data

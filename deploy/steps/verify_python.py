@@ -86,13 +86,12 @@ class VerifyPythonStep(Step):
                     args.python, args.path
                 )
                 ahead = ctx.remote.speculated.pop(command, None)
-                if ahead is not None and ahead[0] == 0:
-                    # Run with the lock's round trip, before this run changed anything: it
-                    # counts only for the very bytes this step checks.
-                    status, out, err = ahead[0], ahead[1].decode("utf-8", "replace"), ahead[2]
-                    if compiled_sha256(out) != sha256(content):
-                        ahead = None
-                if ahead is None:
+                out = "" if ahead is None else ahead[1].decode("utf-8", "replace")
+                # Run with the lock's round trip, before this run changed anything: a pass
+                # counts only for the very bytes this step checks; a failure is checked again.
+                if ahead is not None and ahead[0] == 0 and compiled_sha256(out) == sha256(content):
+                    status, err = ahead[0], ahead[2]
+                else:
                     result = ctx.remote.run(command, timeout=120)
                     status, out, err = result.exit_status, result.stdout, result.stderr
             problem = compile_problem(status, err, python=args.python)

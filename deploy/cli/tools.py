@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from deploy.cli_common import (
+from deploy.cli.common import (
     _FILE,
     CONTEXT,
     _fail,

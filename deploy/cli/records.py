@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from deploy.cli_common import (
+from deploy.cli.common import (
     CONTEXT,
     _fail,
     _inventory_path,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,12 +14,14 @@ from deploy.cli.common import (
     _inventory_path,
     _playbooks_dir,
     accept_new_option,
+    colour_option,
     forks_option,
     inventory_option,
     json_option,
     limit_option,
     startup_done,
     unattended_options,
+    want_colour,
 )
 from deploy.cli.runs import _delivery, _finish, _logging, _maybe, _progress, _split
 from deploy.errors import DeployError, InputError
@@ -38,14 +40,22 @@ from deploy.errors import DeployError, InputError
     help="Variable, highest precedence (repeatable; @file.yaml too).",
 )
 @click.option(
-    "--check", is_flag=True, help="Show what would change (unified diff) and touch nothing."
+    "-C", "--check", is_flag=True, help="Show what would change (unified diff) and touch nothing."
 )
-@click.option("--diff", "show_diff", is_flag=True, help="Show the diff of every changed file.")
+@click.option(
+    "--detailed-exitcode",
+    is_flag=True,
+    help="With --check: exit 5 when some host would change (drift), 0 only when none would.",
+)
+@click.option(
+    "-D", "--diff", "show_diff", is_flag=True, help="Show the diff of every changed file."
+)
 @click.option(
     "--yes", "-y", is_flag=True, help="Do not ask for confirmation (required without a terminal)."
 )
 @json_option
 @click.option(
+    "-t",
     "--tags",
     multiple=True,
     metavar="TAG",
@@ -55,6 +65,13 @@ from deploy.errors import DeployError, InputError
     "--skip-tags", multiple=True, metavar="TAG", help="Skip steps with any of these tags."
 )
 @click.option("-v", "--verbose", count=True, help="More detail (-vv: also the commands run).")
+@click.option(
+    "--list-hosts", is_flag=True, help="Print the hosts the run would touch; connect to none."
+)
+@click.option(
+    "--list-tasks", is_flag=True, help="Print the steps that would run; connect to no host."
+)
+@colour_option
 @accept_new_option
 @forks_option
 @click.option("--serial", metavar="N|N%[,...]", help="Rolling batches (overrides the playbook's).")
@@ -78,12 +95,16 @@ def apply(
     limit: tuple[str, ...],
     extra: tuple[str, ...],
     check: bool,
+    detailed_exitcode: bool,
     show_diff: bool,
     yes: bool,
     as_json: bool,
     tags: tuple[str, ...],
     skip_tags: tuple[str, ...],
     verbose: int,
+    list_hosts: bool,
+    list_tasks: bool,
+    color: str,
     accept_new_host_keys: bool,
     forks: int,
     serial: str | None,
@@ -125,6 +146,11 @@ def apply(
         }
         if not plans:
             raise InputError("no host matches the playbook's hosts and --limit")
+        if detailed_exitcode and not check:
+            raise InputError("--detailed-exitcode needs --check (it reports pending changes)")
+        if list_hosts or list_tasks:
+            click.echo(_listing(pb.playbook.name, plans, hosts=list_hosts, tasks=list_tasks))
+            sys.exit(0)
         interactive = sys.stdin.isatty() and not as_json
         if not check and not yes and not interactive:
             raise InputError(
@@ -139,8 +165,8 @@ def apply(
     startup_done()
     work = plans
     name = pb.playbook.name
-    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    progress = Listeners(_progress(as_json, verbose), out.log_file)
+    colour = want_colour(color, sys.stdout)
+    progress = Listeners(_progress(as_json, verbose, color=color, steps=not check), out.log_file)
     if not check and not yes:
         preview = run_apply(
             work,
@@ -160,7 +186,15 @@ def apply(
             h.outcome in ("unchanged", "not attempted") and not h.recovered for h in preview.hosts
         ):
             click.echo("\nNothing to change.")
-            _finish(preview, as_json=False, show_diff=False, record=False, out=out)
+            _finish(
+                preview,
+                as_json=False,
+                show_diff=False,
+                record=False,
+                out=out,
+                color=color,
+                details=False,
+            )
         if not click.confirm("\nApply these changes?", default=False):
             click.echo("Nothing was changed.")
             sys.exit(0)
@@ -173,8 +207,42 @@ def apply(
         force=force,
     )
     run = run_apply(work, options, forks=forks, **pace)
+    run.detailed_exitcode = detailed_exitcode
     if check and not as_json:
         from deploy.report.human import render_plan
 
         click.echo(render_plan(run, colour=colour))
-    _finish(run, as_json=as_json, show_diff=show_diff, record=not check, out=out)
+    # --check: the plan above showed every step, diff and error; the summary adds the table.
+    # Otherwise the progress lines said each error as it happened.
+    _finish(
+        run,
+        as_json=as_json,
+        show_diff=show_diff and not check,
+        record=not check,
+        out=out,
+        color=color,
+        details=not check,
+        errors=as_json,
+    )
+
+
+def _listing(playbook: str, plans: list[Any], *, hosts: bool, tasks: bool) -> str:
+    """``--list-hosts`` / ``--list-tasks``, Ansible's layout: what would run, from input alone."""
+    from deploy.steps import build_step
+
+    lines = [f"playbook: {playbook}"]
+    if hosts:
+        lines.append(f"  hosts ({len(plans)}):")
+        lines.extend(f"    {plan.name}" for plan in plans)
+    if tasks:
+        seen: dict[tuple[int, str], list[str]] = {}
+        for plan in plans:
+            for index, entry in plan.steps:
+                step = build_step(entry, index)
+                tags = f"  TAGS: [{', '.join(entry.tags)}]" if entry.tags else ""
+                seen.setdefault((index, f"{index + 1}. {step.title}{tags}"), []).append(plan.name)
+        lines.append("  tasks:")
+        for (_, line), names in sorted(seen.items()):
+            only = "" if len(names) == len(plans) else f"  (only {', '.join(names)})"
+            lines.append(f"    {line}{only}")
+    return "\n".join(lines)

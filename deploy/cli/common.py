@@ -67,7 +67,12 @@ accept_new_option = click.option(
     help="Trust and record host keys seen for the first time (changed keys are still refused).",
 )
 forks_option = click.option(
-    "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
+    "-f",
+    "--forks",
+    type=click.IntRange(1, 256),
+    default=10,
+    show_default=True,
+    help="Hosts in parallel.",
 )
 json_option = click.option(
     "--json",
@@ -75,6 +80,23 @@ json_option = click.option(
     is_flag=True,
     help="Print one JSON document on stdout (docs/json-report.md).",
 )
+colour_option = click.option(
+    "--color",
+    "color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour: auto is a terminal without NO_COLOR and not TERM=dumb.",
+)
+
+
+def want_colour(choice: str, stream: Any = None) -> bool:
+    """``--color`` for ``stream`` (default stdout); see `deploy.report.human.use_colour`."""
+    from deploy.report.human import use_colour
+
+    return use_colour(stream or sys.stdout, choice)
+
+
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _UNATTENDED = (
     click.option(

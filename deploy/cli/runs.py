@@ -15,16 +15,40 @@ def _split(values: tuple[str, ...]) -> set[str] | None:
     return items or None
 
 
-def _progress(as_json: bool, verbose: int) -> Any:
+def _progress(
+    as_json: bool, verbose: int, *, color: str = "auto", steps: bool = True, heartbeat: float = 30.0
+) -> Any:
     from deploy.engine.host_run import NoProgress
-    from deploy.report.human import ProgressPrinter
+    from deploy.report.human import ProgressPrinter, use_colour
 
-    return NoProgress() if as_json else ProgressPrinter(sys.stderr, verbose=verbose)
+    if as_json:
+        return NoProgress()
+    return ProgressPrinter(
+        sys.stderr,
+        verbose=verbose,
+        colour=use_colour(sys.stderr, color),
+        steps=steps,
+        heartbeat=heartbeat,
+    )
 
 
-def _finish(run: Any, *, as_json: bool, show_diff: bool, record: bool, out: Any) -> NoReturn:
-    """Record and deliver the run, print it (summary or JSON), exit with its code."""
-    from deploy.report.human import render_summary
+def _finish(
+    run: Any,
+    *,
+    as_json: bool,
+    show_diff: bool,
+    record: bool,
+    out: Any,
+    color: str = "auto",
+    details: bool = True,
+    errors: bool = True,
+) -> NoReturn:
+    """Record and deliver the run, print it (summary or JSON), exit with its code.
+
+    The report, log file and webhook get the whole summary; the terminal leaves out what it
+    has already been shown (``details``: the plan; ``errors``: the live progress lines).
+    """
+    from deploy.report.human import render_summary, use_colour
 
     plain = render_summary(run, colour=False, diffs=show_diff)
     for warning in out.finished(run, record=record, summary=plain):
@@ -34,8 +58,15 @@ def _finish(run: Any, *, as_json: bool, show_diff: bool, record: bool, out: Any)
 
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        click.echo(render_summary(run, colour=colour, diffs=show_diff) if colour else plain)
+        click.echo(
+            render_summary(
+                run,
+                colour=use_colour(sys.stdout, color),
+                diffs=show_diff,
+                details=details,
+                errors=errors,
+            )
+        )
     if any(host.outcome == "interrupted" for host in run.hosts):
         # Abandoned host threads may still be inside paramiko: exit without joining them.
         sys.stdout.flush()

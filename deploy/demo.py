@@ -35,8 +35,8 @@ from deploy.sandbox.sshd import SshdSandbox
 from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import kimi_k25_source
 
-#: The repository's playbooks (the package is installed from the checkout, `pip install -e .`).
-PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+#: The playbooks shipped in the package (the repository's ``playbooks/`` links to them).
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 
 def _say(out: TextIO, text: str, *, bold: bool = False) -> None:

@@ -11,8 +11,8 @@ import click
 from deploy.cli.common import (
     CONTEXT,
     _fail,
+    _find_playbook,
     _inventory_path,
-    _playbooks_dir,
     accept_new_option,
     colour_option,
     forks_option,
@@ -129,7 +129,7 @@ def apply(
     out = _delivery(f"apply {playbook}", run_id, report_file, log_file, notify_url)
     try:
         inv = load.load_inventory(inventory_path)
-        pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
+        pb = load.load_playbook(_find_playbook(playbook, inventory_path))
         plans = load.resolve(
             inv,
             pb,

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from deploy.errors import DeployError
+from deploy.errors import DeployError, InputError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -34,10 +34,39 @@ def _inventory_path(value: str | None) -> Path:
     return Path(value or os.environ.get("DEPLOY_INVENTORY") or "hosts.yaml")
 
 
+#: The playbooks shipped inside the package (the repository's ``playbooks/`` links here), so
+#: an installed ``deploy`` (a wheel, ``pip install .``) runs ``kimi-eagle3`` from any directory.
+PACKAGED_PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+
+
+def _playbook_dirs(inventory: Path) -> list[Path]:
+    """Where playbook names are looked up, first match wins: ``./playbooks``, the one beside
+    the inventory, then the packaged ones."""
+    dirs = [Path("playbooks"), inventory.parent / "playbooks", PACKAGED_PLAYBOOKS]
+    return [d for d in dirs if d.is_dir()] or [Path("playbooks")]
+
+
 def _playbooks_dir(inventory: Path) -> Path:
-    """``./playbooks``, else the one beside the inventory."""
-    here = Path("playbooks")
-    return here if here.is_dir() else inventory.parent / "playbooks"
+    """The directory ``deploy validate`` checks: the first of `_playbook_dirs`."""
+    return _playbook_dirs(inventory)[0]
+
+
+def _find_playbook(name: str, inventory: Path) -> Path:
+    """The playbook ``name`` names (see `_playbook_dirs`); a path is taken as it is.
+
+    Raises:
+        InputError: in none of them; the message lists the first directory's playbooks.
+    """
+    from deploy.config import load
+
+    first: InputError | None = None
+    for directory in _playbook_dirs(inventory):
+        try:
+            return load.find_playbook(name, directory)
+        except InputError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 def _fail(error: DeployError, out: Any = None) -> NoReturn:

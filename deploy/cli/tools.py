@@ -12,6 +12,7 @@ from deploy.cli.common import (
     _FILE,
     CONTEXT,
     _fail,
+    _find_playbook,
     _inventory_path,
     _playbooks_dir,
     inventory_option,
@@ -84,7 +85,7 @@ def schedule(
     inventory_path = _inventory_path(inventory)
     try:
         inv = load.load_inventory(inventory_path)
-        pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
+        pb = load.load_playbook(_find_playbook(playbook, inventory_path))
         load.resolve(
             inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
         )

@@ -208,6 +208,7 @@ def apply(
     )
     run = run_apply(work, options, forks=forks, **pace)
     run.detailed_exitcode = detailed_exitcode
+    run.inventory = str(inventory_path.resolve())
     if check and not as_json:
         from deploy.report.human import render_plan
 

@@ -86,4 +86,5 @@ def rollback(
         forks=forks,
         timeout=timeout,
     )
+    run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

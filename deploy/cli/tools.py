@@ -148,16 +148,21 @@ def schema_command(out_dir: Path) -> None:
 
 @click.command(context_settings=CONTEXT)
 @click.option(
-    "--keep", is_flag=True, help="Leave the sandbox host running and print how to use it."
+    "--keep",
+    is_flag=True,
+    help="Leave the sandbox host running in the background, print how to use it, return.",
 )
-def demo(keep: bool) -> None:
+@click.option("--stop", is_flag=True, help="Stop a demo left running by --keep; clean up.")
+def demo(keep: bool, stop: bool) -> None:
     """The whole story on this machine: a throwaway SSH host with SGLang's real model file.
 
     Starts sshd on a loopback port with the stand-in SGLang server, runs kimi-eagle3 (plan,
     restart, health, throughput gate), replays the `cat >>` mistake and its automatic
     rollback, shows history and rolls back. Needs openssh-server; touches nothing else.
     """
-    from deploy.demo import run
+    from deploy.demo import run, run_kept, stop_kept
 
     startup_done()
-    sys.exit(run(keep=keep))
+    if stop:
+        sys.exit(stop_kept())
+    sys.exit(run_kept() if keep else run())

@@ -98,6 +98,8 @@ class RunResult:
     stopped: str | None = None
     #: ``--check --detailed-exitcode``: pending changes make the exit code 5 (drift), not 0.
     detailed_exitcode: bool = False
+    #: The inventory file's absolute path (``deploy history`` lists the current one's runs).
+    inventory: str | None = None
 
     @property
     def pending(self) -> list[str]:

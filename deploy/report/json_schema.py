@@ -170,6 +170,10 @@ SCHEMA: dict[str, Any] = {
             **_NULLABLE_STRING,
             "description": "Why hosts were left untouched on purpose (`max_fail` exceeded, `--timeout`).",
         },
+        "inventory": {
+            **_NULLABLE_STRING,
+            "description": "Absolute path of the inventory the run used (null in older reports).",
+        },
         "detailed_exitcode": {
             "type": "boolean",
             "description": "`--detailed-exitcode`: a `--check` that finds changes pending exits 5.",

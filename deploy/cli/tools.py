@@ -63,6 +63,12 @@ def validate(inventory: str | None, playbooks_dir: str | None) -> None:
 )
 @click.option("--log-file", type=_FILE, help="Default: ~/.local/state/deploy/logs/UNIT.log")
 @click.option("--notify-url", metavar="URL", help="Webhook for runs that end with exit != 0.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="A drift check: apply --check --detailed-exitcode (changes nothing; exit 5 and the "
+    "webhook when a host would change).",
+)
 def schedule(
     playbook: str,
     on_calendar: str,
@@ -76,6 +82,7 @@ def schedule(
     report_file: Path | None,
     log_file: Path | None,
     notify_url: str | None,
+    check: bool,
 ) -> None:
     """Run PLAYBOOK unattended on a calendar: systemd user timer (or cron), printed or installed."""
     from deploy import schedule as plan
@@ -89,7 +96,7 @@ def schedule(
         load.resolve(
             inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
         )
-        unit = name or plan.unit_name(pb.playbook.name)
+        unit = name or plan.unit_name(pb.playbook.name, check=check)
         job = plan.Job(
             name=unit,
             playbook=pb.path.resolve(),
@@ -102,6 +109,7 @@ def schedule(
             limit=limit,
             extra_vars=extra,
             notify_url=notify_url,
+            check=check,
         )
         if cron:
             if install:

@@ -181,7 +181,7 @@ def apply(
         )
         from deploy.report.human import render_plan
 
-        click.echo(render_plan(preview, colour=colour))
+        click.echo(render_plan(preview, colour=colour), color=colour)
         if all(
             h.outcome in ("unchanged", "not attempted") and not h.recovered for h in preview.hosts
         ):
@@ -212,7 +212,7 @@ def apply(
     if check and not as_json:
         from deploy.report.human import render_plan
 
-        click.echo(render_plan(run, colour=colour))
+        click.echo(render_plan(run, colour=colour), color=colour)
     # --check: the plan above showed every step, diff and error; the summary adds the table.
     # Otherwise the progress lines said each error as it happened.
     _finish(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,6 +13,7 @@ from deploy.cli.common import (
     _fail,
     _inventory_path,
     accept_new_option,
+    colour_option,
     forks_option,
     inventory_option,
     json_option,
@@ -19,7 +21,7 @@ from deploy.cli.common import (
     startup_done,
     unattended_options,
 )
-from deploy.cli.runs import _delivery, _finish
+from deploy.cli.runs import _delivery, _finish, _progress
 from deploy.errors import InputError
 
 
@@ -36,6 +38,7 @@ from deploy.errors import InputError
 @json_option
 @accept_new_option
 @forks_option
+@colour_option
 @unattended_options
 def rollback(
     run_id: str | None,
@@ -46,6 +49,7 @@ def rollback(
     as_json: bool,
     accept_new_host_keys: bool,
     forks: int,
+    color: str,
     timeout: float | None,
     report_file: Path | None,
     log_file: Path | None,
@@ -72,9 +76,8 @@ def rollback(
         _fail(exc, out)
     startup_done()
     if not yes:
-        what = f"run {run_id}" if run_id else "the last run"
-        names = ", ".join(name for name, _ in hosts)
-        if not click.confirm(f"Roll back {what} on {names}?", default=False):
+        question = rollback_question([name for name, _ in hosts], run_id, inventory_path)
+        if not click.confirm(question, default=False):
             click.echo("Nothing was changed.")
             sys.exit(0)
     run = run_rollback(
@@ -85,6 +88,69 @@ def rollback(
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
         timeout=timeout,
+        # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
+        progress=_progress(as_json, 0, color=color, heartbeat=5.0),
     )
     run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)
+
+
+def rollback_question(names: list[str], run_id: str | None, inventory: Path) -> str:
+    """The confirmation question: which run (id, playbook, when), its files and services, on
+    which hosts — from this workstation's history (`deploy history`). The one place the prompt
+    is made, so that how the run is chosen can change without touching the command.
+
+    The hosts' journals decide what is undone; a run this workstation has no record of is
+    named as "the last run not yet undone".
+    """
+    target = _recorded_target(names, run_id, inventory)
+    where = ", ".join(names)
+    if target is None:
+        what = f"run {run_id}" if run_id else "the last run not yet undone"
+        return f"Roll back {what} on {where}?"
+    involved = [h for h in target.hosts if h.host in names and h.outcome == "changed"]
+    files = sorted({path for h in involved for path in h.changed_files})
+    services = sorted(
+        {
+            f"{step.kind}: {step.title}"
+            for h in involved
+            for step in h.steps
+            if step.kind in ("restart", "start", "stop") and step.status in ("ok", "changed")
+        }
+    )
+    lines = [
+        f"Roll back run {target.run_id} ({target.playbook or '?'}, "
+        f"{target.started.replace('+00:00', 'Z')}) on {where}?",
+        *(f"  file back:   {path}" for path in files),
+        *(
+            f"  service:     {service} (the old server, its old command line)"
+            for service in services
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _recorded_target(names: list[str], run_id: str | None, inventory: Path) -> Any:
+    """The run ``deploy rollback`` would undo, as recorded here, or None when unknown."""
+    from deploy.engine import history as store
+    from deploy.errors import InputError as Ambiguous
+
+    if run_id is not None:
+        try:
+            return store.load(run_id)
+        except Ambiguous:
+            return None
+    runs = store.load_all(inventory=inventory)
+    undone = {
+        h.run_id
+        for run in runs
+        if run.command == "rollback"
+        for h in run.hosts
+        if h.outcome == "restored"
+    }
+    for run in reversed(runs):
+        if run.command != "apply" or run.check_mode or run.run_id in undone:
+            continue
+        if any(h.host in names and h.outcome == "changed" for h in run.hosts):
+            return run
+    return None

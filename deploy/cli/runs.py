@@ -58,15 +58,9 @@ def _finish(
 
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        click.echo(
-            render_summary(
-                run,
-                colour=use_colour(sys.stdout, color),
-                diffs=show_diff,
-                details=details,
-                errors=errors,
-            )
-        )
+        colour = use_colour(sys.stdout, color)
+        text = render_summary(run, colour=colour, diffs=show_diff, details=details, errors=errors)
+        click.echo(text, color=colour)  # click strips colour off a non-terminal unless told
     if any(host.outcome == "interrupted" for host in run.hosts):
         # Abandoned host threads may still be inside paramiko: exit without joining them.
         sys.stdout.flush()

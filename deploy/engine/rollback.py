@@ -135,8 +135,13 @@ def rollback_host(
     *,
     force: bool,
     holder: dict[str, Any],
+    note: Callable[[str], None] | None = None,
 ) -> HostResult:
-    """``deploy rollback`` on one host: undo ``run_id``, or the newest run not yet undone."""
+    """``deploy rollback`` on one host: undo ``run_id``, or the newest run not yet undone.
+
+    ``note`` hears what is going on (which run, the old server's start-up every 5 s), so a
+    rollback that waits 45 minutes for a model to load never looks like a hang.
+    """
     began = time.monotonic()
     result = HostResult(host=remote.name, outcome="nothing to do", run_id=run_id)
     try:
@@ -165,9 +170,11 @@ def rollback_host(
             result.error = "no run to roll back on this host"
             return result
         result.run_id = target
+        if note is not None:
+            note(f"rolling back run {target}")
         try:
             result.rollback = undo_run_events(
-                remote, state_dir, target, force=force, reason="deploy rollback"
+                remote, state_dir, target, force=force, reason="deploy rollback", note=note
             )
             result.outcome = "restored"
             result.changed_files = [

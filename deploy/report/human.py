@@ -153,13 +153,27 @@ class ProgressPrinter:
     def run_event(self, message: str) -> None:
         self._line(message)
 
+    def busy(self, host: str, title: str) -> None:
+        """``host`` works on ``title`` (a rollback) outside any step: keep its heartbeat."""
+        now = time.monotonic()
+        with self._lock:
+            self._running[host] = _Running(0, title, now, now)
+            self._start_ticker()
+
+    def idle(self, host: str) -> None:
+        with self._lock:
+            self._running.pop(host, None)
+
+    def _start_ticker(self) -> None:
+        if self._ticker is None and self.heartbeat > 0:
+            self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+            self._ticker.start()
+
     def step_started(self, host: str, index: int, title: str) -> None:
         now = time.monotonic()
         with self._lock:
             self._running[host] = _Running(index + 1, title, now, now)
-            if self._ticker is None and self.heartbeat > 0:
-                self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
-                self._ticker.start()
+            self._start_ticker()
         if self.verbose and self.steps:
             self._line(f"{host}: [{index + 1}] {title} ...", host)
 
@@ -184,8 +198,9 @@ class ProgressPrinter:
                 ]
             for host, step in quiet:
                 tail = f"; latest: {step.note}" if step.note else ""
+                number = f"[{step.number}] " if step.number else ""
                 self._line(
-                    f"{host}: [{step.number}] {step.title}: still running "
+                    f"{host}: {number}{step.title}: still running "
                     f"({_elapsed(now - step.started)}){tail}",
                     host,
                 )

@@ -2,14 +2,14 @@
 
 Plain text that reads well in a terminal, a log file and a cron mail alike; colour only on a
 terminal (``--color auto``), never when ``NO_COLOR`` is set (https://no-color.org) or the
-terminal is ``TERM=dumb``. Tables fit the terminal's width: long cells (paths) are shortened in
-the middle, where a path has the least to say; ``--json`` always carries them in full.
+terminal is ``TERM=dumb``. Tables fit the terminal's width (``$COLUMNS``): long cells (paths)
+are shortened in the middle, where a path has the least to say; ``--json`` always carries them
+in full, and so does output that goes to no terminal.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -64,9 +64,16 @@ def own(host: str, text: str) -> str:
     return text.replace(f": {prefix}", ": ")
 
 
-def terminal_width() -> int:
-    """Columns to fit tables into: the terminal's, ``$COLUMNS``, else 100 (pipes, logs, mail)."""
-    return max(40, shutil.get_terminal_size((100, 24)).columns)
+def terminal_width() -> int | None:
+    """Columns to fit tables into: ``$COLUMNS``, else stdout's terminal's; None (no limit)
+    when stdout is no terminal: a log, a pipe or a cron mail loses nothing to a cut."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return max(40, int(columns))
+    try:
+        return max(40, os.get_terminal_size(sys.__stdout__.fileno()).columns)  # type: ignore[union-attr]
+    except (OSError, AttributeError, ValueError):
+        return None
 
 
 def shorten_middle(text: str, width: int) -> str:
@@ -363,7 +370,8 @@ def _table_lines(
     """Aligned columns fitted to ``width`` (default: the terminal's) by shortening the
     ``shrink`` columns' cells in the middle, widest column first, never below 12 characters."""
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    excess = sum(widths) + 2 * (len(widths) - 1) - (width or terminal_width())
+    limit = width or terminal_width()
+    excess = 0 if limit is None else sum(widths) + 2 * (len(widths) - 1) - limit
     while excess > 0:
         room = [i for i in shrink if widths[i] > max(12, len(headers[i]))]
         if not room:

@@ -13,12 +13,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from deploy.engine.batches import fleet_state
 from deploy.engine.results import HostResult, RunResult, StepResult
+from deploy.report.text import own, table_lines
 
 if TYPE_CHECKING:
     from deploy.engine.status import HostStatus
@@ -50,45 +50,6 @@ def use_colour(stream: IO[str], choice: str = "auto") -> bool:
         and hasattr(stream, "isatty")
         and stream.isatty()
     )
-
-
-def own(host: str, text: str) -> str:
-    """``text`` without the ``host: `` prefixes lower layers put in their messages.
-
-    An error raised on a host names it (it may travel alone, e.g. in a log); where the host
-    is already named at the start of the line, saying it again is noise.
-    """
-    prefix = f"{host}: "
-    while text.startswith(prefix):
-        text = text[len(prefix) :]
-    return text.replace(f": {prefix}", ": ")
-
-
-def terminal_width() -> int | None:
-    """Columns to fit tables into: ``$COLUMNS``, else stdout's terminal's; None (no limit)
-    when stdout is no terminal: a log, a pipe or a cron mail loses nothing to a cut."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit():
-        return max(40, int(columns))
-    try:
-        return max(40, os.get_terminal_size(sys.__stdout__.fileno()).columns)  # type: ignore[union-attr]
-    except (OSError, AttributeError, ValueError):
-        return None
-
-
-def shorten_middle(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, cut in the middle (``/opt/…/models/kimi_k25.py``).
-
-    The end of a path (the file name) and its start (which tree) say the most; the tail gets
-    the larger share.
-    """
-    if len(text) <= width:
-        return text
-    if width < 5:
-        return text[:width]
-    head = (width - 1) // 3
-    tail = width - 1 - head
-    return text[:head] + "…" + text[len(text) - tail :]
 
 
 def paint(text: str, status: str, colour: bool) -> str:
@@ -331,7 +292,7 @@ def render_summary(
     def style(column: int, padded: str, raw: str) -> str:
         return paint(padded, raw, colour) if column == 1 else padded
 
-    out.extend(_table_lines(headers, rows, shrink=(2, 4), width=width, style=style))
+    out.extend(table_lines(headers, rows, shrink=(2, 4), width=width, style=style))
     out.append(f"run {run.run_id}: exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
     return "\n".join(out)
 
@@ -359,38 +320,6 @@ def _meaning(code: int) -> str:
     }.get(code, "?")
 
 
-def _table_lines(
-    headers: list[str],
-    rows: list[list[str]],
-    *,
-    shrink: Sequence[int] = (),
-    width: int | None = None,
-    style: Callable[[int, str, str], str] | None = None,
-) -> list[str]:
-    """Aligned columns fitted to ``width`` (default: the terminal's) by shortening the
-    ``shrink`` columns' cells in the middle, widest column first, never below 12 characters."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    limit = width or terminal_width()
-    excess = 0 if limit is None else sum(widths) + 2 * (len(widths) - 1) - limit
-    while excess > 0:
-        room = [i for i in shrink if widths[i] > max(12, len(headers[i]))]
-        if not room:
-            break
-        widest = max(room, key=lambda i: widths[i])
-        cut = min(excess, widths[widest] - max(12, len(headers[widest])))
-        widths[widest] -= cut
-        excess -= cut
-    lines = []
-    for row in [headers, *rows]:
-        cells = []
-        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
-            short = shorten_middle(cell, w) if i in shrink else cell
-            padded = short.ljust(w)
-            cells.append(style(i, padded, cell) if style and row is not headers else padded)
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
 def render_history(runs: list[RunResult], host: str | None = None) -> str:
     """One line per run, oldest first; with ``host``, that host's outcome in each run."""
     if not runs:
@@ -415,7 +344,7 @@ def render_history(runs: list[RunResult], host: str | None = None) -> str:
         )
     last = "OUTCOME" if host else "HOSTS"
     headers = ["RUN", "STARTED", "COMMAND", "PLAYBOOK", "EXIT", "TIME", last]
-    return "\n".join(_table_lines(headers, rows, shrink=(6,)))
+    return "\n".join(table_lines(headers, rows, shrink=(6,)))
 
 
 def render_status(statuses: list[HostStatus]) -> str:
@@ -446,5 +375,5 @@ def render_status(statuses: list[HostStatus]) -> str:
                 "`deploy rollback` on this host undoes it first"
             )
     headers = ["HOST", "LOCK", "LAST RUN", "OUTCOME", "UNFINISHED", "SERVICE"]
-    table = _table_lines(headers, rows, shrink=(2, 4, 5))
+    table = table_lines(headers, rows, shrink=(2, 4, 5))
     return "\n".join([*table, *(["", *notes] if notes else [])])

@@ -11,7 +11,8 @@ import pytest
 from deploy.cli.rollback import rollback_question
 from deploy.engine import history
 from deploy.engine.results import HostResult, RunResult, StepResult
-from deploy.report.human import _table_lines, own, render_summary, shorten_middle, use_colour
+from deploy.report.human import render_summary, use_colour
+from deploy.report.text import own, shorten_middle, table_lines
 
 
 class _Tty(io.StringIO):
@@ -56,7 +57,7 @@ def test_shorten_middle_keeps_both_ends() -> None:
 
 def test_tables_fit_the_width_by_shortening_the_shrinkable_columns() -> None:
     rows = [["gpu-1", "changed", "/x" * 80, "1.00 s"]]
-    lines = _table_lines(["HOST", "OUTCOME", "FILES", "TIME"], rows, shrink=(2,), width=60)
+    lines = table_lines(["HOST", "OUTCOME", "FILES", "TIME"], rows, shrink=(2,), width=60)
     assert all(len(line) <= 60 for line in lines), lines
     assert lines[1].startswith("gpu-1  changed  /x") and lines[1].endswith("1.00 s")
 

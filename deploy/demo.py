@@ -9,8 +9,10 @@
    file is put back byte for byte; the server never stopped serving.
 4. ``deploy history``, then ``deploy rollback`` of the good run: the original file and the old
    server, healthy again.
-5. Clean up everything it started, on Ctrl-C too (``--keep`` leaves it running and prints the
-   inventory to use with ``-i``).
+5. Clean up everything it started, on Ctrl-C too. ``--keep`` leaves the host running and
+   returns the prompt: the demo goes on in the background (its sshd daemons die with it),
+   prints an ``export`` line that points ``deploy`` at the sandbox, and ``deploy demo --stop``
+   ends it and cleans up.
 
 Every command shown is a real ``deploy`` process run against the sandbox, exactly as a user
 would type it.
@@ -18,6 +20,8 @@ would type it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import signal
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -35,8 +40,8 @@ from deploy.sandbox.sshd import SshdSandbox
 from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import kimi_k25_source
 
-#: The repository's playbooks (the package is installed from the checkout, `pip install -e .`).
-PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+#: The playbooks shipped in the package (the repository's ``playbooks/`` links to them).
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 
 def _say(out: TextIO, text: str, *, bold: bool = False) -> None:
@@ -117,8 +122,108 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run(*, keep: bool = False, out: TextIO | None = None) -> int:
-    """Run the demo; 0 when every act ended as it should."""
+def kept_file() -> Path:
+    """Where a ``--keep`` demo left its pid and directory, for ``deploy demo --stop``."""
+    from deploy.engine.history import state_home
+
+    return state_home() / "demo.json"
+
+
+def _record_kept(base: Path) -> None:
+    """Note the kept demo where ``--stop`` looks: the user's state home, and the demo's own
+    (which the printed ``export XDG_STATE_HOME=…`` makes the state home)."""
+    paths = [kept_file(), base / "state" / "deploy" / "demo.json"]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"pid": os.getpid(), "base": str(base)}))
+
+
+def run_kept(out: TextIO | None = None) -> int:
+    """``deploy demo --keep``: the demo in a child process that stays behind with the host.
+
+    The child runs every act in the foreground (Ctrl-C still reaches it, and its output is
+    the terminal's); once the host is ready for the user it sends its verdict through a pipe,
+    moves its output to ``demo.log`` in the demo's directory and leaves the terminal's
+    session, and this process returns the prompt with that verdict as its exit code.
+    """
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the demo, then the host kept up until `deploy demo --stop`
+        os.close(reader)
+
+        def detached(code: int, base: Path) -> None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            log = os.open(base / "demo.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            for fd in (1, 2):
+                os.dup2(log, fd)
+            os.close(log)
+            os.setsid()  # the terminal's Ctrl-C and hang-up are no longer ours
+            os.write(writer, str(code).encode())
+            os.close(writer)
+
+        code = 1
+        try:
+            code = run(keep=True, out=out, detached=detached)
+        finally:
+            with contextlib.suppress(OSError):
+                kept_file().unlink()
+            os._exit(code)
+    os.close(writer)
+    verdict = b""
+    while True:
+        try:
+            verdict = os.read(reader, 16)  # empty: the child ended (failed, or Ctrl-C)
+            break
+        except KeyboardInterrupt:
+            continue  # the child got it too and cleans up; its exit ends the read
+    if not verdict:
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) or 1
+    return int(verdict)
+
+
+def stop_kept(out: TextIO | None = None) -> int:
+    """``deploy demo --stop``: end a ``--keep`` demo (SIGTERM: it cleans up), wait for it."""
+    stream = out or sys.stdout
+    path = kept_file()
+    try:
+        kept = json.loads(path.read_text())
+        pid = int(kept["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        _say(stream, "no demo is running (deploy demo --keep starts one)")
+        return 0
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        path.unlink(missing_ok=True)
+        _say(stream, f"the demo (pid {pid}) had already ended")
+        return 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _say(stream, f"stopped the demo (pid {pid}); its host and server are gone")
+            path.unlink(missing_ok=True)
+            Path(kept["base"], "state", "deploy", "demo.json").unlink(missing_ok=True)
+            return 0
+        time.sleep(0.2)
+    _say(stream, f"the demo (pid {pid}) did not stop within 60 s; see {kept.get('base')}/demo.log")
+    return 1
+
+
+def run(
+    *,
+    keep: bool = False,
+    out: TextIO | None = None,
+    detached: Callable[[int, Path], None] | None = None,
+) -> int:
+    """Run the demo; 0 when every act ended as it should.
+
+    With ``keep`` it then blocks, keeping the host up, until SIGTERM or Ctrl-C; ``detached``
+    (from `run_kept`) is told the verdict first, so the user gets the prompt back.
+    """
     stream = out or sys.stdout
     base = Path(tempfile.mkdtemp(prefix="deploy-demo-"))
     demo = Demo(base, stream)
@@ -132,7 +237,8 @@ def run(*, keep: bool = False, out: TextIO | None = None) -> int:
         if demo.deploy("apply", "kimi-eagle3", "--yes") != 0:
             failures.append("apply")
         command = gpu_host.listener_cmdline(gpu.port) or []
-        _say(stream, "   now serving: " + " ".join(command[1:])[:160] + "\n")
+        # In full: the flags EAGLE-3 added are the point, and a cut mid-word reads as a bug.
+        _say(stream, "   now serving: " + shlex.join(command[1:]) + "\n")
 
         _say(
             stream,
@@ -159,17 +265,25 @@ def run(*, keep: bool = False, out: TextIO | None = None) -> int:
             failures.append("rollback did not restore 0.5.9's file")
         _say(
             stream,
-            "   serving again: " + " ".join((gpu_host.listener_cmdline(gpu.port) or [])[1:])[:160],
+            "   serving again: " + shlex.join((gpu_host.listener_cmdline(gpu.port) or [])[1:]),
         )
         if keep:
+            exports = {
+                "DEPLOY_INVENTORY": str(demo.workdir / "hosts.yaml"),
+                "XDG_STATE_HOME": str(base / "state"),
+            }
             _say(
                 stream,
-                f"\n--keep: the host stays up. Try: deploy -h; deploy apply kimi-eagle3 --check -i {demo.workdir / 'hosts.yaml'}",
+                "\n--keep: the host stays up in the background. To use it from this shell:\n"
+                "  export "
+                + " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
+                + f"\n  cd {shlex.quote(str(demo.workdir))}"
+                + "; deploy apply kimi-eagle3 --check; deploy history"
+                + "\nStop it and clean up with: deploy demo --stop",
             )
-            _say(
-                stream,
-                f"State and history: XDG_STATE_HOME={base / 'state'}. Stop it with: kill {os.getpid()} (or Ctrl-C)",
-            )
+            _record_kept(base)
+            if detached is not None:
+                detached(1 if failures else 0, base)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:

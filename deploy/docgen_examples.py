@@ -60,6 +60,8 @@ STEP_EXAMPLES: dict[str, str] = {
     path: /etc/sglang/server.env
     text: |
       SGLANG_LOG_REQUESTS=1
+    # present anywhere in the file already: no change (like lineinfile);
+    # at_end: true would require it to be the file's last lines
 """,
     "verify_python": """\
 - name: The methods are members of the class, not of the module

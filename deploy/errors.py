@@ -28,19 +28,22 @@ EXIT_ROLLED_BACK = 1
 EXIT_INPUT = 2
 EXIT_ROLLBACK_FAILED = 3
 EXIT_NOT_ATTEMPTED = 4
+#: ``--check --detailed-exitcode`` only: every host was looked at and some would change (drift).
+EXIT_CHANGES_PENDING = 5
 
-#: DESIGN.md: with several hosts the most serious wins: 3, then 1, then 4, then 0.
+#: DESIGN.md: with several hosts the most serious wins: 3, then 1, then 4, then 5, then 0.
 SEVERITY = {
     EXIT_ROLLBACK_FAILED: 4,
     EXIT_ROLLED_BACK: 3,
     EXIT_INPUT: 3,
     EXIT_NOT_ATTEMPTED: 2,
+    EXIT_CHANGES_PENDING: 1,
     EXIT_OK: 0,
 }
 
 
 def worst_exit_code(codes: list[int]) -> int:
-    """Combine per-host exit codes into the run's code (3 > 1 > 4 > 0)."""
+    """Combine per-host exit codes into the run's code (3 > 1 > 4 > 5 > 0)."""
     return max(codes, key=lambda c: SEVERITY.get(c, 1), default=EXIT_OK)
 
 

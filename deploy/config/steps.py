@@ -103,10 +103,18 @@ class PatchArgs(FileWriteOptions):
 
 
 class AppendArgs(FileWriteOptions):
-    """Append text to the end of a file (no change if the file already ends with it)."""
+    """Append text to the end of a file unless the file already holds it, like lineinfile."""
 
     path: str = Field(description="Absolute path of the file on the host.")
     text: str = Field(description="The text to append.")
+    at_end: bool = Field(
+        default=False,
+        description=(
+            "Require the text to be the file's last lines: present only earlier in the file "
+            "counts as absent, and it is appended. Default: present anywhere (as whole "
+            "consecutive lines) is no change."
+        ),
+    )
 
 
 class VerifyPythonArgs(_Strict):

@@ -127,13 +127,18 @@ def normalize_newlines(text: str, newline: str = "\n") -> str:
     return unix if newline == "\n" else unix.replace("\n", newline)
 
 
-def append_text(source: bytes, text: str, *, encoding: str = "utf-8") -> EditResult:
-    """Append ``text`` to the end of ``source``, the way ``cat >> file`` would but safely.
+def append_text(
+    source: bytes, text: str, *, encoding: str = "utf-8", at_end: bool = False
+) -> EditResult:
+    """Append ``text`` to the end of ``source`` unless the file already holds it, like
+    Ansible's ``lineinfile``/``blockinfile``.
 
     The text gets the file's newline style and always ends with one; if the file does not end
     with a newline, one is added first so the text starts on its own line. Idempotent: when the
-    file already ends with exactly that text (as whole lines, with or without the final
-    newline), nothing changes. Empty or whitespace-only text is no change either.
+    file already holds exactly that text as whole consecutive lines, anywhere, nothing changes
+    (someone may have appended more lines after it since; appending again would duplicate
+    it). With ``at_end`` the text must be the file's last lines (with or without the final
+    newline), else it is appended. Empty or whitespace-only text is no change either.
 
     This is the right tool for line-oriented files (configs, requirements); for Python code that
     belongs inside a class use ``insert_into_class``: appending methods puts them at module level.
@@ -151,6 +156,9 @@ def append_text(source: bytes, text: str, *, encoding: str = "utf-8") -> EditRes
         before = tail[: len(tail) - len(block)]
         if not before or before.endswith((b"\n", b"\r")):
             return EditResult(source, False, "no change: the file already ends with that text")
+    found = None if at_end else find_lines(source, _encode(body, encoding, "appended text"))
+    if found is not None:
+        return EditResult(source, False, f"no change: the file holds that text at line {found}")
     prefix = newline if source and not line_ending(source) else b""
     added = block.count(newline) + 1
     return EditResult(
@@ -158,6 +166,20 @@ def append_text(source: bytes, text: str, *, encoding: str = "utf-8") -> EditRes
         True,
         f"appended {added} line{'s' if added != 1 else ''} at the end of the file",
     )
+
+
+def find_lines(source: bytes, block: bytes) -> int | None:
+    """The 1-based line at which ``block``'s lines appear in ``source`` as whole consecutive
+    lines, whatever newline style either uses; None if they do not."""
+    wanted = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    lines = source.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the final newline ends the last line; it starts no new one
+    first, count = wanted[0], len(wanted)
+    for start in range(len(lines) - count + 1):
+        if lines[start] == first and lines[start : start + count] == wanted:
+            return start + 1
+    return None
 
 
 def diff_encoding(data: bytes) -> str:

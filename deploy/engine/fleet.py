@@ -28,6 +28,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from deploy.config.inventory import HostSpec
@@ -346,8 +347,13 @@ def run_rollback(
     forks: int = 10,
     timeout: float | None = None,
     playbook: str | None = None,
+    progress: Any = None,
 ) -> RunResult:
-    """Undo ``target_run`` on every host given (those the run touched)."""
+    """Undo ``target_run`` on every host given (those the run touched).
+
+    ``progress`` (e.g. `deploy.report.human.ProgressPrinter`) hears each host's notes; one
+    with ``busy``/``idle`` also keeps a heartbeat for the host while it works.
+    """
     began = time.monotonic()
     deadline = _Deadline(timeout)
     run = _new_run(run_id, "rollback", playbook, False)
@@ -356,6 +362,10 @@ def run_rollback(
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
         remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new_host_keys))
+        note = None
+        if progress is not None:
+            note = partial(progress.host_event, name)
+            getattr(progress, "busy", lambda *_: None)(name, "rollback")
         try:
             return rollback_host(
                 remote,
@@ -363,9 +373,12 @@ def run_rollback(
                 target_run,
                 force=force,
                 holder=holder_info(run_id, "rollback"),
+                note=note,
             )
         finally:
             remote.close()
+            if progress is not None:
+                getattr(progress, "idle", lambda *_: None)(name)
 
     names = [h[0] for h in hosts]
     got, started = _in_parallel(names, work, forks, deadline)

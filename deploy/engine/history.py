@@ -52,11 +52,14 @@ def save(run: RunResult) -> Path:
     return write_json_atomic(history_dir() / f"{run.run_id}.json", run.to_dict())
 
 
-def load_all(host: str | None = None) -> list[RunResult]:
+def load_all(host: str | None = None, inventory: Path | None = None) -> list[RunResult]:
     """Every recorded run, oldest first; unreadable files are skipped.
 
-    ``host`` keeps only runs that involved that host (in any outcome, "skipped" included).
+    ``host`` keeps only runs that involved that host (in any outcome, "skipped" included);
+    ``inventory`` only runs of that inventory file (runs recorded before the inventory was
+    recorded never match it).
     """
+    wanted = str(inventory.resolve()) if inventory is not None else None
     runs: list[tuple[str, float, RunResult]] = []
     directory = history_dir()
     if not directory.is_dir():
@@ -66,6 +69,8 @@ def load_all(host: str | None = None) -> list[RunResult]:
             run = RunResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
             written = path.stat().st_mtime
         except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if wanted is not None and run.inventory != wanted:
             continue
         if host is None or any(h.host == host for h in run.hosts):
             runs.append((run.started, written, run))

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from deploy.errors import (
+    EXIT_CHANGES_PENDING,
     EXIT_NOT_ATTEMPTED,
     EXIT_OK,
     EXIT_ROLLBACK_FAILED,
@@ -95,14 +96,25 @@ class RunResult:
     batches: list[list[str]] = field(default_factory=list)
     #: Why hosts were left untouched on purpose (max_fail exceeded, --timeout), else None.
     stopped: str | None = None
-    #: The inventory file the run used (``deploy rollback`` takes the latest run of it).
+    #: The inventory file's absolute path (``deploy rollback`` takes the latest run of it;
+    #: ``deploy history`` lists the current one's runs).
     inventory: str | None = None
     #: ``deploy rollback``: the run it undid.
     target_run: str | None = None
+    #: ``--check --detailed-exitcode``: pending changes make the exit code 5 (drift), not 0.
+    detailed_exitcode: bool = False
+
+    @property
+    def pending(self) -> list[str]:
+        """Hosts a ``--check`` found not in the desired state ("would change")."""
+        return [h.host for h in self.hosts if h.outcome == "would change"]
 
     @property
     def exit_code(self) -> int:
-        return worst_exit_code([h.exit_code for h in self.hosts]) if self.hosts else EXIT_OK
+        codes = [h.exit_code for h in self.hosts]
+        if self.detailed_exitcode and self.pending:
+            codes.append(EXIT_CHANGES_PENDING)
+        return worst_exit_code(codes) if codes else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

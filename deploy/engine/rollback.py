@@ -185,7 +185,11 @@ def rollback_host(
     holder: dict[str, Any],
     note: Note = None,
 ) -> HostResult:
-    """``deploy rollback RUN_ID`` on one host: undo that run if nothing later stands on it."""
+    """``deploy rollback RUN_ID`` on one host: undo that run if nothing later stands on it.
+
+    ``note`` hears what is going on (which run, the old server's start-up every 5 s), so a
+    rollback that waits 45 minutes for a model to load never looks like a hang.
+    """
     began = time.monotonic()
     result = HostResult(host=remote.name, outcome="nothing to do", run_id=run_id)
     try:
@@ -205,6 +209,8 @@ def rollback_host(
         if decision.action == "refuse":
             result.outcome, result.error = "rollback failed", f"{remote.name}: {decision.message}"
             return result
+        if note is not None:
+            note(f"rolling back run {run_id}")
         try:
             result.rollback = undo_run(
                 remote,

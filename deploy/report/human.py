@@ -1,7 +1,10 @@
 """Human renderings of a run: live progress lines, the plan with diffs, the summary table.
 
 Plain text that reads well in a terminal, a log file and a cron mail alike; colour only on a
-terminal and never when ``NO_COLOR`` is set (https://no-color.org).
+terminal (``--color auto``), never when ``NO_COLOR`` is set (https://no-color.org) or the
+terminal is ``TERM=dumb``. Tables fit the terminal's width (``$COLUMNS``): long cells (paths)
+are shortened in the middle, where a path has the least to say; ``--json`` always carries them
+in full, and so does output that goes to no terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import IO, TYPE_CHECKING
 
 from deploy.engine.batches import fleet_state
 from deploy.engine.results import HostResult, RunResult, StepResult
+from deploy.report.text import own, table_lines
 
 if TYPE_CHECKING:
     from deploy.engine.status import HostStatus
@@ -36,8 +40,16 @@ _COLOURS = {
 }
 
 
-def use_colour(stream: IO[str]) -> bool:
-    return not os.environ.get("NO_COLOR") and hasattr(stream, "isatty") and stream.isatty()
+def use_colour(stream: IO[str], choice: str = "auto") -> bool:
+    """``--color``: ``always``, ``never``, or ``auto`` (a terminal, no NO_COLOR, not TERM=dumb)."""
+    if choice in ("always", "never"):
+        return choice == "always"
+    return (
+        not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
+        and hasattr(stream, "isatty")
+        and stream.isatty()
+    )
 
 
 def paint(text: str, status: str, colour: bool) -> str:
@@ -70,12 +82,21 @@ class ProgressPrinter:
     """
 
     def __init__(
-        self, stream: IO[str] | None = None, *, verbose: int = 0, heartbeat: float = 30.0
+        self,
+        stream: IO[str] | None = None,
+        *,
+        verbose: int = 0,
+        heartbeat: float = 30.0,
+        colour: bool | None = None,
+        steps: bool = True,
     ) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
-        self.colour = use_colour(self.stream)
+        self.colour = use_colour(self.stream) if colour is None else colour
         self.heartbeat = heartbeat
+        #: False for ``--check``: the plan printed at the end shows every step and every host's
+        #: error once; live lines would say it all a second time. Only heartbeats remain.
+        self.steps = steps
         self._lock = threading.Lock()
         self._began = time.monotonic()
         self._running: dict[str, _Running] = {}
@@ -90,27 +111,45 @@ class ProgressPrinter:
                 self._running[host].last_line = time.monotonic()
 
     def host_event(self, host: str, message: str) -> None:
+        message = own(host, message)
         running = self._running.get(host)
         if running is not None:
             running.note = message
-        self._line(f"{host}: {message}", host)
+        if self.steps:
+            self._line(f"{host}: {message}", host)
 
     def run_event(self, message: str) -> None:
         self._line(message)
+
+    def busy(self, host: str, title: str) -> None:
+        """``host`` works on ``title`` (a rollback) outside any step: keep its heartbeat."""
+        now = time.monotonic()
+        with self._lock:
+            self._running[host] = _Running(0, title, now, now)
+            self._start_ticker()
+
+    def idle(self, host: str) -> None:
+        with self._lock:
+            self._running.pop(host, None)
+
+    def _start_ticker(self) -> None:
+        if self._ticker is None and self.heartbeat > 0:
+            self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+            self._ticker.start()
 
     def step_started(self, host: str, index: int, title: str) -> None:
         now = time.monotonic()
         with self._lock:
             self._running[host] = _Running(index + 1, title, now, now)
-            if self._ticker is None and self.heartbeat > 0:
-                self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
-                self._ticker.start()
-        if self.verbose:
+            self._start_ticker()
+        if self.verbose and self.steps:
             self._line(f"{host}: [{index + 1}] {title} ...", host)
 
     def step_finished(self, host: str, result: StepResult) -> None:
         with self._lock:
             self._running.pop(host, None)
+        if not self.steps:
+            return
         status = paint(result.status, result.status, self.colour)
         self._line(
             f"{host}: [{result.index + 1}] {result.title}: {status} ({result.duration:.2f} s) {result.summary}".rstrip()
@@ -127,8 +166,9 @@ class ProgressPrinter:
                 ]
             for host, step in quiet:
                 tail = f"; latest: {step.note}" if step.note else ""
+                number = f"[{step.number}] " if step.number else ""
                 self._line(
-                    f"{host}: [{step.number}] {step.title}: still running "
+                    f"{host}: {number}{step.title}: still running "
                     f"({_elapsed(now - step.started)}){tail}",
                     host,
                 )
@@ -164,7 +204,7 @@ def render_plan(run: RunResult, *, colour: bool = False) -> str:
         out.append("")
         out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
         if host.error:
-            out.append(f"  {host.error}")
+            out.append(f"  {own(host.host, host.error)}")
         out.extend(f"  first: {line}" for line in host.recovered)
         out.extend(render_steps(host, colour=colour, diffs=True))
     return "\n".join(out)
@@ -185,8 +225,8 @@ def render_fleet_state(run: RunResult, *, colour: bool = False) -> list[str]:
     were never touched.
     """
     groups = fleet_state(run)
-    if len(run.hosts) <= 1 or (len(groups) <= 1 and not run.batches):
-        return []
+    if run.check_mode or len(run.hosts) <= 1 or (len(groups) <= 1 and not run.batches):
+        return []  # a --check changed nothing: its "new state" would be false
     out = []
     if run.batches:
         sizes = ", ".join(str(len(batch)) for batch in run.batches)
@@ -200,16 +240,26 @@ def render_fleet_state(run: RunResult, *, colour: bool = False) -> list[str]:
 
 
 def render_summary(
-    run: RunResult, *, colour: bool = False, diffs: bool = False, details: bool = True
+    run: RunResult,
+    *,
+    colour: bool = False,
+    diffs: bool = False,
+    details: bool = True,
+    errors: bool = True,
+    width: int | None = None,
 ) -> str:
-    """Per-host detail (failures, rollback actions, diffs on request), the fleet, a table."""
+    """Per-host detail (failures, rollback actions, diffs on request), the fleet, a table.
+
+    ``details=False`` leaves out the per-host part (``--check`` printed it in the plan);
+    ``errors=False`` leaves out the errors the live progress lines already said.
+    """
     out: list[str] = []
     if run.target_run:
         out += [f"rollback of run {run.target_run} ({run.playbook or 'playbook unknown'})", ""]
     if details:
         for host in run.hosts:
             interesting = (
-                host.error
+                (host.error and errors)
                 or host.rollback
                 or host.recovered
                 or (diffs and any(s.diff for s in host.steps))
@@ -219,8 +269,8 @@ def render_summary(
             out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
             for line in host.recovered:
                 out.append(f"  recovered {line}")
-            if host.error:
-                out.append(f"  {host.error}")
+            if host.error and errors:
+                out.append(f"  {own(host.host, host.error)}")
             for line in host.rollback:
                 out.append(f"  undo: {line}")
             if diffs:
@@ -240,16 +290,25 @@ def render_summary(
         ]
         for h in run.hosts
     ]
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    out.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in rows:
-        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
-        cells[1] = paint(cells[1], row[1], colour)
-        out.append("  ".join(cells).rstrip())
-    out.append(
-        f"run {run.run_id}: exit {run.exit_code} ({_meaning(run.exit_code)}), {run.duration:.2f} s"
-    )
+
+    def style(column: int, padded: str, raw: str) -> str:
+        return paint(padded, raw, colour) if column == 1 else padded
+
+    out.extend(table_lines(headers, rows, shrink=(2, 4), width=width, style=style))
+    out.append(f"run {run.run_id}: exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
     return "\n".join(out)
+
+
+def verdict(run: RunResult) -> str:
+    """What the exit code means for this run; a ``--check`` counts the hosts that would change."""
+    code = run.exit_code
+    pending = len(run.pending)
+    if run.check_mode and code in (0, 5):
+        if not pending:
+            return "every host is in the desired state; nothing to change"
+        return f"{pending} host(s) would change; nothing was changed"
+    meaning = _meaning(code)
+    return f"{meaning}; {pending} host(s) would change" if run.check_mode and pending else meaning
 
 
 def _meaning(code: int) -> str:
@@ -259,15 +318,8 @@ def _meaning(code: int) -> str:
         2: "invalid input",
         3: "ROLLBACK FAILED: a human must look",
         4: "some host was not attempted",
+        5: "changes are pending",
     }.get(code, "?")
-
-
-def _table_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [headers, *rows]
-    ]
 
 
 def render_history(runs: list[RunResult], host: str | None = None) -> str:
@@ -294,7 +346,7 @@ def render_history(runs: list[RunResult], host: str | None = None) -> str:
         )
     last = "OUTCOME" if host else "HOSTS"
     headers = ["RUN", "STARTED", "COMMAND", "PLAYBOOK", "EXIT", "TIME", last]
-    return "\n".join(_table_lines(headers, rows))
+    return "\n".join(table_lines(headers, rows, shrink=(6,)))
 
 
 def render_status(statuses: list[HostStatus]) -> str:
@@ -315,8 +367,7 @@ def render_status(statuses: list[HostStatus]) -> str:
             ]
         )
         if status.error:
-            prefix = "" if status.error.startswith(f"{status.host}:") else f"{status.host}: "
-            notes.append(prefix + status.error)
+            notes.append(f"{status.host}: {own(status.host, status.error)}")
         if status.lock in ("held", "stale"):
             notes.append(f"{status.host}: lock {status.describe_lock()}")
         for run in status.unfinished:
@@ -332,4 +383,5 @@ def render_status(statuses: list[HostStatus]) -> str:
                 f"{run.since or '?'}) is {run.state}; {what}"
             )
     headers = ["HOST", "LOCK", "LAST RUN", "OUTCOME", "UNFINISHED", "SERVICE"]
-    return "\n".join([*_table_lines(headers, rows), *(["", *notes] if notes else [])])
+    table = table_lines(headers, rows, shrink=(2, 4, 5))
+    return "\n".join([*table, *(["", *notes] if notes else [])])

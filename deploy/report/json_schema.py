@@ -51,6 +51,7 @@ EXIT_CODES: dict[int, str] = {
     2: "invalid input: nothing was touched (no report is written)",
     3: "a rollback failed or is incomplete: a human must look",
     4: "some host was not attempted (unreachable, locked, skipped): nothing touched there",
+    5: "`--check --detailed-exitcode` only: changes are pending (drift); nothing was changed",
 }
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
@@ -150,7 +151,7 @@ SCHEMA: dict[str, Any] = {
         "check_mode": {"type": "boolean", "description": "`--check`: nothing was changed."},
         "exit_code": {
             "enum": sorted(EXIT_CODES),
-            "description": "The process's exit code: the most serious host's (3, then 1, then 4, then 0).",
+            "description": "The process's exit code: the most serious host's (3, then 1, then 4, then 5, then 0).",
         },
         "duration": {"type": "number", "minimum": 0, "description": "Seconds, the whole run."},
         "user": {"type": "string", "description": "Who ran it (workstation user)."},
@@ -171,11 +172,15 @@ SCHEMA: dict[str, Any] = {
         },
         "inventory": {
             **_NULLABLE_STRING,
-            "description": "The inventory file the run used (`deploy rollback` takes its latest apply).",
+            "description": "Absolute path of the inventory file the run used (`deploy rollback` takes its latest apply; null in older reports).",
         },
         "target_run": {
             **_NULLABLE_STRING,
             "description": "`deploy rollback`: the id of the run it undid; null otherwise.",
+        },
+        "detailed_exitcode": {
+            "type": "boolean",
+            "description": "`--detailed-exitcode`: a `--check` that finds changes pending exits 5.",
         },
     },
     "$defs": {"host": HOST, "step": STEP},

@@ -24,6 +24,7 @@ _MEANING = {
     2: "invalid input; nothing was touched",
     3: "ROLLBACK FAILED: a human must look",
     4: "some host was not attempted",
+    5: "drift: changes are pending; nothing was changed",
 }
 
 
@@ -33,8 +34,12 @@ def summary_text(run: RunResult | None, exit_code: int, *, what: str, error: str
     if run is None:
         return f"{head}: {error}" if error else head
     parts = [f"{head}, run {run.run_id} by {run.user or '?'}."]
-    for label, names in fleet_state(run).items():
-        parts.append(f"{label}: {', '.join(names)}.")
+    if run.check_mode:  # nothing changed: say which hosts drifted, not where a change left them
+        if run.pending:
+            parts.append(f"would change: {', '.join(run.pending)}.")
+    else:
+        for label, names in fleet_state(run).items():
+            parts.append(f"{label}: {', '.join(names)}.")
     if run.stopped:
         parts.append(f"Stopped: {run.stopped}.")
     for host in run.hosts:

@@ -1,6 +1,8 @@
-"""``append`` — plain append, like ``cat >> file``.
+"""``append`` — append a block unless the file already holds it, like Ansible's ``lineinfile``.
 
-It exists because people do it; the kimi case shows why a verification step must follow it:
+A block present anywhere in the file (as whole lines) is no change, so a line someone appended
+after it later does not make a re-run append a duplicate; ``at_end: true`` requires it to be
+the file's last lines. It exists because people do ``cat >> file``; the kimi case shows why a verification step must follow it:
 methods appended after ``EntryClass = [...]`` land at module level and the file still compiles.
 """
 
@@ -17,5 +19,5 @@ class AppendStep(EditStep):
     def edit(self, content: bytes) -> tuple[bytes, str]:
         args = self.args
         assert isinstance(args, AppendArgs)
-        result = append_text(content, args.text)
+        result = append_text(content, args.text, at_end=args.at_end)
         return result.content, result.summary

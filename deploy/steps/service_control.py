@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from deploy.checks.loglines import newest_line
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import POLL_INTERVAL
 from deploy.edits.cmdline import masked_argv
@@ -338,10 +339,10 @@ class ServiceControl:
                     + self._log_excerpt(log_offset)
                 )
             if on_progress and time.monotonic() - last_note >= 5:
-                newest = (self.log_tail(log_offset, lines=1) or [""])[-1]
-                on_progress(
-                    f"waiting for {self.name}: {elapsed:.0f} s, {status}; log: {newest[:120]}"
-                )
+                # Not our own polls' access-log lines: what the server itself last said.
+                newest = newest_line(self.log_tail(log_offset, lines=20))
+                log = f"; log: {newest[:120]}" if newest else ""
+                on_progress(f"waiting for {self.name}: {elapsed:.0f} s, {status}{log}")
                 last_note = time.monotonic()
             time.sleep(max(0.0, interval - (time.monotonic() - began - elapsed)))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -22,10 +23,11 @@ def _sshd_pids() -> set[int]:
     return pids
 
 
-def test_demo_runs_end_to_end_and_cleans_up() -> None:
+def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
+    """``--keep`` returns the prompt with the host up; its export line works; ``--stop`` ends it."""
     before = _sshd_pids()
     proc = subprocess.run(
-        [sys.executable, "-m", "deploy.cli", "demo"],
+        [sys.executable, "-m", "deploy.cli", "demo", "--keep"],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -43,5 +45,33 @@ def test_demo_runs_end_to_end_and_cleans_up() -> None:
     assert "file byte-identical to before the mistake: True; server untouched: True" in out
     # Act 4: history and rollback with the old server back.
     assert "kimi-eagle3-naive-append" in out and "old server" in out
-    assert "demo: every act ended as expected." in out
+    assert "demo: every act ended as expected." not in out, "still running: it has not ended"
+    # Printed once each: the plan's diff (--check), the serving command in full, not cut.
+    assert out.count("+    def set_eagle3_layers_to_capture(") == 1, out
+    serving = next(line for line in out.splitlines() if "now serving:" in line)
+    assert "--speculative-draft-model-path lightseek/kimi-k2.5-eagle3-standin " in serving
+    assert serving.endswith("--speculative-num-draft-tokens 4"), serving
+    # The export line is a command: a shell that runs it reaches the kept host and its history.
+    export = next(line.strip() for line in out.splitlines() if line.strip().startswith("export "))
+    script = f"{export}; {shlex.quote(sys.executable)} -m deploy.cli history; " + (
+        f"{shlex.quote(sys.executable)} -m deploy.cli apply kimi-eagle3 --check "
+        "--detailed-exitcode --skip-tags service"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DEPLOY_INVENTORY", "XDG_STATE_HOME")}
+    used = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert "kimi-eagle3-naive-append" in used.stdout, used.stdout + used.stderr
+    # The rollback put 0.5.9's file back: the patch is pending again, which is drift: exit 5.
+    assert used.returncode == 5, used.stdout + used.stderr
+    assert "1 host(s) would change" in used.stdout
+    assert _sshd_pids() - before, "the kept host is still running"
+
+    stop = subprocess.run(
+        [sys.executable, "-m", "deploy.cli", "demo", "--stop"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stop.returncode == 0 and "stopped the demo" in stop.stdout, stop.stdout + stop.stderr
     assert _sshd_pids() <= before, "every daemon and server the demo started is gone"

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ruff_check_is_clean() -> None:
-    ruff = shutil.which("ruff")
-    assert ruff, "ruff is part of the [test] extra: pip install -e '.[test]'"
+    # This interpreter's ruff: a venv's bin/ need not be on PATH (`.venv/bin/python -m pytest`).
+    assert importlib.util.find_spec("ruff"), "ruff is part of the [test] extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [ruff, "check", "--quiet", "deploy", "tests", "bench"],
+        [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -24,10 +25,9 @@ def test_ruff_check_is_clean() -> None:
 
 def test_mypy_strict_is_clean() -> None:
     """The package type-checks under ``mypy --strict`` (configured in pyproject.toml)."""
-    mypy = shutil.which("mypy")
-    assert mypy, "mypy is part of the [test] extra: pip install -e '.[test]'"
+    assert importlib.util.find_spec("mypy"), "mypy is part of the [test] extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [mypy, "--no-error-summary"],
+        [sys.executable, "-m", "mypy", "--no-error-summary"],
         cwd=REPO,
         capture_output=True,
         text=True,

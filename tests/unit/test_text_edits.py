@@ -110,6 +110,42 @@ def test_append_text(source: bytes, text: str, expected: bytes | None) -> None:
         assert append_text(result.content, text).changed is False
 
 
+@pytest.mark.parametrize(
+    ("source", "text", "line"),
+    [
+        (b"a\nb\nc\nlater\n", "b\nc", 2),  # someone appended after it: no duplicate
+        (b"b\r\nc\r\nlater\r\n", "b\nc\n", 1),  # newline styles need not agree
+        (b"b\nc\nd", "b\nc", 1),  # no final newline after the later line
+    ],
+)
+def test_append_text_present_anywhere_is_no_change(source: bytes, text: str, line: int) -> None:
+    result = append_text(source, text)
+    assert not result.changed
+    assert result.content == source
+    assert result.summary == f"no change: the file holds that text at line {line}"
+
+
+@pytest.mark.parametrize(
+    ("source", "text"),
+    [
+        (b"xb\nc\nlater\n", "b\nc"),  # a line that merely ends with the text's first line
+        (b"b\nc d\n", "b\nc"),  # nor one that starts with its last
+        (b"b\nx\nc\n", "b\nc"),  # consecutive, not scattered
+    ],
+)
+def test_append_text_needs_whole_consecutive_lines(source: bytes, text: str) -> None:
+    assert append_text(source, text).changed
+
+
+def test_append_text_at_end_requires_the_last_lines() -> None:
+    source = b"a\nb\nlater\n"
+    result = append_text(source, "b", at_end=True)
+    assert result.changed
+    assert result.content == b"a\nb\nlater\nb\n"
+    assert not append_text(result.content, "b", at_end=True).changed
+    assert not append_text(b"a\nb", "b\n", at_end=True).changed
+
+
 def test_append_text_encoding() -> None:
     assert append_text(b"a\n", "é", encoding="latin-1").content == b"a\n\xe9\n"
     with pytest.raises(EditError, match="cannot encode"):

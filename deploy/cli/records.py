@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from deploy.cli_common import (
+from deploy.cli.common import (
     CONTEXT,
     _fail,
     _inventory_path,
@@ -24,18 +24,29 @@ from deploy.errors import InputError
 
 @click.command(context_settings=CONTEXT)
 @click.option("--host", metavar="NAME", help="Only runs that involved this host.")
+@inventory_option
+@click.option("--all", "every", is_flag=True, help="Runs of every inventory, not only this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("-n", "--last", type=int, default=20, show_default=True, help="How many runs.")
-def history(host: str | None, as_json: bool, last: int) -> None:
-    """What ran where, when, with what outcome (from this workstation's records)."""
+def history(
+    host: str | None, inventory: str | None, every: bool, as_json: bool, last: int
+) -> None:
+    """What ran where, when, with what outcome: the current inventory's runs (from this
+    workstation's records; --all for every inventory's)."""
     import json
 
     from deploy.engine import history as store
     from deploy.report.human import render_history
 
-    runs = store.load_all(host)[-last:]
+    inventory_path = None if every else _inventory_path(inventory)
+    runs = store.load_all(host, inventory=inventory_path)[-last:]
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in runs], indent=2, sort_keys=True))
+    elif not runs and inventory_path is not None:
+        click.echo(
+            f"no runs recorded for {host + ' in ' if host else ''}{inventory_path} "
+            "(--all: every inventory's)"
+        )
     else:
         click.echo(render_history(runs, host))
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from deploy.cli_common import (
+from deploy.cli.common import (
     _FILE,
     CONTEXT,
     _fail,
+    _find_playbook,
     _inventory_path,
     _playbooks_dir,
     inventory_option,
@@ -62,6 +63,12 @@ def validate(inventory: str | None, playbooks_dir: str | None) -> None:
 )
 @click.option("--log-file", type=_FILE, help="Default: ~/.local/state/deploy/logs/UNIT.log")
 @click.option("--notify-url", metavar="URL", help="Webhook for runs that end with exit != 0.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="A drift check: apply --check --detailed-exitcode (changes nothing; exit 5 and the "
+    "webhook when a host would change).",
+)
 def schedule(
     playbook: str,
     on_calendar: str,
@@ -75,6 +82,7 @@ def schedule(
     report_file: Path | None,
     log_file: Path | None,
     notify_url: str | None,
+    check: bool,
 ) -> None:
     """Run PLAYBOOK unattended on a calendar: systemd user timer (or cron), printed or installed."""
     from deploy import schedule as plan
@@ -84,11 +92,11 @@ def schedule(
     inventory_path = _inventory_path(inventory)
     try:
         inv = load.load_inventory(inventory_path)
-        pb = load.load_playbook(load.find_playbook(playbook, _playbooks_dir(inventory_path)))
+        pb = load.load_playbook(_find_playbook(playbook, inventory_path))
         load.resolve(
             inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
         )
-        unit = name or plan.unit_name(pb.playbook.name)
+        unit = name or plan.unit_name(pb.playbook.name, check=check)
         job = plan.Job(
             name=unit,
             playbook=pb.path.resolve(),
@@ -101,6 +109,7 @@ def schedule(
             limit=limit,
             extra_vars=extra,
             notify_url=notify_url,
+            check=check,
         )
         if cron:
             if install:
@@ -147,16 +156,21 @@ def schema_command(out_dir: Path) -> None:
 
 @click.command(context_settings=CONTEXT)
 @click.option(
-    "--keep", is_flag=True, help="Leave the sandbox host running and print how to use it."
+    "--keep",
+    is_flag=True,
+    help="Leave the sandbox host running in the background, print how to use it, return.",
 )
-def demo(keep: bool) -> None:
+@click.option("--stop", is_flag=True, help="Stop a demo left running by --keep; clean up.")
+def demo(keep: bool, stop: bool) -> None:
     """The whole story on this machine: a throwaway SSH host with SGLang's real model file.
 
     Starts sshd on a loopback port with the stand-in SGLang server, runs kimi-eagle3 (plan,
     restart, health, throughput gate), replays the `cat >>` mistake and its automatic
     rollback, shows history and rolls back. Needs openssh-server; touches nothing else.
     """
-    from deploy.demo import run
+    from deploy.demo import run, run_kept, stop_kept
 
     startup_done()
-    sys.exit(run(keep=keep))
+    if stop:
+        sys.exit(stop_kept())
+    sys.exit(run_kept() if keep else run())

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from deploy.errors import DeployError
+from deploy.errors import DeployError, InputError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -34,10 +34,39 @@ def _inventory_path(value: str | None) -> Path:
     return Path(value or os.environ.get("DEPLOY_INVENTORY") or "hosts.yaml")
 
 
+#: The playbooks shipped inside the package (the repository's ``playbooks/`` links here), so
+#: an installed ``deploy`` (a wheel, ``pip install .``) runs ``kimi-eagle3`` from any directory.
+PACKAGED_PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+
+
+def _playbook_dirs(inventory: Path) -> list[Path]:
+    """Where playbook names are looked up, first match wins: ``./playbooks``, the one beside
+    the inventory, then the packaged ones."""
+    dirs = [Path("playbooks"), inventory.parent / "playbooks", PACKAGED_PLAYBOOKS]
+    return [d for d in dirs if d.is_dir()] or [Path("playbooks")]
+
+
 def _playbooks_dir(inventory: Path) -> Path:
-    """``./playbooks``, else the one beside the inventory."""
-    here = Path("playbooks")
-    return here if here.is_dir() else inventory.parent / "playbooks"
+    """The directory ``deploy validate`` checks: the first of `_playbook_dirs`."""
+    return _playbook_dirs(inventory)[0]
+
+
+def _find_playbook(name: str, inventory: Path) -> Path:
+    """The playbook ``name`` names (see `_playbook_dirs`); a path is taken as it is.
+
+    Raises:
+        InputError: in none of them; the message lists the first directory's playbooks.
+    """
+    from deploy.config import load
+
+    first: InputError | None = None
+    for directory in _playbook_dirs(inventory):
+        try:
+            return load.find_playbook(name, directory)
+        except InputError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 def _fail(error: DeployError, out: Any = None) -> NoReturn:
@@ -67,7 +96,12 @@ accept_new_option = click.option(
     help="Trust and record host keys seen for the first time (changed keys are still refused).",
 )
 forks_option = click.option(
-    "--forks", type=click.IntRange(1, 256), default=10, show_default=True, help="Hosts in parallel."
+    "-f",
+    "--forks",
+    type=click.IntRange(1, 256),
+    default=10,
+    show_default=True,
+    help="Hosts in parallel.",
 )
 json_option = click.option(
     "--json",
@@ -75,6 +109,23 @@ json_option = click.option(
     is_flag=True,
     help="Print one JSON document on stdout (docs/json-report.md).",
 )
+colour_option = click.option(
+    "--color",
+    "color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour: auto is a terminal without NO_COLOR and not TERM=dumb.",
+)
+
+
+def want_colour(choice: str, stream: Any = None) -> bool:
+    """``--color`` for ``stream`` (default stdout); see `deploy.report.human.use_colour`."""
+    from deploy.report.human import use_colour
+
+    return use_colour(stream or sys.stdout, choice)
+
+
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _UNATTENDED = (
     click.option(

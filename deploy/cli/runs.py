@@ -1,0 +1,97 @@
+"""What ``apply`` and ``rollback`` share: progress, delivery, the printed result and the exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+
+def _split(values: tuple[str, ...]) -> set[str] | None:
+    items = {part.strip() for value in values for part in value.split(",") if part.strip()}
+    return items or None
+
+
+def _progress(
+    as_json: bool, verbose: int, *, color: str = "auto", steps: bool = True, heartbeat: float = 30.0
+) -> Any:
+    from deploy.engine.host_run import NoProgress
+    from deploy.report.human import ProgressPrinter, use_colour
+
+    if as_json:
+        return NoProgress()
+    return ProgressPrinter(
+        sys.stderr,
+        verbose=verbose,
+        colour=use_colour(sys.stderr, color),
+        steps=steps,
+        heartbeat=heartbeat,
+    )
+
+
+def _finish(
+    run: Any,
+    *,
+    as_json: bool,
+    show_diff: bool,
+    record: bool,
+    out: Any,
+    color: str = "auto",
+    details: bool = True,
+    errors: bool = True,
+) -> NoReturn:
+    """Record and deliver the run, print it (summary or JSON), exit with its code.
+
+    The report, log file and webhook get the whole summary; the terminal leaves out what it
+    has already been shown (``details``: the plan; ``errors``: the live progress lines).
+    """
+    from deploy.report.human import render_summary, use_colour
+
+    plain = render_summary(run, colour=False, diffs=show_diff)
+    for warning in out.finished(run, record=record, summary=plain):
+        click.echo(f"deploy: warning: {warning}", err=True)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
+    else:
+        colour = use_colour(sys.stdout, color)
+        text = render_summary(run, colour=colour, diffs=show_diff, details=details, errors=errors)
+        click.echo(text, color=colour)  # click strips colour off a non-terminal unless told
+    if any(host.outcome == "interrupted" for host in run.hosts):
+        # Abandoned host threads may still be inside paramiko: exit without joining them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(run.exit_code)
+    sys.exit(run.exit_code)
+
+
+def _delivery(
+    what: str, run_id: str, report: Path | None, log_file: Path | None, url: str | None
+) -> Any:
+    from deploy.report.delivery import Delivery
+
+    return Delivery.open(
+        what, run_id, report=report, log_file=log_file, notify_url=url, argv=sys.argv[1:]
+    )
+
+
+def _maybe(parse: Any, *values: Any) -> Any:
+    """``parse`` the first value given (command line before playbook), or None."""
+    value = next((v for v in values if v is not None), None)
+    return None if value is None else parse(value)
+
+
+def _logging(verbose: int) -> None:
+    """``-v``: the engine's notes; ``-vv``: also debug records (the commands run on hosts)."""
+    import logging
+
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger = logging.getLogger("deploy")
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)

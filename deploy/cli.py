@@ -224,7 +224,7 @@ def apply(
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
         force=force,
-        inventory=str(inventory_path),
+        inventory=str(inventory_path.resolve()),
         on_start=record_start,
     )
     if not check:
@@ -287,7 +287,7 @@ def rollback(
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
             )
-        target = rollback_target.choose(run_id, str(inventory_path), hosts)
+        target = rollback_target.choose(run_id, str(inventory_path.resolve()), hosts)
     except InputError as exc:
         _fail(exc, out)
     startup_done()

@@ -31,6 +31,7 @@ from deploy.cli_common import (
     startup_done,
     unattended_options,
 )
+from deploy.cli_connect import connection_options, with_connection
 from deploy.cli_records import history, show, status
 from deploy.cli_tools import demo, schedule, schema_command, validate
 from deploy.errors import DeployError, InputError
@@ -108,6 +109,7 @@ def main() -> None:
 )
 @click.option("-v", "--verbose", count=True, help="More detail (-vv: also the commands run).")
 @accept_new_option
+@connection_options
 @forks_option
 @click.option("--serial", metavar="N|N%[,...]", help="Rolling batches (overrides the playbook's).")
 @click.option("--max-fail", metavar="N|N%", help="Failed hosts a batch may have (default 0).")
@@ -177,6 +179,7 @@ def apply(
         }
         if not plans:
             raise InputError("no host matches the playbook's hosts and --limit")
+        plans = with_connection(plans)
         interactive = sys.stdin.isatty() and not as_json
         if not check and not yes and not interactive:
             raise InputError(
@@ -244,6 +247,7 @@ def apply(
 )
 @json_option
 @accept_new_option
+@connection_options
 @forks_option
 @unattended_options
 def rollback(
@@ -273,6 +277,7 @@ def rollback(
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
         if not hosts:
             raise InputError("no host matches --limit")
+        hosts = with_connection(hosts)
         if not yes and (not sys.stdin.isatty() or as_json):
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"

@@ -46,10 +46,6 @@ class Playbook(BaseModel):
         default_factory=dict, description="Services the service steps act on, by name."
     )
     steps: list[StepEntry] = Field(min_length=1, description="What to do on each host, in order.")
-    become: bool = Field(
-        default=False,
-        description="Run on every host as become_user through sudo (host and group settings win).",
-    )
     serial: int | str | list[int | str] | None = Field(
         default=None,
         description="Rolling batches: hosts per batch (2, '25%', or a ramp like [1, '50%']).",
@@ -57,6 +53,11 @@ class Playbook(BaseModel):
     max_fail: int | str | None = Field(
         default=None,
         description="Failed hosts a batch may have before the rest are called off (default 0).",
+    )
+
+    become: bool = Field(
+        default=False,
+        description="Run on every host as become_user through sudo (host and group settings win).",
     )
 
     @field_validator("serial", mode="before")

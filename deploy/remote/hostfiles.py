@@ -19,7 +19,8 @@ from abc import ABC, abstractmethod
 
 import paramiko
 
-from deploy.errors import HostUnreachable, StepFailed
+from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.remote.become import Become
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
 from deploy.remote.shellfile import fetch_command, parse_fetch
@@ -32,6 +33,8 @@ class HostFiles(ABC):
     #: Round trips by kind (see `RemoteHost`).
     ops: dict[str, int]
     session: Session | None
+    #: Set under become (`deploy.remote.become`); names who a refusal concerns.
+    become: Become | None
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat, bytes | None]]
@@ -40,6 +43,11 @@ class HostFiles(ABC):
     @abstractmethod
     def sftp(self) -> paramiko.SFTPClient:
         """The connection's SFTP client, opened on first use."""
+
+    @property
+    @abstractmethod
+    def acting_user(self) -> str:
+        """Whom the host's operations run as (for permission messages)."""
 
     @abstractmethod
     def _connected(self) -> bool:
@@ -63,7 +71,7 @@ class HostFiles(ABC):
         """
         alive = self._connected()
         if isinstance(exc, PermissionError):
-            return StepFailed(f"{self.name}: permission denied {doing} {path}")
+            return PermissionDenied(self.name, path, self.acting_user, self.become is not None)
         if isinstance(exc, OSError) and alive:
             reason = exc.strerror or str(exc) or type(exc).__name__
             if reason == "Failure":  # SFTP's catch-all status, in practice ENOSPC or EROFS
@@ -96,7 +104,10 @@ class HostFiles(ABC):
         if self.session is not None:
             # No timeout, as an SFTP read has none: timeout(1) would cost two process starts.
             status, out, err, _ = self._run_in_session(fetch_command(path), None, None)
-            answer = parse_fetch(self.name, path, status, out, err)
+            try:
+                answer = parse_fetch(self.name, path, status, out, err)
+            except PermissionDenied as exc:
+                raise exc.by(self.acting_user, self.become is not None) from None
             if answer is not None:
                 return answer
         info = self.stat(path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.errors import StepFailed
+from deploy.errors import PermissionDenied, StepFailed
 from deploy.remote.sftpfile import FileStat
 
 #: GNU/BusyBox ``stat`` without ``-L`` describes the path itself (lstat), as SFTP's lstat does.
@@ -54,7 +54,7 @@ def parse_fetch(
         if "No such file or directory" in last:
             return None, None
         if "Permission denied" in last:
-            raise StepFailed(f"{host}: permission denied reading the status of {path}")
+            raise PermissionDenied(host, path)
         raise StepFailed(f"{host}: cannot read the status of {path}: {last}")
     head, newline, content = out.partition(b"\n")
     fields = head.decode("ascii", "replace").split()
@@ -69,7 +69,7 @@ def parse_fetch(
         if "No such file or directory" in last:
             return info, None  # removed between stat and cat
         if "Permission denied" in last:
-            raise StepFailed(f"{host}: permission denied reading {path}")
+            raise PermissionDenied(host, path)
         raise StepFailed(f"{host}: failed reading {path}: {last}")
     return info, content if info.is_file else None
 

@@ -245,12 +245,16 @@ def render_summary(
         cells[1] = paint(cells[1], row[1], colour)
         out.append("  ".join(cells).rstrip())
     out.append(
-        f"run {run.run_id}: exit {run.exit_code} ({_meaning(run.exit_code)}), {run.duration:.2f} s"
+        f"run {run.run_id}: exit {run.exit_code} ({_meaning(run.exit_code, run)}), "
+        f"{run.duration:.2f} s"
     )
     return "\n".join(out)
 
 
-def _meaning(code: int) -> str:
+def _meaning(code: int, run: RunResult | None = None) -> str:
+    if code == 1 and run is not None and not any(h.outcome == "rolled back" for h in run.hosts):
+        # "failed" is a step that failed before anything changed: nothing to roll back.
+        return "a step failed; nothing was changed"
     return {
         0: "every host is in the desired state",
         1: "a step failed; affected hosts were rolled back",

@@ -39,9 +39,9 @@ def test_missing_symlink_and_directory() -> None:
 
 
 def test_errors_are_named_and_unknown_answers_fall_back_to_sftp() -> None:
-    with pytest.raises(StepFailed, match="permission denied reading the status of /f"):
+    with pytest.raises(StepFailed, match="permission denied on h: /f; use become"):
         parse_fetch("h", "/f", 3, b"", b"stat: cannot statx '/f': Permission denied\n")
-    with pytest.raises(StepFailed, match="h: permission denied reading /f"):
+    with pytest.raises(StepFailed, match="permission denied on h: /f; use become"):
         parse_fetch("h", "/f", 1, REGULAR, b"cat: /f: Permission denied\n")
     assert parse_fetch("h", "/f", 1, REGULAR, b"cat: /f: No such file or directory\n")[1] is None  # type: ignore[index]
     assert parse_fetch("h", "/f", 127, b"", b"sh: stat: not found\n") is None

@@ -132,7 +132,8 @@ class PermissionDenied(StepFailed):
     def __init__(self, host: str, path: str, user: str = "", become: bool = False) -> None:
         self.host, self.path, self.user, self.become = host, path, user, become
         who = f" as {user}" if user else ""
-        hint = "check the path's owner and mode" if become else "use become (-b)"
+        as_root = become or user == "root"
+        hint = "check the path's owner, mode and filesystem" if as_root else "use become (-b)"
         super().__init__(f"permission denied{who} on {host}: {path}; {hint}")
 
     def by(self, user: str, become: bool) -> PermissionDenied:

@@ -249,6 +249,12 @@ def _password(settings: ConnectSettings) -> str | None:
     return value
 
 
+def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
+    """paramiko's key loader; it hands the passphrase to cryptography, which wants bytes."""
+    secret = passphrase.encode() if passphrase is not None else None
+    return paramiko.PKey.from_path(str(path), secret)
+
+
 def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> paramiko.PKey | None:
     """The private key at ``path``, decrypted; None when the file does not exist (as ssh).
 
@@ -261,8 +267,9 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
     with _SECRETS_LOCK:  # one prompt per key even when many hosts connect at once
         passphrase = secret if secret is not None else _PASSPHRASES.get(str(path))
         try:
-            return paramiko.PKey.from_path(str(path), passphrase)
-        except paramiko.PasswordRequiredException:
+            return _from_path(path, passphrase)
+        except (paramiko.PasswordRequiredException, TypeError):
+            # TypeError: cryptography's way of saying an OpenSSH-format key needs a password.
             if passphrase is not None or not _PROMPTER:
                 raise HostUnreachable(
                     f"{settings.name}: the key {path} is encrypted and no passphrase was given; "
@@ -285,7 +292,7 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
             ) from exc
         answer = _PROMPTER[0](f"Passphrase for key {path}")
         try:
-            key = paramiko.PKey.from_path(str(path), answer)
+            key = _from_path(path, answer)
         except (paramiko.SSHException, ValueError) as exc:
             raise HostUnreachable(f"{settings.name}: wrong passphrase for the key {path}") from exc
         _PASSPHRASES[str(path)] = answer

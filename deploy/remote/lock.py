@@ -37,7 +37,7 @@ _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
-exec 9>>"$_dS/lock" || {{ echo "NOSTATE cannot open $_dS/lock: Permission denied"; exit 72; }}
+exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -n 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"

@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import yaml
 
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from tests.integration.conftest import Deploy
+from tests.integration.terminal import on_terminal
 
 PASSWORD = "c0rrect-" + secrets.token_hex(4)
 ORIGINAL = b"port=30000\n"
@@ -224,5 +224,15 @@ def test_sudo_without_a_sudoers_rule_but_the_right_password_is_refused(
     assert clean.untouched()
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
+def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
+    deploy = clean.deploy(tmp_path, "pw")
+    env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
+    code, screen = on_terminal(
+        ["apply", "conf.yaml", "--yes", "-b", "-K"],
+        tmp_path,
+        env,
+        [("BECOME (sudo) password", PASSWORD)],
+    )
+    assert code == 0, screen
+    assert "<BECOME (sudo) password>" in screen and PASSWORD not in screen, "asked, not echoed"
+    assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"

@@ -10,6 +10,7 @@ directory, see tests/conftest.py).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
@@ -23,6 +24,8 @@ from deploy.remote import connect
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
+from tests.integration.conftest import Deploy
+from tests.integration.terminal import on_terminal
 
 PASSPHRASE = "correct horse battery"
 
@@ -244,3 +247,42 @@ def test_a_changed_key_names_the_line_and_the_fix(ssh_host: SshHost, tmp_path: P
     known.write_text(f"[127.0.0.1]:{ssh_host.port} ssh-ed25519 {blob}\n")
     message = failure(settings(ssh_host, known_hosts=str(known)), HostKeyMismatch)
     assert "CHANGED" in message and f"{known}:1" in message and "ssh-keygen -R" in message
+
+
+# -- the command line: -u, --private-key, --ssh-config, a passphrase asked on the terminal ----
+
+
+def test_cli_user_private_key_and_ssh_config_with_a_passphrase_prompt(
+    ssh_host: SshHost, tmp_path: Path
+) -> None:
+    key = keypair(tmp_path / "locked", PASSPHRASE)
+    authorize(ssh_host, key)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {ssh_host.port}\n  User nobody-here\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {ssh_host.known_hosts}\n"
+    )
+    ssh_host.state_dir.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "hosts.yaml").write_text(
+        f"hosts:\n  gpu-1:\n    address: gpu-alias\n    state_dir: {ssh_host.state_dir}\n"
+    )
+    deploy = Deploy(tmp_path, tmp_path / "hosts.yaml")
+    options = ["--ssh-config", str(config), "-u", ssh_host.user, "--private-key", str(key)]
+
+    # No terminal: one line saying what to do, exit 4.
+    run = deploy("status", *options)
+    assert run.exit_code == 4, run.output
+    assert f"the key {key} is encrypted and no passphrase was given" in run.output
+    assert "Traceback" not in run.output
+
+    # ssh_config's User alone is refused; -u wins over it.
+    wrong = deploy(
+        "status", "--ssh-config", str(config), "--private-key", str(ssh_host.identity_file)
+    )
+    assert wrong.exit_code == 4 and "refused login as nobody-here" in wrong.output, wrong.output
+
+    env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
+    prompt = f"Passphrase for key {key}"
+    code, screen = on_terminal(["status", *options], tmp_path, env, [(prompt, PASSPHRASE)])
+    assert code == 0, screen
+    assert f"<{prompt}>" in screen and PASSPHRASE not in screen

@@ -28,7 +28,7 @@ from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.connect import ConnectSettings, open_connection, provided_secret
 from deploy.remote.hostfiles import HostFiles
-from deploy.remote.session import Session, SessionLost
+from deploy.remote.session import CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 
 log = logging.getLogger("deploy.remote")
@@ -50,9 +50,12 @@ class RemoteHost(HostFiles):
         self.session: Session | None = None
         #: Counts of round trips by kind, for the performance budget (docs/performance.md):
         #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
-        self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0}
-        self.prefetched: dict[str, tuple[FileStat, bytes | None]] = {}  # see HostFiles
-        #: Set by `open` under become: every exec and SFTP goes through sudo (`deploy.remote.become`).
+        #: ``call``: a request to the host's file helper (sent without waiting); ``wait``: a
+        #: time the client blocked for an answer — the round trips a real network charges.
+        self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
+        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
+        #: Set by `open` under become: every exec and SFTP goes through sudo
+        #: (`deploy.remote.become`).
         self.become: Become | None = None
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
@@ -213,14 +216,16 @@ class RemoteHost(HostFiles):
         log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
         try:
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
-        except SessionLost as exc:
-            raise self._lost(exc, f"running {command[:60]!r}") from exc
+        except (CallFailed, NoHelper, SessionLost) as exc:
+            # CallFailed: a write sent earlier failed; the command was not run.
+            raise self._helper("running", command[:60], exc) from exc
 
     def _run_on_exec(
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
         began = time.monotonic()
         channel = self.start(command)
+        self.ops["wait"] += 1
         out: list[bytes] = []
         err: list[bytes] = [self._early_stderr.pop(id(channel), b"")]
         timed_out = False

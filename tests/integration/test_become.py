@@ -18,10 +18,13 @@ We run as root in CI; the users and their sudoers rules are removed after the mo
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,3 +239,48 @@ def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
     assert code == 0, screen
     assert "<BECOME (sudo) password>" in screen and PASSWORD not in screen, "asked, not echoed"
     assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"
+
+
+def test_ask_pass_logs_in_with_a_password_then_k_becomes_root(clean: Fleet, tmp_path: Path) -> None:
+    """--ask-pass over a second sshd of the same host that allows passwords (the sandbox's do
+    not), then -K: two prompts, one login by password, everything as root."""
+    config = (clean.host.workdir / "sshd_config").read_text()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = re.sub(r"(?m)^Port \d+$", f"Port {port}", config)
+    config = re.sub(r"(?m)^PidFile .*$", f'PidFile "{tmp_path}/sshd.pid"', config)
+    config = config.replace("PasswordAuthentication no", "PasswordAuthentication yes")
+    (tmp_path / "sshd_config").write_text(config)
+    log = open(tmp_path / "sshd.log", "wb")  # noqa: SIM115  # closed below
+    daemon = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", str(tmp_path / "sshd_config")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while "Server listening" not in (tmp_path / "sshd.log").read_text():
+            assert time.monotonic() < deadline and daemon.poll() is None, "sshd did not start"
+            time.sleep(0.05)
+        known = tmp_path / "known_hosts"
+        blob = clean.host.host_key_line().split(" ", 1)[1]
+        known.write_text(f"[127.0.0.1]:{port} {blob}\n")
+        deploy = clean.deploy(tmp_path, "pw", port=port, known_hosts=str(known))
+        inventory = yaml.safe_load(deploy.inventory.read_text())
+        del inventory["hosts"]["gpu-1"]["identity_file"]
+        deploy.inventory.write_text(yaml.safe_dump(inventory))
+        env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
+        code, screen = on_terminal(
+            ["apply", "conf.yaml", "--check", "--ask-pass", "-b", "-K"],
+            tmp_path,
+            env,
+            [("SSH password", PASSWORD), ("BECOME (sudo) password", PASSWORD)],
+        )
+        assert code == 0, screen
+        assert "would change" in screen and PASSWORD not in screen
+        assert f"Accepted password for {clean.users['pw']}" in (tmp_path / "sshd.log").read_text()
+        assert clean.untouched()
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        log.close()

@@ -249,10 +249,23 @@ def _password(settings: ConnectSettings) -> str | None:
     return value
 
 
+_KEYS: dict[tuple[str, int, int, str | None], paramiko.PKey] = {}
+
+
 def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
-    """paramiko's key loader; it hands the passphrase to cryptography, which wants bytes."""
-    secret = passphrase.encode() if passphrase is not None else None
-    return paramiko.PKey.from_path(str(path), secret)
+    """paramiko's key loader, once per key file version per run (callers hold the lock).
+
+    An encrypted OpenSSH key costs its bcrypt rounds (~0.1-1 s) on every load: fifty hosts
+    loading it each would serialize that fifty times. The passphrase goes to cryptography as
+    bytes, which is what it wants.
+    """
+    info = path.stat()
+    cache = (str(path), info.st_ino, info.st_mtime_ns, passphrase)
+    key = _KEYS.get(cache)
+    if key is None:
+        secret = passphrase.encode() if passphrase is not None else None
+        key = _KEYS[cache] = paramiko.PKey.from_path(str(path), secret)
+    return key
 
 
 def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> paramiko.PKey | None:

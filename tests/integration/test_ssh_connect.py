@@ -79,6 +79,7 @@ def no_secrets_between_tests() -> Iterator[None]:
     connect.set_prompter(None)
     connect._PROVIDED.clear()
     connect._PASSPHRASES.clear()
+    connect._KEYS.clear()
 
 
 # -- failures, one line each ------------------------------------------------------------------

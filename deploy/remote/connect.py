@@ -331,11 +331,11 @@ def _auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str,
     if secret is not None:
         kwargs["password"] = secret
         kwargs["passphrase"] = secret
-    if only or settings.identity_file:
-        # IdentitiesOnly (or a key named on purpose): offer only the named keys, like ssh -i
-        # with IdentitiesOnly; the agent's keys can otherwise use up MaxAuthTries first.
+    if only:
+        # IdentitiesOnly: offer only the named keys, as ssh does; the agent's and ~/.ssh's
+        # keys could otherwise use up the server's MaxAuthTries first.
         kwargs["look_for_keys"] = False
-        kwargs["allow_agent"] = not only
+        kwargs["allow_agent"] = False
     attempt = Attempt(
         name=settings.name,
         target=f"{conn.host}:{conn.port or 22}",

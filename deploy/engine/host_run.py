@@ -28,8 +28,10 @@ from deploy.errors import (
     HostNotAttempted,
     HostUnreachable,
     InputError,
+    PermissionDenied,
     RollbackFailed,
 )
+from deploy.remote.become import state_dir_probe
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire, describe_holder
@@ -142,6 +144,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             if result.recovered:
                 remote.prefetched.clear()  # an undo ran: read the files as it left them
         if options.check_mode:
+            if not _state_dir_writable(remote, spec.state_dir, result, progress):
+                return result
             _preview_recovery(remote, spec.state_dir, result)
         _run_steps(remote, plan, options, result)
     finally:
@@ -172,6 +176,26 @@ def prefetch_paths(plan: HostPlan) -> list[str]:
         if isinstance(path, str) and path.startswith("/") and path not in paths:
             paths.append(path)
     return paths
+
+
+def _state_dir_writable(
+    remote: RemoteHost, state_dir: str, result: HostResult, progress: Progress
+) -> bool:
+    """Under --check as a non-root user without become: would the real run's lock be refused?
+
+    --check takes no lock, so without this it said "would change" where the run itself stops
+    at ``cannot create state_dir`` (exit 4). One command, only in that case (root and become
+    need none), with the same line the run would give.
+    """
+    if remote.become is not None or remote.login_user == "root":
+        return True
+    denied = remote.run(state_dir_probe(state_dir), timeout=30).stdout.strip()
+    if not denied:
+        return True
+    error = PermissionDenied(remote.name, f"{state_dir.rstrip('/')}/runs", remote.login_user)
+    result.outcome, result.error = "not attempted", str(error)
+    progress.host_event(remote.name, str(error))
+    return False
 
 
 def _preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> None:

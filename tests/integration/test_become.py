@@ -141,13 +141,22 @@ def test_without_become_a_permission_problem_is_one_line_and_nothing_is_touched(
     assert "rolled back" not in run.output and "Traceback" not in run.output
     assert clean.untouched()
 
-    # --check takes no lock: the first thing it cannot do is read the root-only file.
+    # --check takes no lock, but says what the run would meet, with the same line and code.
     check = deploy("apply", "conf.yaml", "--check")
-    assert check.exit_code == 1, check.output
-    assert f"permission denied as {user} on gpu-1: {clean.target}; use become" in check.output
-    assert "exit 1 (a step failed; nothing was changed)" in check.output
-    assert "would change" not in check.output and "rolled back" not in check.output
+    assert check.exit_code == 4, check.output
+    assert line in check.output and "would change" not in check.output
     assert clean.untouched()
+
+    # With a state_dir of its own, the next wall is the root-only file: nothing was changed.
+    own = clean.base / f"home-{user}" / "state"
+    deploy = clean.deploy(tmp_path, "nopw", state_dir=str(own))
+    for args in (["--check"], ["--yes"]):
+        run = deploy("apply", "conf.yaml", *args)
+        assert run.exit_code == 1, run.output
+        assert f"permission denied as {user} on gpu-1: {clean.target}; use become" in run.output
+        assert "exit 1 (a step failed; nothing was changed)" in run.output
+        assert "would change" not in run.output and "rolled back" not in run.output
+        assert clean.untouched()
 
 
 def test_become_nopasswd_changes_and_rolls_back_as_root(clean: Fleet, tmp_path: Path) -> None:

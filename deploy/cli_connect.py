@@ -86,7 +86,7 @@ def with_connection(items: list[T]) -> list[T]:
     Raises:
         InputError: a secret must be asked for and there is no terminal to ask on.
     """
-    from deploy.remote.connect import provide_secret, set_prompter
+    from deploy.remote.sshauth import provide_secret, set_prompter
 
     given = click.get_current_context().meta.get(_KEY, {})
     update: dict[str, Any] = {}

@@ -26,10 +26,11 @@ import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
-from deploy.remote.connect import ConnectSettings, open_connection, provided_secret
+from deploy.remote.connect import ConnectSettings, open_connection
 from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
+from deploy.remote.sshauth import provided_secret
 
 log = logging.getLogger("deploy.remote")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable
-from deploy.remote import connect
+from deploy.remote import sshauth
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
@@ -76,10 +76,10 @@ def authorize(host: SshHost, key: Path) -> None:
 @pytest.fixture(autouse=True)
 def no_secrets_between_tests() -> Iterator[None]:
     yield
-    connect.set_prompter(None)
-    connect._PROVIDED.clear()
-    connect._PASSPHRASES.clear()
-    connect._KEYS.clear()
+    sshauth.set_prompter(None)
+    sshauth._PROVIDED.clear()
+    sshauth._PASSPHRASES.clear()
+    sshauth._KEYS.clear()
 
 
 # -- failures, one line each ------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_encrypted_key_without_wrong_and_with_its_passphrase(
 
     # On a terminal the passphrase is asked once per key per run, however many hosts use it.
     asked: list[str] = []
-    connect.set_prompter(lambda prompt: asked.append(prompt) or PASSPHRASE)
+    sshauth.set_prompter(lambda prompt: asked.append(prompt) or PASSPHRASE)
     assert reach(bare) == ssh_host.user and reach(bare) == ssh_host.user
     assert asked == [f"Passphrase for key {key}"]
 

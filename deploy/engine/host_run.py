@@ -30,6 +30,7 @@ from deploy.errors import (
     InputError,
     PermissionDenied,
     RollbackFailed,
+    StepFailed,
 )
 from deploy.remote.become import state_dir_probe
 from deploy.remote.connect import ConnectSettings
@@ -150,6 +151,7 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             if not _state_dir_writable(remote, spec.state_dir, result, progress):
                 return result
             _preview_recovery(remote, spec.state_dir, result)
+            remote.read_ahead(prefetch_paths(plan))
         _run_steps(remote, plan, options, result)
     finally:
         if lock is not None:
@@ -418,6 +420,15 @@ def _fail(
         result.outcome = "rollback failed"
         result.error += f"; ROLLBACK FAILED: {undo_error}"
         journal.close()
+    except StepFailed as undo_error:  # the rollback's own records could not be written
+        if any(event.get("event") == "intent" for event in journal.events):
+            result.outcome = "rollback failed"
+            result.error += f"; ROLLBACK FAILED: {undo_error}"
+        else:
+            # The host recorded no change (a full state_dir refused even the first records):
+            # nothing to undo, and an unfinished journal with no intent undoes nothing.
+            result.outcome = "rolled back"
+            result.error += f"; nothing had been changed (closing the journal failed: {undo_error})"
 
 
 def _manifest(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

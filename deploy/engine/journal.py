@@ -66,6 +66,8 @@ class Journal:
         self.events: list[dict[str, Any]] = []
         #: Per event, the helper request that appended it (None without the lock's session).
         self._calls: list[Call | None] = []
+        #: Per event index, the change it announces (an intent's write), when sent ahead.
+        self._guards: dict[int, Call] = {}
 
     @property
     def started(self) -> bool:
@@ -99,6 +101,12 @@ class Journal:
             durable=event.get("event") not in _LAZY,
         )
 
+    def guard(self, change: Call | None) -> None:
+        """Tie the last record (an intent) to the request making its change: if the host
+        refused that change, the target was not touched and the intent is forgotten too."""
+        if change is not None and self.events:
+            self._guards[len(self.events) - 1] = change
+
     def settle(self) -> None:
         """Wait for every answer, then forget the records the host did not append.
 
@@ -112,13 +120,17 @@ class Journal:
         """
         with contextlib.suppress(StepFailed):
             self.remote.flush()
-        kept = [
-            (event, call)
-            for event, call in zip(self.events, self._calls, strict=True)
-            if call is None or not call.done or call.ok
-        ]
+        kept = []
+        for index, (event, call) in enumerate(zip(self.events, self._calls, strict=True)):
+            change = self._guards.get(index)
+            if call is not None and call.done and not call.ok:
+                continue  # the host did not append it
+            if change is not None and change.done and not change.ok:
+                continue  # its change was refused or failed: the target is untouched
+            kept.append((event, call))
         self.events = [event for event, _ in kept]
         self._calls = [call for _, call in kept]
+        self._guards = {}
 
     def save_copy(self, content: bytes) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""

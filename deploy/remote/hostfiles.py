@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import secrets
+import shlex
 import stat as statmod
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -96,6 +98,12 @@ class HostFiles(ABC):
     ) -> tuple[int, bytes, bytes, bool]:
         """Run ``command`` in the lock's shell: (status, stdout, stderr, timed out)."""
 
+    @abstractmethod
+    def _run_on_exec(
+        self, command: str, stdin: bytes | None, timeout: float | None
+    ) -> tuple[int, bytes, bytes, bool]:
+        """Run ``command`` on a new exec channel: (status, stdout, stderr, timed out)."""
+
     def _translate(self, exc: BaseException, doing: str, path: str) -> Exception:
         """Map an SFTP failure to a filesystem error (StepFailed) or a lost connection.
 
@@ -167,6 +175,37 @@ class HostFiles(ABC):
         except (CallFailed, NoHelper, SessionLost) as exc:
             raise self._helper("writing", "", exc) from exc
 
+    def read_ahead(self, paths: list[str]) -> None:
+        """Without the lock (``--check``): read ``paths`` through the helper in one exec, so the
+        plan's reads are fd-based too (``O_NOFOLLOW``, status and bytes from one fd), and kept
+        for `fetch`. A host without python3 leaves them to `fetch`'s SFTP path.
+        """
+        if self.session is not None or not paths:
+            return
+        frames = []
+        for path in paths:
+            head = json.dumps({"op": "read", "path": path}).encode()
+            frames.append(b"%d 0\n" % len(head) + head)
+        command = (
+            "p=$(command -v /usr/bin/python3 || command -v /usr/local/bin/python3 || "
+            f'command -v python3) && exec "$p" -I -S -c {shlex.quote(HELPER_SOURCE)} once'
+        )
+        status, out, _, _ = self._run_on_exec(command, b"".join(frames), 60)
+        if status != 0:
+            return
+        for path in paths:
+            header, _, out = out.partition(b"\n")
+            parts = header.split()
+            if len(parts) != 3 or parts[0] != b"ANS":
+                return
+            size, length = int(parts[1]), int(parts[2])
+            call = Call(
+                {"op": "read", "path": path}, json.loads(out[:size]), out[size : size + length]
+            )
+            out = out[size + length :]
+            if call.ok:
+                self.prefetched[path] = fetch_answer(path, call)
+
     def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
         """lstat ``path`` and, if it is a regular file, read it — never through a symlink.
 
@@ -232,7 +271,7 @@ class HostFiles(ABC):
         unsafe_dir: bool = False,
         hardlinks: str = "refuse",
         wait: bool = False,
-    ) -> None:
+    ) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
         Through the helper (`deploy.remote.fileagent.write`): an ``O_EXCL`` temp file in the
@@ -243,12 +282,13 @@ class HostFiles(ABC):
         and a hard-linked target are refused unless ``unsafe_dir`` / ``hardlinks="allow"``.
 
         Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
-        command), and nothing sent after it happens on the host.
+        command), and nothing sent after it happens on the host. Returns the request (None
+        over SFTP): a failed answer means the target was not touched.
         """
         self.prefetched.pop(path, None)
         if self.session is None:
             self._sftp_write_atomic(path, data, mode=mode, uid=uid, gid=gid)
-            return
+            return None
         args: dict[str, Any] = {"op": "write", "path": path}
         if mode is not None:
             meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
@@ -261,7 +301,7 @@ class HostFiles(ABC):
             args["unsafe_dir"] = True
         if hardlinks != "refuse":
             args["hardlinks"] = hardlinks
-        self._call(args, data, wait=wait, doing="writing")
+        return self._call(args, data, wait=wait, doing="writing")
 
     def _sftp_write_atomic(
         self,

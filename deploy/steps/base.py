@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from deploy.config.steps import StepCommon, action_of, args_of
 from deploy.remote.host import RemoteHost
+from deploy.remote.session import Call
 from deploy.remote.sftpfile import FileStat
 
 
@@ -36,6 +37,8 @@ class Recorder(Protocol):
     def write(self, event: dict[str, Any]) -> None: ...
 
     def save_copy(self, content: bytes) -> str: ...
+
+    def guard(self, change: Call | None) -> None: ...
 
 
 @dataclass

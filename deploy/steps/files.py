@@ -108,13 +108,14 @@ def write_file(
     }
     ctx.journal.write(record)
     ctx.changed = True
-    ctx.remote.write_atomic(
+    change = ctx.remote.write_atomic(
         path,
         content,
         expect_sha256=sha256(state.content),
         unsafe_dir=unsafe_dir,
         hardlinks=hardlinks,
     )
+    ctx.journal.guard(change)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
     state.content = content
     state.stat = replace(state.stat, size=len(content))

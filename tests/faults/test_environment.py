@@ -9,9 +9,10 @@ in a ``finally`` (see `mounted`, `read_only`), whatever the test does.
 from __future__ import annotations
 
 import os
+import time
 
 from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, mounted, read_only
-from tests.faults.harness import journal_at_least
+from tests.faults.harness import journal_at_least, lock_taken
 
 PAGE = 4096
 
@@ -134,9 +135,13 @@ def test_foreign_edit_between_read_and_write_keeps_size_and_mtime(
         host.model_file.write_bytes(foreign)
         os.utime(host.model_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
-    # Freeze deploy at the moment its journal begins (the file was read, nothing written yet).
+    # Freeze deploy at its first request after the lock's answer: the file was read (it came
+    # with that answer), nothing written yet. Not at the journal's first line: writes and
+    # records are sent without waiting, so by the time that line is on the host's disk the
+    # write may already have passed the proxy (deploy/remote/hostfiles.py).
     host.old_runs = set(host.runs())
-    host.proxy.arm(lambda: journal_at_least(1)(host), action=edit_behind_our_back, cut=False)
+    host.armed_at = time.time()
+    host.proxy.arm(lambda: lock_taken(host), action=edit_behind_our_back, cut=False)
     result = _apply(host)
     host.proxy.disarm()
     assert host.proxy.fired.is_set()

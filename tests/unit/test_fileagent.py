@@ -210,3 +210,39 @@ def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> N
 def test_the_helper_parses_as_python_3_8() -> None:
     """The host's interpreter may be 3.8: no newer syntax may reach it."""
     ast.parse(Path(fileagent.__file__).read_text(), feature_version=(3, 8))
+
+
+def test_once_answers_reads_only(tmp_path: Path) -> None:
+    """The lock-free form (``--check``): fd-based reads in one process, and nothing else."""
+    import json
+    import subprocess
+    import sys
+
+    path = _target(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    frames = b""
+    for args in (
+        {"op": "read", "path": str(path)},
+        {"op": "read", "path": str(link)},
+        {"op": "write", "path": str(path)},
+    ):
+        head = json.dumps(args).encode()
+        frames += f"{len(head)} 0\n".encode() + head
+    source = Path(fileagent.__file__).read_text()
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", source, "once"],
+        input=frames,
+        capture_output=True,
+        check=True,
+    ).stdout
+    answers = []
+    while out:
+        header, _, out = out.partition(b"\n")
+        _, size, length = header.split()
+        answers.append((json.loads(out[: int(size)]), out[int(size) : int(size) + int(length)]))
+        out = out[int(size) + int(length) :]
+    (first, body), (second, nothing), (third, _) = answers
+    assert first["ok"] and body == b"old\n"
+    assert stat.S_ISLNK(second["stat"]["mode"]) and nothing == b""
+    assert not third["ok"] and path.read_bytes() == b"old\n"

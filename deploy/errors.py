@@ -10,8 +10,11 @@ escapes is a bug and is shown with a traceback.
     │   ├── HostUnreachable            TCP/SSH/auth failure, connect timeout
     │   ├── HostKeyUnknown             not in known_hosts (and no --accept-new-host-keys)
     │   ├── HostKeyMismatch            known_hosts has another key for this host
-    │   └── LockHeld                   another run holds state_dir/lock
+    │   ├── LockHeld                   another run holds state_dir/lock
+    │   ├── BecomeFailed               sudo refused (wrong password, not in sudoers, no -K)
+    │   └── StateDirDenied             state_dir cannot be created or locked: permission denied
     ├── StepFailed (1)                 a step could not do or prove its job
+    │   ├── PermissionDenied           the acting user may not read or write a path
     │   ├── EditError                  an edit cannot be computed (class missing, conflict, ...)
     │   ├── CheckFailed                a verification found the content wrong
     │   └── RemoteCommandFailed        a command on the host exited badly or timed out
@@ -112,10 +115,33 @@ class LockHeld(HostNotAttempted):
     """Another run holds ``state_dir/lock`` on this host."""
 
 
+class BecomeFailed(HostNotAttempted):
+    """``become`` was asked for and sudo refused: nothing was done on the host."""
+
+
+class StateDirDenied(HostNotAttempted):
+    """The login user may not create or lock state_dir: nothing was done on the host."""
+
+
 class StepFailed(DeployError):
     """A step could not do, or could not prove, its job; the host gets rolled back."""
 
     exit_code = EXIT_ROLLED_BACK
+
+
+class PermissionDenied(StepFailed):
+    """The acting user may not read or write ``path`` (one line, with what to do)."""
+
+    def __init__(self, host: str, path: str, user: str = "", become: bool = False) -> None:
+        self.host, self.path, self.user, self.become = host, path, user, become
+        who = f" as {user}" if user else ""
+        as_root = become or user == "root"
+        hint = "check the path's owner, mode and filesystem" if as_root else "use become (-b)"
+        super().__init__(f"permission denied{who} on {host}: {path}; {hint}")
+
+    def by(self, user: str, become: bool) -> PermissionDenied:
+        """The same refusal, naming the user the host's operations run as."""
+        return PermissionDenied(self.host, self.path, user, become)
 
 
 class EditError(StepFailed):

@@ -23,6 +23,7 @@ from deploy.cli.common import (
     unattended_options,
     want_colour,
 )
+from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _logging, _maybe, _progress, _split
 from deploy.errors import DeployError, InputError
 
@@ -73,6 +74,7 @@ from deploy.errors import DeployError, InputError
 )
 @colour_option
 @accept_new_option
+@connection_options
 @forks_option
 @click.option("--serial", metavar="N|N%[,...]", help="Rolling batches (overrides the playbook's).")
 @click.option("--max-fail", metavar="N|N%", help="Failed hosts a batch may have (default 0).")
@@ -147,6 +149,7 @@ def apply(
         }
         if not plans:
             raise InputError("no host matches the playbook's hosts and --limit")
+        plans = with_connection(plans)
         if detailed_exitcode and not check:
             raise InputError("--detailed-exitcode needs --check (it reports pending changes)")
         if list_hosts or list_tasks:

@@ -19,6 +19,7 @@ from deploy.cli.common import (
     limit_option,
     startup_done,
 )
+from deploy.cli.connect import connection_options, with_connection
 from deploy.errors import InputError
 
 
@@ -78,6 +79,7 @@ def show(run_id: str, as_json: bool) -> None:
 @limit_option
 @json_option
 @accept_new_option
+@connection_options
 @forks_option
 def status(
     inventory: str | None,
@@ -99,7 +101,7 @@ def status(
 
     try:
         inv = load.load_inventory(_inventory_path(inventory))
-        hosts = load.resolve_hosts(inv, limit=list(limit) or None)
+        hosts = with_connection(load.resolve_hosts(inv, limit=list(limit) or None))
     except InputError as exc:
         _fail(exc)
     startup_done()

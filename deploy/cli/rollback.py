@@ -20,6 +20,7 @@ from deploy.cli.common import (
     startup_done,
     unattended_options,
 )
+from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _progress
 from deploy.errors import InputError
 
@@ -36,6 +37,7 @@ from deploy.errors import InputError
 )
 @json_option
 @accept_new_option
+@connection_options
 @forks_option
 @colour_option
 @unattended_options
@@ -72,6 +74,7 @@ def rollback(
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
         if not hosts:
             raise InputError("no host matches --limit")
+        hosts = with_connection(hosts)
         if not yes and (not sys.stdin.isatty() or as_json):
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"

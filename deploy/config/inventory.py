@@ -21,6 +21,7 @@ from pydantic import (
 
 DEFAULT_STATE_DIR = "/var/lib/deploy"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+DEFAULT_BECOME_USER = "root"
 
 
 #: Validation context key: keep templated strings as written (see `kept_as_written`).
@@ -87,9 +88,20 @@ class HostSpec(StrictModel):
     identity_file: str | None = Field(
         default=None, description="Private key file; the agent and ~/.ssh keys are tried too."
     )
-    known_hosts: str = Field(
-        default=DEFAULT_KNOWN_HOSTS,
-        description="known_hosts file whose keys are trusted; unknown or changed keys are refused.",
+    known_hosts: str | None = Field(
+        default=None,
+        description=(
+            "known_hosts file whose keys are trusted; unknown, changed or @revoked keys are"
+            " refused (default: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts)."
+        ),
+    )
+    ssh_config: str | None = Field(
+        default=None,
+        description=(
+            "The one ssh_config file to read, as `ssh -F` (default: ~/.ssh/config and"
+            " /etc/ssh/ssh_config). User, Port, HostName, IdentityFile, IdentitiesOnly,"
+            " UserKnownHostsFile and ProxyJump are honoured."
+        ),
     )
     accept_new_host_keys: bool = Field(
         default=False,
@@ -102,6 +114,23 @@ class HostSpec(StrictModel):
         description=(
             "Name of an environment variable holding the password or key passphrase"
             " (never the secret itself)."
+        ),
+    )
+    become: bool | None = Field(
+        default=None,
+        description=(
+            "Run every host operation as become_user through sudo (default: the group's,"
+            " then the playbook's, then false)."
+        ),
+    )
+    become_user: str | None = Field(
+        default=None, description="The user sudo runs as (default: the group's, then root)."
+    )
+    become_password_env: str | None = Field(
+        default=None,
+        description=(
+            "Name of an environment variable holding the sudo password (never the secret"
+            " itself); without it and without -K, sudo must not ask (NOPASSWD)."
         ),
     )
     connect_timeout: float = Field(
@@ -119,6 +148,12 @@ class GroupSpec(StrictModel):
 
     hosts: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
+    become: bool | None = Field(
+        default=None, description="become for the group's hosts (a host's own setting wins)."
+    )
+    become_user: str | None = Field(
+        default=None, description="become_user for the group's hosts (a host's own wins)."
+    )
 
 
 class Inventory(StrictModel):

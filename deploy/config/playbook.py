@@ -55,6 +55,11 @@ class Playbook(BaseModel):
         description="Failed hosts a batch may have before the rest are called off (default 0).",
     )
 
+    become: bool = Field(
+        default=False,
+        description="Run on every host as become_user through sudo (host and group settings win).",
+    )
+
     @field_validator("serial", mode="before")
     @classmethod
     def _serial(cls, value: Any) -> Any:

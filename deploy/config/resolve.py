@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from deploy.config.errors import Problems, validation_error
-from deploy.config.inventory import HostSpec
+from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
@@ -152,12 +152,28 @@ def _validated(
         raise validation_error(exc, root=root, data=data, positions=positions, base=base) from None
 
 
-def _host_spec(inv: LoadedInventory, host: str, variables: Variables) -> HostSpec:
+def _host_spec(
+    inv: LoadedInventory, host: str, variables: Variables, playbook_become: bool = False
+) -> HostSpec:
     raw = inv.data["hosts"][host] or {}
     written = {key: value for key, value in raw.items() if key != "vars"}
     rendered = variables.render(written, Origin(inv.positions, ("hosts", host)))
     rendered["vars"] = raw.get("vars", {})
-    return _validated(HostSpec.model_validate, HostSpec, rendered, inv.positions, ("hosts", host))
+    spec = _validated(HostSpec.model_validate, HostSpec, rendered, inv.positions, ("hosts", host))
+    return _with_become(inv, host, spec, playbook_become)
+
+
+def _with_become(inv: LoadedInventory, host: str, spec: HostSpec, playbook: bool) -> HostSpec:
+    """``become`` and ``become_user`` settled: the host's own, else its groups', else the
+    playbook's (become only), else off and root. Groups are read in the inventory's order."""
+    become, user = spec.become, spec.become_user
+    for name in inv.inventory.groups:
+        group = inv.inventory.group(name)
+        if host in group.hosts:
+            become = group.become if become is None else become
+            user = group.become_user if user is None else user
+    become = playbook if become is None else become
+    return spec.model_copy(update={"become": become, "become_user": user or DEFAULT_BECOME_USER})
 
 
 def _step(
@@ -205,7 +221,7 @@ def _plan(
     variables = Variables(values, origins)
     spec: HostSpec | None = None
     try:
-        spec = _host_spec(inv, host, variables)
+        spec = _host_spec(inv, host, variables, pb.playbook.become)
     except InputError as exc:
         named = exc.position is not None and exc.position.field.startswith(
             format_path(("hosts", host))

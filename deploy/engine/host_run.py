@@ -31,9 +31,11 @@ from deploy.errors import (
     HostNotAttempted,
     HostUnreachable,
     InputError,
+    PermissionDenied,
     RollbackFailed,
     StepFailed,
 )
+from deploy.remote.become import state_dir_probe
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire
@@ -113,6 +115,10 @@ def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> 
         accept_new_host_keys=spec.accept_new_host_keys or accept_new,
         password_env=spec.password_env,
         connect_timeout=spec.connect_timeout,
+        ssh_config=spec.ssh_config,
+        become=bool(spec.become),
+        become_user=spec.become_user or "root",
+        become_password_env=spec.become_password_env,
     )
 
 
@@ -178,6 +184,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
                 remote.speculated.clear()
             host_seq = next_host_seq(lock.runs)
         if options.check_mode:
+            if not _state_dir_writable(remote, spec.state_dir, result, progress):
+                return result
             if not preview_recovery(remote, spec.state_dir, result):
                 return result
             remote.read_ahead(prefetch_paths(plan))
@@ -211,6 +219,26 @@ def prefetch_paths(plan: HostPlan) -> list[str]:
         if isinstance(path, str) and path.startswith("/") and path not in paths:
             paths.append(path)
     return paths
+
+
+def _state_dir_writable(
+    remote: RemoteHost, state_dir: str, result: HostResult, progress: Progress
+) -> bool:
+    """Under --check as a non-root user without become: would the real run's lock be refused?
+
+    --check takes no lock, so without this it said "would change" where the run itself stops
+    at ``cannot create state_dir`` (exit 4). One command, only in that case (root and become
+    need none), with the same line the run would give.
+    """
+    if remote.become is not None or remote.login_user == "root":
+        return True
+    denied = remote.run(state_dir_probe(state_dir), timeout=30).stdout.strip()
+    if not denied:
+        return True
+    error = PermissionDenied(remote.name, f"{state_dir.rstrip('/')}/runs", remote.login_user)
+    result.outcome, result.error = "not attempted", str(error)
+    progress.host_event(remote.name, str(error))
+    return False
 
 
 def speculative_commands(plan: HostPlan) -> list[str]:

@@ -1,12 +1,21 @@
 """Opening one SSH connection: Fabric for ssh_config and ProxyJump, our rules for host keys.
 
-Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here the inventory's
-known_hosts file is loaded and an unknown key is refused (`HostKeyUnknown`) unless the host opts
-into OpenSSH's ``accept-new`` behaviour, in which case the key is recorded in that file. A key
-that differs from the recorded one is always refused (`HostKeyMismatch`), with the fingerprint
-and the command to run once the operator has checked that the change is legitimate.
+Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here known_hosts is
+read the way OpenSSH reads it (`deploy.remote.knownhosts`: ``@revoked``, ``@cert-authority``,
+several keys per host) and every key the server offers is judged by `_KnownHostsPolicy`: an
+unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``accept-new``
+behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
+command to run once the operator has checked that the change is legitimate.
 
-Every paramiko and socket error is translated here, at the edge, into our exception classes.
+What people already have in ssh_config counts: User, Port, HostName, IdentityFile and
+ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_config`` in the
+inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
+Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
+
+Logging in (keys, passphrases, passwords, prompts) is `deploy.remote.sshauth`.
+
+Every paramiko and socket error is translated here, at the edge, into our exception classes,
+with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 """
 
 from __future__ import annotations
@@ -14,16 +23,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
+from deploy.remote.knownhosts import KnownHosts, Verdict
+from deploy.remote.sshauth import auth_kwargs
+from deploy.remote.sshfail import describe
 
 # paramiko logs expected events ("channel open FAILED: Connection refused" while a server
 # loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
@@ -32,6 +44,8 @@ logging.getLogger("paramiko").propagate = False
 
 if TYPE_CHECKING:
     from fabric import Connection
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
 @dataclass(frozen=True)
@@ -43,13 +57,20 @@ class ConnectSettings:
     port: int | None = None
     user: str | None = None
     identity_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
+    #: None: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts.
+    known_hosts: str | None = None
     accept_new_host_keys: bool = False
     password_env: str | None = None
     connect_timeout: float = 10.0
+    #: The one ssh_config file to read (``ssh -F``); None: Fabric's defaults.
+    ssh_config: str | None = None
+    #: Run every host operation as ``become_user`` through sudo (`deploy.remote.become`).
+    become: bool = False
+    become_user: str = "root"
+    become_password_env: str | None = None
 
     def known_hosts_path(self) -> Path:
-        return Path(self.known_hosts).expanduser()
+        return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -63,79 +84,126 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # untyped
-    """Refuse unknown keys, or (accept-new) append them to the known_hosts file."""
+# -- known_hosts -------------------------------------------------------------------------------
 
-    def __init__(self, settings: ConnectSettings) -> None:
+_KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def _known_hosts(path: Path) -> KnownHosts:
+    """``path`` parsed once per version of the file, shared by every host's thread.
+
+    Fifty hosts each parsing a fifty-line file was 2500 parses, ~30 ms of the GIL per run.
+    Keyed by the file's identity, size, mtime and ctime, so a key appended by
+    ``--accept-new-host-keys`` (or by anyone) is seen by the next host that connects.
+    Callers only read the shared object. A missing file is an empty one.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return KnownHosts(str(path))
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    with _KNOWN_HOSTS_LOCK:
+        known = _KNOWN_HOSTS.get(key)
+        if known is None:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text, str(path))
+        return known
+
+
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # untyped
+    """Judge every key the server offers against known_hosts (paramiko is given none)."""
+
+    def __init__(self, settings: ConnectSettings, files: list[Path], name: str) -> None:
         self.settings = settings
+        self.files = files
+        self.name = name
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
-        path = self.settings.known_hosts_path()
+        who, name = self.settings.name, self.name
+        offered = f"{key.get_name()} {fingerprint(key)}"
+        for path in self.files:
+            verdict, entry = _known_hosts(path).verdict(name, key.get_name(), key.asbytes())
+            where = f"{path}:{entry.line}" if entry else str(path)
+            if verdict is Verdict.TRUSTED:
+                return
+            if verdict is Verdict.REVOKED:
+                raise HostKeyMismatch(
+                    f"{who}: host key for {name} is REVOKED ({where}: {offered}); refusing to "
+                    "connect: the host needs a new key, then add that key to known_hosts"
+                )
+            if verdict is Verdict.CHANGED:
+                raise HostKeyMismatch(
+                    f"{who}: host key for {name} CHANGED: {where} has another "
+                    f"{key.get_name()} key, the server offers {offered}. If the change is "
+                    f"expected, run: ssh-keygen -R '{name}' -f {path}"
+                )
+            if verdict is Verdict.CERT_AUTHORITY_ONLY:
+                raise HostKeyUnknown(
+                    f"{who}: {where} trusts {name} only through @cert-authority, and deploy "
+                    "cannot verify host certificates (paramiko has no client-side support); "
+                    f"check the host's key ({offered}) and add it to known_hosts as a plain line"
+                )
+        first = self.files[0]
         if not self.settings.accept_new_host_keys:
             raise HostKeyUnknown(
-                f"{self.settings.name}: host key for {hostname} is not in {path} "
-                f"({key.get_name()} {fingerprint(key)}); check it, then add it to known_hosts "
-                "or pass --accept-new-host-keys"
+                f"{who}: host key for {name} is not in {first} ({offered}); check it, then "
+                "add it to known_hosts or pass --accept-new-host-keys"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="ascii") as handle:
-            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(hostname, key.get_name(), key)
+        first.parent.mkdir(parents=True, exist_ok=True)
+        with first.open("a", encoding="ascii") as handle:
+            handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
 
 
-def _password(settings: ConnectSettings) -> str | None:
-    if not settings.password_env:
-        return None
-    value = os.environ.get(settings.password_env)
-    if value is None:
-        raise InputError(
-            f"{settings.name}: password_env names ${settings.password_env}, which is not set"
-        )
-    return value
+def _preferring(types: list[str]) -> Callable[..., paramiko.Transport]:
+    """A transport factory that offers the host's listed key types first, as OpenSSH does.
 
-
-_KNOWN_HOSTS: dict[tuple[str, int, int, int, int], paramiko.HostKeys] = {}
-_KNOWN_HOSTS_LOCK = threading.Lock()
-
-
-def _known_hosts(path: Path) -> paramiko.HostKeys:
-    """``path`` parsed once per version of the file, shared by every host's thread.
-
-    paramiko parses each line into a key object: fifty hosts each loading a fifty-line file
-    was 2500 parses, ~30 ms of the GIL per run. Keyed by the file's identity, size, mtime and
-    ctime, so a key appended by ``--accept-new-host-keys`` (or by anyone) is seen by the next
-    host that connects. Callers only read the shared object.
+    paramiko prefers only the type of the first key it was given for the host; we give it
+    none (`_KnownHostsPolicy` judges every key), so the preference is set here instead.
     """
-    info = path.stat()
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    with _KNOWN_HOSTS_LOCK:
-        keys = _KNOWN_HOSTS.get(key)
-        if keys is None:
-            keys = _KNOWN_HOSTS[key] = paramiko.HostKeys(str(path))
-        return keys
+    wanted: list[str] = []
+    for key_type in types:
+        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
+
+    def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+        transport = paramiko.Transport(sock, **kwargs)
+        options = transport.get_security_options()
+        supported = list(options.key_types)
+        first = [t for t in wanted if t in supported]
+        options.key_types = first + [t for t in supported if t not in first]
+        return transport
+
+    return factory
 
 
-def _trust_only_known_keys(
-    client: paramiko.SSHClient, settings: ConnectSettings, host: str, port: int
-) -> None:
-    """Give ``client`` the inventory's known_hosts keys for ``host`` and refuse all others.
+def _known_files(settings: ConnectSettings, ssh_config: dict[str, Any]) -> list[Path]:
+    """The inventory's known_hosts, else ssh_config's UserKnownHostsFile(s), else the default."""
+    if settings.known_hosts:
+        return [settings.known_hosts_path()]
+    listed = ssh_config.get("userknownhostsfile")
+    if listed:
+        names = listed.split() if isinstance(listed, str) else list(listed)
+        return [Path(n).expanduser() for n in names if n != "/dev/null"] or [
+            Path(DEFAULT_KNOWN_HOSTS).expanduser()
+        ]
+    return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
 
-    Only the entries for ``[host]:port`` (hashed ones included) are copied, under the name
-    paramiko looks up; any other key the server offers is unknown (`_KnownHostsPolicy`).
-    """
-    known = settings.known_hosts_path()
-    if known.exists():
+
+def _guard(conn: Connection, settings: ConnectSettings) -> None:
+    """Give ``conn`` our host-key policy and our key-type preference for its host."""
+    port = conn.port or 22
+    name = known_hosts_name(conn.host, port)
+    files = _known_files(settings, conn.ssh_config)
+    types: list[str] = []
+    for path in files:
         try:
-            shared = _known_hosts(known)
-        except (OSError, paramiko.SSHException) as exc:
-            raise InputError(f"{settings.name}: cannot read known_hosts {known}: {exc}") from exc
-        name = known_hosts_name(host, port)
-        own = client.get_host_keys()
-        for keytype, key in (shared.lookup(name) or {}).items():
-            own.add(name, keytype, key)
-    client.set_missing_host_key_policy(_KnownHostsPolicy(settings))
+            types += _known_hosts(path).key_types(name)
+        except OSError as exc:
+            raise InputError(f"{settings.name}: cannot read known_hosts {path}: {exc}") from exc
+    conn.client.set_missing_host_key_policy(_KnownHostsPolicy(settings, files, name))
+    conn.connect_kwargs["transport_factory"] = _preferring(types)
 
 
 def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
@@ -156,70 +224,53 @@ def open_connection(settings: ConnectSettings) -> Connection:
     """Open and return a Fabric `Connection` to the host, with strict host-key checking.
 
     Raises:
-        HostKeyUnknown, HostKeyMismatch: the host's key is not trusted.
-        HostUnreachable: refused, timed out, DNS failure, authentication failure.
+        HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
+        HostUnreachable: refused, timed out, DNS failure, authentication failure, a key that
+            cannot be decrypted; one line each (`deploy.remote.sshfail`).
+        InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
     from fabric import Config, Connection
 
-    secret = _password(settings)
-    connect_kwargs: dict[str, object] = {
+    try:
+        config = Config(runtime_ssh_path=settings.ssh_config)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
+        ) from exc
+    timeouts = {
         "banner_timeout": settings.connect_timeout,
         "auth_timeout": settings.connect_timeout,
         "channel_timeout": settings.connect_timeout,
     }
-    if settings.identity_file:
-        connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
-    if secret is not None:
-        # One secret serves both purposes, as with ssh's own prompt: password or key passphrase.
-        connect_kwargs["password"] = secret
-        connect_kwargs["passphrase"] = secret
     conn = Connection(
         settings.address,
         user=settings.user,
         port=settings.port,
-        config=Config(),
+        config=config,
         connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=connect_kwargs,
+        connect_kwargs=dict(timeouts),
     )
-    _trust_only_known_keys(conn.client, settings, conn.host, conn.port or 22)
-    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same rule.
+    auth, attempt = auth_kwargs(settings, conn)
+    conn.connect_kwargs.update(auth)
+    _guard(conn, settings)
+    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same
+    # rules, and log in to them the same way.
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
-        _trust_only_known_keys(hop.client, settings, hop.host, hop.port or 22)
+        hop_auth, _ = auth_kwargs(settings, hop)
+        hop.connect_kwargs.update(timeouts, **hop_auth)
+        _guard(hop, settings)
         hop = hop.gateway
     try:
         if conn.gateway is None:
             conn.connect_kwargs["sock"] = _socket(conn.host, conn.port or 22, settings)
         conn.open()
-    except (HostKeyUnknown, HostKeyMismatch):
+    except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
         conn.close()
         raise
-    except paramiko.BadHostKeyException as exc:
-        conn.close()
-        port = conn.port or 22
-        raise HostKeyMismatch(
-            f"{settings.name}: host key for {known_hosts_name(conn.host, port)} CHANGED: "
-            f"known_hosts has {fingerprint(exc.expected_key)}, the server offers "
-            f"{exc.key.get_name()} {fingerprint(exc.key)}. If the change is expected, run: "
-            f"ssh-keygen -R '{known_hosts_name(conn.host, port)}' -f {settings.known_hosts_path()}"
-        ) from exc
-    except paramiko.AuthenticationException as exc:
-        conn.close()
-        raise HostUnreachable(
-            f"{settings.name}: authentication failed as {conn.user}: {exc}"
-        ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         conn.close()
-        target = f"{conn.host}:{conn.port}"
-        if isinstance(exc, socket.timeout | TimeoutError):
-            reason = f"timed out after {settings.connect_timeout:g} s"
-        elif isinstance(
-            exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError
-        ):
-            reason = "connection refused"
-        else:
-            reason = str(exc) or type(exc).__name__
-        raise HostUnreachable(f"{settings.name}: cannot connect to {target}: {reason}") from exc
+        raise HostUnreachable(describe(exc, attempt)) from exc
     transport = conn.client.get_transport()
     if transport is not None:
         transport.set_keepalive(15)

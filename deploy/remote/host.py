@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING
 import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
+from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.connect import ConnectSettings, open_connection
 from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
+from deploy.remote.sshauth import provided_secret
 
 log = logging.getLogger("deploy.remote")
 
@@ -54,13 +56,37 @@ class RemoteHost(HostFiles):
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
         self.speculated: dict[str, tuple[int, bytes, str]] = {}  # see HostFiles
+        #: Set by `open` under become: every exec and SFTP goes through sudo
+        #: (`deploy.remote.become`).
+        self.become: Become | None = None
+        #: stderr the command wrote before `start` returned (read while waiting for sudo).
+        self._early_stderr: dict[int, bytes] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> RemoteHost:
         if self._conn is None:
-            self._conn = open_connection(self.settings)
+            settings = self.settings
+            password = None
+            if settings.become:
+                # Before connecting: an unset become_password_env touches nothing.
+                password = become_password(
+                    settings.name, settings.become_password_env, provided_secret("become")
+                )
+            self._conn = open_connection(settings)
+            if settings.become:
+                self.become = Become(settings.name, self.login_user, settings.become_user, password)
         return self
+
+    @property
+    def login_user(self) -> str:
+        """The user the SSH session logged in as (inventory, -u, ssh_config, or local)."""
+        return str(self._conn.user) if self._conn is not None else (self.settings.user or "?")
+
+    @property
+    def acting_user(self) -> str:
+        """Whom the host's operations run as: the become user, else the login user."""
+        return self.become.user if self.become is not None else self.login_user
 
     def close(self) -> None:
         if self._sftp is not None:
@@ -89,9 +115,16 @@ class RemoteHost(HostFiles):
 
     @property
     def sftp(self) -> paramiko.SFTPClient:
+        """SFTP, opened on first use; under become the host's sftp-server run through sudo,
+        so that no file operation runs as the login user."""
         if self._sftp is None:
             try:
-                self._sftp = paramiko.SFTPClient.from_transport(self.transport)
+                if self.become is not None:
+                    channel = self.start(sftp_command())
+                    self._early_stderr.pop(id(channel), None)
+                    self._sftp = paramiko.SFTPClient(channel)
+                else:
+                    self._sftp = paramiko.SFTPClient.from_transport(self.transport)
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise HostUnreachable(f"{self.name}: cannot open SFTP: {exc}") from exc
             if self._sftp is None:
@@ -111,12 +144,28 @@ class RemoteHost(HostFiles):
     # -- commands -----------------------------------------------------------------------------
 
     def start(self, command: str) -> paramiko.Channel:
-        """Start ``command`` on a new exec channel and return the channel (caller reads it)."""
+        """Start ``command`` on a new exec channel and return the channel (caller reads it).
+
+        Under become the command runs through sudo, and this returns once sudo has started
+        it (`deploy.remote.become.handshake`).
+
+        Raises:
+            BecomeFailed: sudo refused.
+        """
         self.ops["exec"] += 1
         log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
+        line, marker, nonce = command, "", ""
+        if self.become is not None:
+            line, marker, nonce = self.become.wrap(command)
         try:
             channel = self.transport.open_session(timeout=self.settings.connect_timeout)
-            channel.exec_command(command)
+            channel.exec_command(line)
+            if self.become is not None:
+                early = handshake(
+                    channel, self.become, marker, nonce, self.settings.connect_timeout
+                )
+                if early:
+                    self._early_stderr[id(channel)] = early
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(exc, f"starting {command[:60]!r}") from exc
         return channel
@@ -180,7 +229,7 @@ class RemoteHost(HostFiles):
         channel = self.start(command)
         self.ops["wait"] += 1
         out: list[bytes] = []
-        err: list[bytes] = []
+        err: list[bytes] = [self._early_stderr.pop(id(channel), b"")]
         timed_out = False
         try:
             if stdin:

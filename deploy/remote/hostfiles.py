@@ -29,7 +29,8 @@ from typing import Any
 
 import paramiko
 
-from deploy.errors import HostUnreachable, StepFailed
+from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.remote.become import Become
 from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
 
@@ -64,6 +65,8 @@ class HostFiles(ABC):
     #: Round trips by kind (see `RemoteHost`).
     ops: dict[str, int]
     session: Session | None
+    #: Set under become (`deploy.remote.become`); names who a refusal concerns.
+    become: Become | None
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
@@ -75,6 +78,11 @@ class HostFiles(ABC):
     @abstractmethod
     def sftp(self) -> paramiko.SFTPClient:
         """The connection's SFTP client, opened on first use."""
+
+    @property
+    @abstractmethod
+    def acting_user(self) -> str:
+        """Whom the host's operations run as (for permission messages)."""
 
     @abstractmethod
     def _connected(self) -> bool:
@@ -104,7 +112,7 @@ class HostFiles(ABC):
         """
         alive = self._connected()
         if isinstance(exc, PermissionError):
-            return StepFailed(f"{self.name}: permission denied {doing} {path}")
+            return PermissionDenied(self.name, path, self.acting_user, self.become is not None)
         if isinstance(exc, OSError) and alive:
             reason = exc.strerror or str(exc) or type(exc).__name__
             if reason == "Failure":  # SFTP's catch-all status, in practice ENOSPC or EROFS
@@ -135,7 +143,7 @@ class HostFiles(ABC):
         if answer.get("refused"):
             return StepFailed(f"{self.name}: {answer.get('error')}")
         if answer.get("errno") == "EACCES":
-            return StepFailed(f"{self.name}: permission denied {doing} {where}")
+            return PermissionDenied(self.name, where, self.acting_user, self.become is not None)
         verb = {"write": "writing", "append": "appending to", "mkdir": "creating"}.get(
             str(exc.call.args.get("op")), doing
         )

@@ -23,7 +23,13 @@ from typing import Any
 
 import paramiko
 
-from deploy.errors import HostUnreachable, LockHeld, StepFailed
+from deploy.errors import (
+    HostUnreachable,
+    LockHeld,
+    PermissionDenied,
+    StateDirDenied,
+    StepFailed,
+)
 from deploy.remote.host import RemoteHost, quote
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
@@ -34,9 +40,9 @@ from deploy.statedir.runs import RunInfo, ordered
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
-mkdir -p "$_dS/runs" || {{ echo "NOSTATE cannot create $_dS/runs"; exit 70; }}
+_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
-exec 9>>"$_dS/lock" || {{ echo "NOSTATE cannot open $_dS/lock"; exit 72; }}
+exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -n 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"
@@ -198,7 +204,17 @@ def acquire(
     if first.startswith("NOFLOCK"):
         raise StepFailed(f"{remote.name}: flock(1) is not installed on the host (util-linux)")
     if first.startswith("NOSTATE"):
-        raise StepFailed(f"{remote.name}: {first.partition(' ')[2]} (state_dir {state_dir})")
+        said = first.partition(" ")[2]
+        if "Permission denied" in said:  # nothing was done: "not attempted", exit 4
+            path = said.split(":", 1)[0].removeprefix("cannot create ").removeprefix("cannot open ")
+            raise StateDirDenied(
+                str(
+                    PermissionDenied(
+                        remote.name, path, remote.acting_user, remote.become is not None
+                    )
+                )
+            )
+        raise StepFailed(f"{remote.name}: {said} (state_dir {state_dir})")
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
     )

@@ -307,11 +307,14 @@ def verdict(run: RunResult) -> str:
         if not pending:
             return "every host is in the desired state; nothing to change"
         return f"{pending} host(s) would change; nothing was changed"
-    meaning = _meaning(code)
+    meaning = _meaning(code, run)
     return f"{meaning}; {pending} host(s) would change" if run.check_mode and pending else meaning
 
 
-def _meaning(code: int) -> str:
+def _meaning(code: int, run: RunResult | None = None) -> str:
+    if code == 1 and run is not None and not any(h.outcome == "rolled back" for h in run.hosts):
+        # "failed" is a step that failed before anything changed: nothing to roll back.
+        return "a step failed; nothing was changed"
     return {
         0: "every host is in the desired state",
         1: "a step failed; affected hosts were rolled back",

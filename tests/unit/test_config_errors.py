@@ -157,7 +157,7 @@ def test_first_problem_in_file_order_with_count(tmp_path: Path) -> None:
     assert [message(p, tmp_path) for p in err.problems] == [
         "pb.yaml:2:8 hosts: expected a string, got a list",
         "pb.yaml:3:8 steps: needs at least 1 item, got 0",
-        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, services, steps, serial, max_fail)",
+        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, services, steps, serial, max_fail, become)",
     ]
 
 
@@ -182,8 +182,9 @@ def test_templated_non_string_fields_load_as_written(tmp_path: Path) -> None:
         (
             "hosts:\n  a:\n    identity_fle: k\n",
             "hosts.yaml:3:5 hosts.a.identity_fle: unknown key 'identity_fle' (allowed: address,"
-            " port, user, identity_file, known_hosts, accept_new_host_keys, password_env,"
-            " connect_timeout, state_dir, vars) (did you mean 'identity_file'?)",
+            " port, user, identity_file, known_hosts, ssh_config, accept_new_host_keys,"
+            " password_env, become, become_user, become_password_env, connect_timeout,"
+            " state_dir, vars) (did you mean 'identity_file'?)",
         ),
         (
             "hosts:\n  a: {port: 99999}\n",
@@ -203,7 +204,8 @@ def test_templated_non_string_fields_load_as_written(tmp_path: Path) -> None:
         ),
         (
             "hosts:\n  a: {}\ngroups:\n  g: {hosts: [a], bogus: 1}\n",
-            "hosts.yaml:4:19 groups.g.bogus: unknown key 'bogus' (allowed: hosts, vars)",
+            "hosts.yaml:4:19 groups.g.bogus: unknown key 'bogus'"
+            " (allowed: hosts, vars, become, become_user)",
         ),
         (
             "hosts:\n  a: {}\ngroups:\n  g:\n    - a\n    - b\n",

@@ -1,0 +1,125 @@
+"""Connection options, as Ansible spells them: ``-u``, ``--private-key``, ``--ask-pass``, ``-b``, ``-K``.
+
+They override the inventory for every host of the command (as Ansible's do), and are applied
+in one place, `with_connection`, after the inventory is resolved and before anything connects.
+The options are not passed to the command functions (``expose_value=False``): each is kept in
+the click context, so a command gains them with one decorator and one call.
+
+Secrets asked for on the terminal (``--ask-pass``, ``-K``) are asked once per run, before any
+host is contacted, and handed to `deploy.remote.connect.provide_secret`; a key passphrase is
+asked only if a key turns out to be encrypted (`set_prompter`). Without a terminal, asking is
+an input error (exit 2): a scheduled run uses ``password_env`` / ``become_password_env``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from deploy.errors import InputError
+
+_KEY = "deploy.connection"
+T = TypeVar("T")
+
+
+def _keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(_KEY, {})[param.name or ""] = value
+    return value
+
+
+_OPTIONS = (
+    click.option(
+        "-u", "--user", "user", metavar="USER", help="Log in as USER on every host.",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "--private-key", "--key-file", "private_key", metavar="FILE",
+        help="Private key to log in with (an encrypted one is asked for on a terminal).",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "--ssh-config", "ssh_config", metavar="FILE",
+        help="Read only this ssh_config (as ssh -F), not ~/.ssh/config.",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "--ask-pass", "ask_pass", is_flag=True,
+        help="Ask for the SSH password (or key passphrase) once, on the terminal.",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "-b", "--become", "become", is_flag=True,
+        help="Run every host operation as --become-user (root) through sudo.",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "--become-user", "become_user", metavar="USER",
+        help="The user sudo runs as (default: the inventory's, then root).",
+        expose_value=False, callback=_keep,
+    ),
+    click.option(
+        "-K", "--ask-become-pass", "ask_become_pass", is_flag=True,
+        help="Ask for the sudo password once, on the terminal.",
+        expose_value=False, callback=_keep,
+    ),
+)  # fmt: skip
+
+
+def connection_options(command: Callable[..., T]) -> Callable[..., T]:
+    """Add the connection options to a command (see `with_connection`)."""
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _ask(prompt: str) -> str:
+    value: str = click.prompt(prompt, hide_input=True, err=True)
+    return value
+
+
+def with_connection(items: list[T]) -> list[T]:
+    """Apply the command's connection options to ``items`` (HostPlans or (name, spec) pairs).
+
+    Raises:
+        InputError: a secret must be asked for and there is no terminal to ask on.
+    """
+    from deploy.remote.sshauth import provide_secret, set_prompter
+
+    given = click.get_current_context().meta.get(_KEY, {})
+    update: dict[str, Any] = {}
+    if given.get("user"):
+        update["user"] = given["user"]
+    if given.get("private_key"):
+        update["identity_file"] = given["private_key"]
+    if given.get("ssh_config"):
+        update["ssh_config"] = given["ssh_config"]
+    if given.get("become"):
+        update["become"] = True
+    if given.get("become_user"):
+        update["become_user"] = given["become_user"]
+    terminal = sys.stdin.isatty()
+    for flag, kind, prompt in (
+        ("ask_pass", "password", "SSH password"),
+        ("ask_become_pass", "become", "BECOME (sudo) password"),
+    ):
+        if given.get(flag):
+            if not terminal:
+                raise InputError(
+                    f"--{flag.replace('_', '-')} needs a terminal to ask on; "
+                    f"use {'password_env' if kind == 'password' else 'become_password_env'}"
+                )
+            provide_secret(kind, _ask(prompt))
+    set_prompter(_ask if terminal else None)
+    return [_updated(item, update) for item in items] if update else items
+
+
+def _updated(item: T, update: dict[str, Any]) -> T:
+    if isinstance(item, tuple):
+        name, spec = item
+        return (name, spec.model_copy(update=update))  # type: ignore[return-value]
+    from dataclasses import replace
+
+    return replace(item, spec=item.spec.model_copy(update=update))  # type: ignore[attr-defined, type-var]

@@ -1,0 +1,154 @@
+"""become: every host operation of a run as another user (root by default), through sudo.
+
+A run talks to a host through few doors: the lock's exec, whose shell then serves every
+command of the run (`deploy.remote.session`), the odd exec before the lock is held (``--check``
+takes no lock), and SFTP. Under become each door is opened through sudo, so whatever goes
+through it — reads, writes, state_dir, /proc, services — runs as ``become_user``:
+
+- an exec runs ``sudo -u USER -- sh -c 'echo NONCE >&2; exec sh -c "$1"' sh COMMAND``;
+- SFTP is the host's ``sftp-server`` started the same way (never the login user's SFTP
+  subsystem, which would read and write as the login user).
+
+The password: without one (no ``-K``, no ``become_password_env``) sudo is run with ``-n`` and
+must not ask (NOPASSWD); a sudo that would ask fails at once with one line instead of hanging.
+With one, ``sudo -S -p MARKER`` prints a random marker on stderr when it asks, and the password
+is sent on stdin then, once, never on a command line and never logged. A second marker means
+the password was refused. The nonce on stderr says sudo let the command start; anything sudo
+printed before it ("not in the sudoers file", "a password is required") is its refusal, which
+`refusal` turns into one line (`BecomeFailed`, exit 4: nothing was done on the host).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shlex
+import time
+from dataclasses import dataclass
+
+import paramiko
+
+from deploy.errors import BecomeFailed, InputError
+
+#: Where Debian/Ubuntu, RHEL/Fedora, Arch and Alpine keep OpenSSH's sftp-server.
+SFTP_SERVERS = (
+    "/usr/lib/openssh/sftp-server",
+    "/usr/libexec/openssh/sftp-server",
+    "/usr/lib/ssh/sftp-server",
+    "/usr/libexec/sftp-server",
+)
+
+
+@dataclass(frozen=True)
+class Become:
+    """How to become ``user`` on host ``host`` logged in as ``login``; ``password`` may be None."""
+
+    host: str
+    login: str
+    user: str
+    password: str | None = None
+
+    def wrap(self, command: str) -> tuple[str, str, str]:
+        """(the sudo command line, the prompt marker, the start nonce) for ``command``."""
+        marker = f"[deploy-sudo-{secrets.token_hex(8)}]"
+        nonce = f"deploy-become-{secrets.token_hex(8)}"
+        inner = f'printf "%s\\n" {nonce} >&2; exec sh -c "$1"'
+        how = f"-S -p {shlex.quote(marker)}" if self.password is not None else "-n"
+        line = (
+            f"sudo {how} -H -u {shlex.quote(self.user)} -- "
+            f"sh -c {shlex.quote(inner)} sh {shlex.quote(command)}"
+        )
+        return line, marker, nonce
+
+    def refusal(self, said: str) -> BecomeFailed:
+        """One line for sudo's refusal; ``said`` is what it printed on stderr."""
+        text = " ".join(said.split())
+        who = f"{self.host}: sudo as {self.login} -> {self.user} refused"
+        if "not found" in text and "sudo" in text:
+            return BecomeFailed(f"{self.host}: sudo is not installed; install it or drop become")
+        if "password is required" in text:
+            return BecomeFailed(
+                f"{who}: sudo asks for a password; pass -K (--ask-become-pass) or set "
+                "become_password_env, or give the user NOPASSWD in sudoers"
+            )
+        if "incorrect password" in text or "Sorry, try again" in text:
+            return BecomeFailed(f"{who}: the become password is wrong; nothing was done")
+        if "not in the sudoers" in text or "not allowed" in text or "may not run" in text:
+            return BecomeFailed(
+                f"{who}: {self.login} may not run commands as {self.user} (sudoers); add a "
+                "sudoers rule for it, or drop become"
+            )
+        last = text[-160:] if text else "no message"
+        return BecomeFailed(f"{who}: {last}")
+
+
+def become_password(host: str, env: str | None, prompted: str | None) -> str | None:
+    """-K's answer, else ``$become_password_env``, else None (NOPASSWD)."""
+    if prompted is not None:
+        return prompted
+    if not env:
+        return None
+    value = os.environ.get(env)
+    if value is None:
+        raise InputError(f"{host}: become_password_env names ${env}, which is not set")
+    return value
+
+
+def sftp_command() -> str:
+    """Start the first sftp-server found (exit 127 with a message if there is none)."""
+    tries = " ".join(shlex.quote(p) for p in SFTP_SERVERS)
+    return (
+        f'for p in {tries}; do [ -x "$p" ] && exec "$p"; done; '
+        'echo "no sftp-server found on the host" >&2; exit 127'
+    )
+
+
+def handshake(
+    channel: paramiko.Channel, how: Become, marker: str, nonce: str, timeout: float
+) -> bytes:
+    """Wait until sudo starts the command, answering its password prompt once.
+
+    Returns what the command already wrote to stderr after the nonce (the caller keeps it).
+
+    Raises:
+        BecomeFailed: sudo refused, asked twice, or did not answer within ``timeout``.
+    """
+    seen = b""
+    asked = 0
+    deadline = time.monotonic() + timeout
+    mark, start = marker.encode(), nonce.encode() + b"\n"
+    while True:
+        if start in seen:
+            return seen.partition(start)[2]
+        if seen.count(mark) > asked:
+            asked += 1
+            if asked > 1 or how.password is None:
+                channel.close()
+                raise how.refusal("Sorry, try again.")
+            channel.sendall((how.password + "\n").encode())
+            continue
+        if channel.recv_stderr_ready():
+            seen += channel.recv_stderr(65536)
+            continue
+        if channel.exit_status_ready() and not channel.recv_stderr_ready():
+            channel.close()
+            raise how.refusal(seen.replace(mark, b"").decode("utf-8", "replace"))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            channel.close()
+            raise BecomeFailed(f"{how.host}: sudo did not answer within {timeout:g} s")
+        select.select([channel], [], [], min(0.05, left))
+
+
+#: The nearest existing directory on the way to ``state_dir/runs``, printed if the acting user
+#: may not write in it (so the real run's lock would fail to create or open it).
+_STATE_PROBE = (
+    'd={path}; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; '
+    '[ -w "$d" ] || printf "%s\\n" "$d"'
+)
+
+
+def state_dir_probe(state_dir: str) -> str:
+    """The command `--check` runs as a non-root user without become (see `deploy.engine`)."""
+    return _STATE_PROBE.format(path=shlex.quote(state_dir.rstrip("/") + "/runs"))

@@ -1,0 +1,163 @@
+"""Logging in: which keys and secrets a connection offers, and asking for what is missing.
+
+Secrets: a password or key passphrase comes from ``password_env`` or from a prompt the CLI
+made once (`provide_secret`: ``--ask-pass``, ``-K``); an encrypted key met without a
+passphrase is asked for on the terminal when there is one (`set_prompter`), once per key file
+per run. None is ever logged or put on a command line. Keys are loaded here rather than by
+paramiko so that a wrong or missing passphrase is said as such (paramiko goes on to try a
+password and reports the server's "Bad authentication type"), and so that an encrypted key's
+bcrypt rounds are paid once per run, not once per host.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+
+from deploy.errors import HostUnreachable, InputError
+from deploy.remote.sshfail import Attempt
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+    from deploy.remote.connect import ConnectSettings
+
+# -- secrets the CLI asked for once per run --------------------------------------------------
+
+_PROVIDED: dict[str, str] = {}
+_PROMPTER: list[Callable[[str], str]] = []
+_PASSPHRASES: dict[str, str] = {}
+_SECRETS_LOCK = threading.Lock()
+
+
+def provide_secret(kind: str, value: str) -> None:
+    """Keep a secret the CLI asked for (``password``: --ask-pass, ``become``: -K) for this run."""
+    _PROVIDED[kind] = value
+
+
+def provided_secret(kind: str) -> str | None:
+    return _PROVIDED.get(kind)
+
+
+def set_prompter(prompt: Callable[[str], str] | None) -> None:
+    """How to ask for a key's passphrase (a terminal prompt), or None where nobody can answer."""
+    _PROMPTER.clear()
+    if prompt is not None:
+        _PROMPTER.append(prompt)
+
+
+def _password(settings: ConnectSettings) -> str | None:
+    prompted = provided_secret("password")
+    if prompted is not None:
+        return prompted
+    if not settings.password_env:
+        return None
+    value = os.environ.get(settings.password_env)
+    if value is None:
+        raise InputError(
+            f"{settings.name}: password_env names ${settings.password_env}, which is not set"
+        )
+    return value
+
+
+_KEYS: dict[tuple[str, int, int, str | None], paramiko.PKey] = {}
+
+
+def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
+    """paramiko's key loader, once per key file version per run (callers hold the lock).
+
+    An encrypted OpenSSH key costs its bcrypt rounds (~0.1-1 s) on every load: fifty hosts
+    loading it each would serialize that fifty times. The passphrase goes to cryptography as
+    bytes, which is what it wants.
+    """
+    info = path.stat()
+    cache = (str(path), info.st_ino, info.st_mtime_ns, passphrase)
+    key = _KEYS.get(cache)
+    if key is None:
+        secret = passphrase.encode() if passphrase is not None else None
+        key = _KEYS[cache] = paramiko.PKey.from_path(str(path), secret)
+    return key
+
+
+def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> paramiko.PKey | None:
+    """The private key at ``path``, decrypted; None when the file does not exist (as ssh).
+
+    An encrypted key without a passphrase is asked for on the terminal (once per file per
+    run); with no terminal it is one line saying what to do. A wrong passphrase is said as
+    such, rather than as the server's "Bad authentication type" that follows it.
+    """
+    if not path.exists():
+        return None
+    with _SECRETS_LOCK:  # one prompt per key even when many hosts connect at once
+        passphrase = secret if secret is not None else _PASSPHRASES.get(str(path))
+        try:
+            return _from_path(path, passphrase)
+        except (paramiko.PasswordRequiredException, TypeError):
+            # TypeError: cryptography's way of saying an OpenSSH-format key needs a password.
+            if passphrase is not None or not _PROMPTER:
+                raise HostUnreachable(
+                    f"{settings.name}: the key {path} is encrypted and no passphrase was given; "
+                    "run where deploy can prompt for it, set password_env, or load the key "
+                    "into ssh-agent"
+                ) from None
+        except (paramiko.SSHException, ValueError) as exc:
+            if passphrase is None:
+                raise HostUnreachable(
+                    f"{settings.name}: cannot read the private key {path}: not a key file "
+                    "OpenSSH or paramiko can read"
+                ) from exc
+            raise HostUnreachable(
+                f"{settings.name}: wrong passphrase for the key {path}; check password_env "
+                "or the passphrase typed"
+            ) from exc
+        except OSError as exc:
+            raise HostUnreachable(
+                f"{settings.name}: cannot read the private key {path}: {exc.strerror}"
+            ) from exc
+        answer = _PROMPTER[0](f"Passphrase for key {path}")
+        try:
+            key = _from_path(path, answer)
+        except (paramiko.SSHException, ValueError) as exc:
+            raise HostUnreachable(f"{settings.name}: wrong passphrase for the key {path}") from exc
+        _PASSPHRASES[str(path)] = answer
+        return key
+
+
+def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, Any], Attempt]:
+    """paramiko's authentication arguments for ``conn``, and what they try (for messages)."""
+    secret = _password(settings)
+    explicit = [settings.identity_file] if settings.identity_file else []
+    listed = conn.ssh_config.get("identityfile", [])
+    files = [Path(p).expanduser() for p in explicit + list(listed)]
+    only = str(conn.ssh_config.get("identitiesonly", "no")).lower() == "yes"
+    kwargs: dict[str, Any] = {}
+    keys = [k for k in (_load_key(settings, p, secret) for p in files) if k is not None]
+    # paramiko takes one key object; more files go by name, already proven readable.
+    if keys:
+        kwargs["pkey"] = keys[0]
+    rest = [str(p) for p in files[1:] if p.exists()]
+    conn.connect_kwargs.pop("key_filename", None)
+    if rest:
+        kwargs["key_filename"] = rest
+    if secret is not None:
+        kwargs["password"] = secret
+        kwargs["passphrase"] = secret
+    if only:
+        # IdentitiesOnly: offer only the named keys, as ssh does; the agent's and ~/.ssh's
+        # keys could otherwise use up the server's MaxAuthTries first.
+        kwargs["look_for_keys"] = False
+        kwargs["allow_agent"] = False
+    attempt = Attempt(
+        name=settings.name,
+        target=f"{conn.host}:{conn.port or 22}",
+        user=conn.user,
+        timeout=settings.connect_timeout,
+        keys=tuple(str(p) for p in files if p.exists()),
+        password=secret is not None and not files,
+    )
+    return kwargs, attempt

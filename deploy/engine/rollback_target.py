@@ -72,7 +72,7 @@ class RollbackTarget:
                 for h in run.hosts
                 if h.host in touched
                 for s in h.steps
-                if s.kind in SERVICE_STEPS and s.status == "changed"
+                if s.kind in SERVICE_STEPS and s.status in ("ok", "changed")
             }
         )
         unknown = [h.host for h in run.hosts if h.host in touched and h.outcome == "interrupted"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cli.rollback import rollback_question
-from deploy.engine import history
+from deploy.config.inventory import HostSpec
+from deploy.engine import history, rollback_target
 from deploy.engine.results import HostResult, RunResult, StepResult
 from deploy.report.human import render_summary, use_colour
 from deploy.report.text import own, shorten_middle, table_lines
@@ -98,12 +98,17 @@ def test_rollback_question_names_run_playbook_files_and_services(
     run = RunResult("r2", "apply", "kimi-eagle3", "2026-11-30T20:37:00+00:00", hosts=[host])
     run.inventory = str(inventory.resolve())
     history.save(run)
+    hosts = [("gpu-1", HostSpec()), ("gpu-2", HostSpec())]
 
-    question = rollback_question(["gpu-1"], None, inventory)
+    target = rollback_target.choose(None, str(inventory.resolve()), hosts)
+    question = target.describe()
 
-    assert question.startswith("Roll back run r2 (kimi-eagle3, 2026-11-30T20:37:00Z) on gpu-1?")
-    assert "file back:   /srv/kimi_k25.py" in question
-    assert "service:     restart: Restart SGLang with EAGLE-3" in question
-    assert rollback_question(["gpu-1"], None, tmp_path / "other.yaml") == (
-        "Roll back the last run not yet undone on gpu-1?"
-    )
+    assert target.run_id == "r2"
+    assert [name for name, _ in target.hosts] == ["gpu-1"], "only the hosts the run touched"
+    assert question.startswith("Roll back run r2\n")
+    assert "playbook: kimi-eagle3, started 2026-11-30T20:37:00+00:00" in question
+    assert "hosts:    gpu-1\n" in question
+    assert "files:    /srv/kimi_k25.py" in question
+    assert "services: gpu-1: Restart SGLang with EAGLE-3" in question
+    other = rollback_target.choose(None, str((tmp_path / "other.yaml").resolve()), hosts)
+    assert other.run_id is None, "another inventory's runs are never the default"

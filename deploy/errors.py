@@ -109,6 +109,10 @@ class LockHeld(HostNotAttempted):
     """Another run holds ``state_dir/lock`` on this host."""
 
 
+class StateDirUntrusted(HostNotAttempted):
+    """state_dir or a parent can be changed by a user other than root and the login user."""
+
+
 class StepFailed(DeployError):
     """A step could not do, or could not prove, its job; the host gets rolled back."""
 

@@ -22,14 +22,46 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from deploy.errors import HostUnreachable, LockHeld, StepFailed
+from deploy.errors import HostUnreachable, LockHeld, StateDirUntrusted, StepFailed
 from deploy.remote.host import RemoteHost, quote
 from deploy.remote.session import LOOP, Session
 from deploy.remote.shellfile import parse_prefetch, prefetch_end, prefetch_script
 
+#: Before anything in state_dir is read or written: it and every parent (as written and as
+#: resolved) must be owned by root or the login user and not writable by group or others, as
+#: OpenSSH's StrictModes wants of ~/.ssh. A root-owned sticky parent (/tmp) is allowed, since
+#: nobody else can rename or remove what we own in it; state_dir itself gets no such pass.
+#: Missing parts are created 0700 after the check, by us. ``lock`` and ``runs`` must not be
+#: symbolic links (or, for lock, anything but a plain file): opening them never follows one.
+_TRUST = r"""_dI=$(id -u)
+case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
+_dR=$(realpath -m -- "$_dS")
+set --
+for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
+_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null)
+while read -r _du _df _do _dn; do
+  [ -n "$_du" ] || continue
+  if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
+  elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
+  elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
+  else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
+  fi
+  printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
+done <<_dEOF
+$_dL
+_dEOF
+for _dp in runs lock; do
+  _dX=
+  if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"
+  elif [ $_dp = lock ] && [ -e "$_dS/lock" ] && [ ! -f "$_dS/lock" ]; then _dX="is not a plain file"
+  fi
+  [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
+done
+"""
+
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
-mkdir -p "$_dS/runs" || {{ echo "NOSTATE cannot create $_dS/runs"; exit 70; }}
+{trust}mkdir -p "$_dS/runs" || {{ echo "NOSTATE cannot create $_dS/runs"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ echo "NOSTATE cannot open $_dS/lock"; exit 72; }}
 if flock -n 9; then
@@ -133,12 +165,14 @@ def acquire(
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
+        StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
     nonce = secrets.token_hex(16)
     script = _SCRIPT.format(
         state=quote(state_dir),
+        trust=_TRUST,
         holder=quote(json.dumps(holder, sort_keys=True)),
         prefetch=prefetch_script(paths, nonce) if paths else "",
         loop=LOOP,
@@ -181,6 +215,11 @@ def acquire(
     if first.startswith("BUSY"):
         holder_info = _holder_text(first.partition("\t")[2])
         raise LockHeld(f"{remote.name}: locked by {describe_holder(holder_info)}; nothing was done")
+    if first.startswith("UNTRUSTED"):
+        _, path, why = [*first.split("\t"), "", ""][:3]
+        raise StateDirUntrusted(
+            f"{remote.name}: state_dir untrusted: {path} {why}; nothing was read or done there"
+        )
     if first.startswith("NOFLOCK"):
         raise StepFailed(f"{remote.name}: flock(1) is not installed on the host (util-linux)")
     if first.startswith("NOSTATE"):

@@ -34,6 +34,7 @@ from deploy.cli_common import (
 from deploy.cli_records import history, show, status
 from deploy.cli_tools import demo, schedule, schema_command, validate
 from deploy.errors import DeployError, InputError
+from deploy.masking import mask_terminal
 
 __all__ = [
     "CONTEXT",
@@ -75,6 +76,7 @@ def main() -> None:
     """
     # Start-up is imports and validation: no garbage worth collecting (see `startup_done`).
     gc.disable()
+    mask_terminal()  # secrets are *** in everything printed (deploy.masking)
 
 
 @main.command(context_settings=CONTEXT)

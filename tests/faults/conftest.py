@@ -35,6 +35,7 @@ from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
 from deploy.sandbox.proxy import CuttingProxy
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
+from tests.faults.attacker import arena, attacker  # noqa: F401 - the attacker suite's fixtures
 from tests.integration.conftest import Deploy
 
 REPO = Path(__file__).resolve().parents[2]

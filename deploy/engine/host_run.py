@@ -307,7 +307,18 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
                     "nothing changed in this run: no copy needed",
                 )
     result.outcome = "changed" if ctx.changed else "unchanged"
-    journal.finish("end", "ok", manifest=_manifest(journal.events))
+    try:
+        # The commit point: the run's one wait for writes and records sent without waiting
+        # (deploy.remote.hostfiles). A write that failed on the host surfaces here at the
+        # latest (the host then skipped the end record and the manifest too), and fails the
+        # last step that changed something: the host is rolled back.
+        journal.finish("end", "ok", manifest=_manifest(journal.events))
+    except DeployError as exc:
+        changed = [done for done in result.steps if done.status == "changed"]
+        failed = changed[-1] if changed else result.steps[-1]
+        failed.status, failed.summary = "failed", str(exc)
+        result.changed_files.clear()
+        _fail(remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress)
 
 
 def _fail(

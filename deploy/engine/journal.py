@@ -27,8 +27,6 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-import paramiko
-
 from deploy.errors import StepFailed
 from deploy.remote.host import RemoteHost, sha256
 
@@ -62,31 +60,37 @@ class Journal:
         self.run_id = run_id
         self.meta = meta
         self.dir = run_dir(state_dir, run_id)
-        self._handle: paramiko.SFTPFile | None = None
+        self._started = False
         self._saved: set[str] = set()
         self.events: list[dict[str, Any]] = []
 
     @property
     def started(self) -> bool:
-        return self._handle is not None
+        return self._started
+
+    @property
+    def path(self) -> str:
+        return f"{self.dir}/journal.jsonl"
 
     def start(self) -> None:
-        """Create the run directory and write the ``begin`` line (idempotent)."""
-        if self._handle is not None:
+        """Create the run directory and write the ``begin`` line (idempotent).
+
+        Sent without waiting, like every record: the host's helper serves them in order.
+        """
+        if self._started:
             return
         self.remote.mkdir(self.dir)
         self.remote.mkdir(f"{self.dir}/files")
-        self._handle = self.remote.open_append(f"{self.dir}/journal.jsonl")
+        self._started = True
         self.write({"event": "begin", **self.meta})
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one line; fsync it (and so every line before it) unless it is in `_LAZY`."""
         self.start()
-        assert self._handle is not None
         line = {"ts": now_iso(), **event}
         self.events.append(line)
-        self.remote.append(
-            self._handle,
+        self.remote.append_file(
+            self.path,
             (json.dumps(line, sort_keys=True) + "\n").encode(),
             durable=event.get("event") not in _LAZY,
         )
@@ -103,26 +107,29 @@ class Journal:
     def finish(
         self, event: str, outcome: str, manifest: list[dict[str, Any]] | None = None
     ) -> None:
-        """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json."""
-        if self._handle is None:
+        """Write the final line (``end`` or ``rollback_end``) and, if given, manifest.json;
+        then wait for every answer: the run's commit point (its one wait for the writes).
+
+        Raises:
+            StepFailed: a record, saved copy or write sent earlier failed on the host.
+        """
+        if not self._started:
             return
         if manifest is not None:
             body = json.dumps({"run_id": self.run_id, "files": manifest}, indent=2, sort_keys=True)
             self.remote.write_atomic(f"{self.dir}/manifest.json", body.encode() + b"\n", mode=0o600)
         self.write({"event": event, "outcome": outcome})
         self.close()
+        self.remote.flush()
 
     def close(self) -> None:
-        if self._handle is not None:
-            with contextlib.suppress(Exception):
-                self._handle.close()
-            self._handle = None
+        """Nothing to release: the host's helper keeps the journal open until the run ends."""
 
 
 def attach(remote: RemoteHost, state_dir: str, run_id: str) -> Journal:
     """A `Journal` that appends to an existing run (rollback of an earlier run)."""
     journal = Journal(remote, state_dir, run_id, {})
-    journal._handle = remote.open_append(f"{journal.dir}/journal.jsonl")
+    journal._started = True
     return journal
 
 

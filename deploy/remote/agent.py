@@ -1,6 +1,8 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as the program text of ``python3 - OP JSON`` over one SSH exec, so that finding the
+Sent as the program text of ``python3 -c SOURCE OP``, its arguments as JSON on stdin (never
+on the command line: no size limit from argv, and nothing readable in /proc/PID/cmdline by
+other users), over one command in the run's session, so that finding the
 listener on a port, stopping a process group with its orphans, or starting a detached server
 costs one round trip instead of a dozen shell commands, and behaves the same on every Linux
 host (it reads ``/proc``; no ``ss``, ``lsof`` or ``pgrep`` needed). Standard library only, and
@@ -278,8 +280,8 @@ def start(args):
 
 
 def main():
-    operation, raw = sys.argv[1], sys.argv[2]
-    args = json.loads(raw)
+    operation = sys.argv[1]
+    args = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     result = {"probe": probe, "stop": stop, "start": start}[operation](args)
     sys.stdout.write(json.dumps(result))
 

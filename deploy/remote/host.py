@@ -27,7 +27,7 @@ import paramiko
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.connect import ConnectSettings, open_connection
 from deploy.remote.hostfiles import HostFiles
-from deploy.remote.session import Session, SessionLost
+from deploy.remote.session import CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 
 log = logging.getLogger("deploy.remote")
@@ -49,8 +49,10 @@ class RemoteHost(HostFiles):
         self.session: Session | None = None
         #: Counts of round trips by kind, for the performance budget (docs/performance.md):
         #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
-        self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0}
-        self.prefetched: dict[str, tuple[FileStat, bytes | None]] = {}  # see HostFiles
+        #: ``call``: a request to the host's file helper (sent without waiting); ``wait``: a
+        #: time the client blocked for an answer — the round trips a real network charges.
+        self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
+        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -166,14 +168,16 @@ class RemoteHost(HostFiles):
         log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
         try:
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
-        except SessionLost as exc:
-            raise self._lost(exc, f"running {command[:60]!r}") from exc
+        except (CallFailed, NoHelper, SessionLost) as exc:
+            # CallFailed: a write sent earlier failed; the command was not run.
+            raise self._helper("running", command[:60], exc) from exc
 
     def _run_on_exec(
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
         began = time.monotonic()
         channel = self.start(command)
+        self.ops["wait"] += 1
         out: list[bytes] = []
         err: list[bytes] = []
         timed_out = False

@@ -5,24 +5,54 @@ files live in two modules. `RemoteHost` provides the connection it needs: the SF
 the lock's shell (`deploy.remote.session`) and the liveness check that tells a full disk from
 a lost connection (`_translate`).
 
-Cost model (docs/performance.md): files are read through the lock's shell (or come with the
-lock's own exec: ``prefetch``), so a run that only reads opens no SFTP; writes, renames and
-the journal go over SFTP, which is served without a shell where sshd runs ``internal-sftp``.
+While the lock is held (every run), files are read and written by the host-side helper
+(`deploy.remote.fileagent`, started once per run in the lock's shell) through file
+descriptors: no check by path followed by a change by path, which another user who can write
+in the directory could redirect with a symlink (issue 14). Writes, saved copies and journal
+records are sent without waiting (the helper serves them in order, so an intent is fsynced
+before the change it announces); the run waits for their answers once, at `flush` — at commit,
+or with the next command (`deploy.remote.session`). Without the lock (tools that only look),
+the same calls fall back to SFTP.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import secrets
 import stat as statmod
 from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
 
 import paramiko
 
 from deploy.errors import HostUnreachable, StepFailed
-from deploy.remote.session import Session
+from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
-from deploy.remote.shellfile import fetch_command, parse_fetch
+
+#: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
+HELPER_SOURCE = (Path(__file__).resolve().parent / "fileagent.py").read_text()
+
+
+def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
+    """(lstat, content) from a helper ``read`` answer: None status when missing, None content
+    unless a regular file (a symlink is described, never followed)."""
+    answer = call.answer or {}
+    if answer.get("missing"):
+        return None, None
+    raw = answer["stat"]
+    info = FileStat(
+        path=path,
+        mode=int(raw["mode"]),
+        uid=int(raw["uid"]),
+        gid=int(raw["gid"]),
+        size=int(raw["size"]),
+        mtime=float(raw["mtime"]),
+        nlink=int(raw.get("nlink", 1)),
+        xattrs=dict(answer.get("xattrs") or {}),
+    )
+    return info, call.payload if answer.get("content") else None
 
 
 class HostFiles(ABC):
@@ -34,7 +64,7 @@ class HostFiles(ABC):
     session: Session | None
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
-    prefetched: dict[str, tuple[FileStat, bytes | None]]
+    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
 
     @property
     @abstractmethod
@@ -82,38 +112,91 @@ class HostFiles(ABC):
             raise self._translate(exc, "reading the status of", path) from exc
         return file_stat(path, attrs)
 
-    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
-        """lstat ``path`` and, if it is a regular file, read it (see `shellfile.parse_fetch`).
+    def _helper(self, doing: str, path: str, exc: Exception) -> Exception:
+        """The error for a helper request that failed (or the session that was lost)."""
+        if isinstance(exc, SessionLost):
+            return self._lost(exc, f"{doing} {path}")
+        if isinstance(exc, NoHelper):
+            return StepFailed(f"{self.name}: {exc}")
+        assert isinstance(exc, CallFailed)
+        answer = exc.call.answer or {}
+        where = str(exc.call.args.get("path", path))
+        if answer.get("refused"):
+            return StepFailed(f"{self.name}: {answer.get('error')}")
+        if answer.get("errno") == "EACCES":
+            return StepFailed(f"{self.name}: permission denied {doing} {where}")
+        verb = {"write": "writing", "append": "appending to", "mkdir": "creating"}.get(
+            str(exc.call.args.get("op")), doing
+        )
+        return StepFailed(f"{self.name}: failed {verb} {where}: {answer.get('error')}")
 
-        While the lock is held this is one command in the lock's shell, so a run that only
-        reads never opens SFTP (`deploy.remote.shellfile` says why that matters); otherwise,
-        or where the host's shell cannot answer, an SFTP lstat and read. A file the lock's
-        exec prefetched is answered from that, once, without a round trip.
+    def _call(self, args: dict[str, Any], payload: bytes = b"", *, wait: bool, doing: str) -> Call:
+        """Send one request to the helper; with ``wait``, collect it (and all before it)."""
+        assert self.session is not None
+        path = str(args.get("path", ""))
+        try:
+            call = self.session.call(args, payload)
+            if wait:
+                self.session.wait()
+        except (CallFailed, NoHelper, SessionLost) as exc:
+            raise self._helper(doing, path, exc) from exc
+        return call
+
+    def flush(self) -> None:
+        """Wait once for every request sent without waiting; raise the first failure.
+
+        Raises:
+            StepFailed: a write, saved copy or record failed (those after it were skipped).
+            HostUnreachable: the connection was lost.
         """
-        early = self.prefetched.pop(path, None)
-        if early is not None:
-            return early
+        if self.session is None or not self.session.pending:
+            return
+        try:
+            self.session.wait()
+        except (CallFailed, NoHelper, SessionLost) as exc:
+            raise self._helper("writing", "", exc) from exc
+
+    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
+        """lstat ``path`` and, if it is a regular file, read it — never through a symlink.
+
+        While the lock is held this is one request to the host's helper, which opens the file
+        ``O_NOFOLLOW`` and takes the status and the bytes from that one fd; otherwise an SFTP
+        lstat and read. A file the lock's exec prefetched is answered from that, once,
+        without a round trip.
+        """
+        if path in self.prefetched:
+            return self.prefetched.pop(path)
         if self.session is not None:
-            # No timeout, as an SFTP read has none: timeout(1) would cost two process starts.
-            status, out, err, _ = self._run_in_session(fetch_command(path), None, None)
-            answer = parse_fetch(self.name, path, status, out, err)
-            if answer is not None:
-                return answer
+            call = self._call({"op": "read", "path": path}, wait=True, doing="reading")
+            return fetch_answer(path, call)
         info = self.stat(path)
         if info is None or not info.is_file:
             return info, None
         try:
-            return info, self.read(path)
+            return info, self._sftp_read(path)
         except FileNotFoundError:
             return info, None
 
     def read(self, path: str) -> bytes:
-        """The whole content of ``path`` (one open, pipelined reads, close).
+        """The whole content of ``path``: through the helper (``O_NOFOLLOW``), else SFTP.
 
         Raises:
             FileNotFoundError: it does not exist (callers turn this into their own message).
-            StepFailed: permission denied or another filesystem error.
+            StepFailed: permission denied, not a regular file (a symlink is not followed), or
+                another filesystem error.
         """
+        if self.session is None:
+            return self._sftp_read(path)
+        self.prefetched.pop(path, None)
+        info, content = self.fetch(path)
+        if info is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        if content is None:
+            kind = "a symlink" if info.is_symlink else "not a regular file"
+            raise StepFailed(f"{self.name}: {path} is {kind}; not read")
+        return content
+
+    def _sftp_read(self, path: str) -> bytes:
         self.ops["sftp"] += 3
         try:
             with self.sftp.open(path, "rb") as handle:
@@ -133,16 +216,52 @@ class HostFiles(ABC):
         mode: int | None = None,
         uid: int | None = None,
         gid: int | None = None,
-    ) -> FileStat | None:
+        xattrs: dict[str, str] | None = None,
+        expect_sha256: str | None = None,
+        unsafe_dir: bool = False,
+        hardlinks: str = "refuse",
+        wait: bool = False,
+    ) -> None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
-        Writes a temp file in the same directory, fsyncs it (fsync@openssh.com), checks that
-        every byte landed, gives it the mode and owner, then renames it over the target
-        (posix-rename@openssh.com). Returns the new file's stat when an owner was given (that
-        path stats the temp file anyway), else None. On any failure (a full disk included)
-        the temp file is removed and the target is untouched.
+        Through the helper (`deploy.remote.fileagent.write`): an ``O_EXCL`` temp file in the
+        target's directory, then owner, mode and xattrs — those given (undo: what the journal
+        recorded), else the current target's (kept, setuid and capabilities included) — then
+        fsync, rename and the directory's fsync. ``expect_sha256``: refuse when the target no
+        longer holds what was read (a lost update otherwise). A directory others can write in
+        and a hard-linked target are refused unless ``unsafe_dir`` / ``hardlinks="allow"``.
+
+        Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
+        command), and nothing sent after it happens on the host.
         """
         self.prefetched.pop(path, None)
+        if self.session is None:
+            self._sftp_write_atomic(path, data, mode=mode, uid=uid, gid=gid)
+            return
+        args: dict[str, Any] = {"op": "write", "path": path}
+        if mode is not None:
+            meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
+            if xattrs is not None:
+                meta["xattrs"] = xattrs
+            args["meta"] = meta
+        if expect_sha256:
+            args["expect_sha256"] = expect_sha256
+        if unsafe_dir:
+            args["unsafe_dir"] = True
+        if hardlinks != "refuse":
+            args["hardlinks"] = hardlinks
+        self._call(args, data, wait=wait, doing="writing")
+
+    def _sftp_write_atomic(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> None:
+        """The same over SFTP, without the lock (temp file, fsync, owner then mode, rename)."""
         directory, _, base = path.rpartition("/")
         tmp = f"{directory}/{temp_prefix(base)}{secrets.token_hex(4)}.tmp"
         sftp = self.sftp
@@ -154,23 +273,21 @@ class HostFiles(ABC):
                 handle.flush()
                 raise_write_error(sftp, handle)
                 fsync(sftp, handle)
+            current = sftp.stat(tmp)
+            self.ops["sftp"] += 1
+            if current.st_size != len(data):
+                raise OSError(f"wrote {current.st_size} of {len(data)} bytes (disk full?)")
+            if (
+                uid is not None
+                and gid is not None
+                and (current.st_uid, current.st_gid) != (uid, gid)
+            ):
+                sftp.chown(tmp, uid, gid)
+                self.ops["sftp"] += 1
             if mode is not None:
                 sftp.chmod(tmp, statmod.S_IMODE(mode))
                 self.ops["sftp"] += 1
-            done: FileStat | None = None
-            if uid is not None and gid is not None:
-                # One stat serves three ends: the owner check, a size check behind
-                # `raise_write_error`, and the caller's new stat of the target (rename keeps it).
-                current = sftp.stat(tmp)
-                self.ops["sftp"] += 1
-                if current.st_size != len(data):
-                    raise OSError(f"wrote {current.st_size} of {len(data)} bytes (disk full?)")
-                if (current.st_uid, current.st_gid) != (uid, gid):
-                    sftp.chown(tmp, uid, gid)
-                    self.ops["sftp"] += 1
-                done = file_stat(path, current)
             sftp.posix_rename(tmp, path)
-            return done
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 sftp.remove(tmp)
@@ -186,6 +303,9 @@ class HostFiles(ABC):
         where a loader that globs the directory may pick it up. Undo calls this: the host's
         lock is held, so no other run of ours can be writing there. Returns the names removed.
         """
+        if self.session is not None:
+            call = self._call({"op": "remove_temps", "path": path}, wait=True, doing="cleaning")
+            return [str(name) for name in (call.answer or {}).get("removed", [])]
         directory, _, base = path.rpartition("/")
         prefix = temp_prefix(base)
         removed = []
@@ -203,7 +323,11 @@ class HostFiles(ABC):
         return removed
 
     def remove(self, path: str) -> None:
+        """Unlink ``path`` (a missing one is fine); waits for the answer."""
         self.prefetched.pop(path, None)
+        if self.session is not None:
+            self._call({"op": "remove", "path": path}, wait=True, doing="removing")
+            return
         self.ops["sftp"] += 1
         with contextlib.suppress(FileNotFoundError):
             self.sftp.remove(path)
@@ -228,8 +352,32 @@ class HostFiles(ABC):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "appending to", "the journal") from exc
 
+    def append_file(self, path: str, data: bytes, *, durable: bool) -> None:
+        """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
+
+        Sent without waiting: the helper appends (and fsyncs) before it serves the request
+        that follows, so a durable intent precedes its change on the host's disk whatever the
+        client does next. Without the lock: SFTP open, write (fsync), close.
+        """
+        if self.session is not None:
+            args = {"op": "append", "path": path, "durable": durable}
+            self._call(args, data, wait=False, doing="appending to")
+            return
+        handle = self.open_append(path)
+        try:
+            self.append(handle, data, durable=durable)
+        finally:
+            with contextlib.suppress(Exception):
+                handle.close()
+
     def mkdir(self, path: str, mode: int = 0o700) -> None:
-        """Create one directory level (its parent must exist); an existing one is fine."""
+        """Create one directory level (its parent must exist); an existing one is fine.
+
+        Sent without waiting while the lock is held (a failure surfaces at `flush`).
+        """
+        if self.session is not None:
+            self._call({"op": "mkdir", "path": path, "mode": mode}, wait=False, doing="creating")
+            return
         self.ops["sftp"] += 1
         try:
             self.sftp.mkdir(path, mode)

@@ -13,19 +13,21 @@ ends); the holder's description stays in the file for the next run to report.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import secrets
 import select
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import paramiko
 
 from deploy.errors import HostUnreachable, LockHeld, StateDirUntrusted, StepFailed
 from deploy.remote.host import RemoteHost, quote
-from deploy.remote.session import LOOP, Session
-from deploy.remote.shellfile import parse_prefetch, prefetch_end, prefetch_script
+from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
+from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.sftpfile import FileStat
 
 #: Before anything in state_dir is read or written: it and every parent (as written and as
 #: resolved) must be owned by root or the login user and not writable by group or others, as
@@ -61,6 +63,7 @@ done
 
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
+_dA={agent}
 {trust}mkdir -p "$_dS/runs" || {{ echo "NOSTATE cannot create $_dS/runs"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ echo "NOSTATE cannot open $_dS/lock"; exit 72; }}
@@ -71,7 +74,7 @@ if flock -n 9; then
   set -- "$_dS"/runs/*/journal.jsonl
   [ -f "$1" ] && tail -v -n 1 -- "$@"
   echo READY
-{prefetch}{loop}else
+{loop}else
   printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
   exit 75
 fi
@@ -104,10 +107,17 @@ class HostLock:
 
     def release(self) -> None:
         """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
-        if self.remote.session is not None and self.remote.session.channel is self.channel:
+        session = self.remote.session
+        if session is not None and session.channel is self.channel:
             self.remote.session = None
+        else:
+            session = None
         self.remote.prefetched.clear()
         try:
+            if session is not None and session.pending and not session.broken:
+                # Normally nothing is left: a run waits for its answers at commit.
+                with contextlib.suppress(CallFailed, NoHelper, SessionLost):
+                    session.wait(timeout=30)
             self.channel.shutdown_write()
             self.channel.status_event.wait(5)  # set by paramiko when the exit status arrives
         except (paramiko.SSHException, OSError, EOFError):
@@ -169,20 +179,29 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
-    nonce = secrets.token_hex(16)
     script = _SCRIPT.format(
         state=quote(state_dir),
         trust=_TRUST,
+        agent=quote(HELPER_SOURCE),
         holder=quote(json.dumps(holder, sort_keys=True)),
-        prefetch=prefetch_script(paths, nonce) if paths else "",
         loop=LOOP,
     )
     channel = remote.start(script)
-    buffer = bytearray()  # amortized appends: a prefetched file may be large
-    deadline = time.monotonic() + timeout
-    end = prefetch_end(nonce) if paths else b""
+    session = Session(channel, remote.ops)
+    remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
     try:
-        while not _answered(buffer, end):
+        # Sent before the answer: the shell reads them once it holds the lock and serves its
+        # loop (a busy lock discards them unread), so reading costs no round trip of its own.
+        calls = [session.call({"op": "read", "path": path}) for path in paths]
+    except SessionLost as exc:
+        channel.close()
+        raise HostUnreachable(
+            f"{remote.name}: connection lost while taking the lock: {exc}"
+        ) from exc
+    buffer = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while b"\nREADY\n" not in buffer:
             if channel.recv_ready():
                 buffer += channel.recv(65536)
                 deadline = time.monotonic() + timeout  # silence is what times out
@@ -201,15 +220,16 @@ def acquire(
         raise HostUnreachable(
             f"{remote.name}: connection lost while taking the lock: {exc}"
         ) from exc
-    head, ready, files = buffer.partition(b"READY\n")
+    head, ready, rest = buffer.partition(b"\nREADY\n")
     text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
     first = lines[0] if lines else ""
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _last_lines(lines[1:])
-        remote.session = Session(channel)
-        remote.prefetched = parse_prefetch(paths, bytes(files), nonce) if paths else {}
+        session.feed(bytes(rest))
+        remote.session = session
+        remote.prefetched = _prefetched(remote, session, paths, calls, timeout)
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()
     if first.startswith("BUSY"):
@@ -229,15 +249,32 @@ def acquire(
     )
 
 
-def _answered(buffer: bytearray, end: bytes) -> bool:
-    """The lock script's answer is complete: READY, then the prefetched files' end marker.
+def _prefetched(
+    remote: RemoteHost,
+    session: Session,
+    paths: list[str],
+    calls: list[Any],
+    timeout: float,
+) -> dict[str, tuple[FileStat | None, bytes | None]]:
+    """The prefetched files' answers (already on their way: no round trip of their own).
 
-    Journal lines are JSON objects, so none is ``READY`` alone; file bytes come after READY
-    and are framed by the run's nonce (see `deploy.remote.shellfile`).
+    A file the helper could not read is left out; its step's own read words the error.
+
+    Raises:
+        HostUnreachable: the connection was lost.
+        StepFailed: the host has no python3 for the file helper.
     """
-    if end and not buffer.endswith(end):
-        return False
-    return b"READY\n" in buffer
+    try:
+        session.collect(timeout)
+    except CallFailed:
+        pass
+    except NoHelper as exc:
+        raise StepFailed(f"{remote.name}: {exc}") from exc
+    except SessionLost as exc:
+        raise HostUnreachable(f"{remote.name}: connection lost while reading files: {exc}") from exc
+    return {
+        path: fetch_answer(path, call) for path, call in zip(paths, calls, strict=True) if call.ok
+    }
 
 
 def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:

@@ -24,8 +24,12 @@ framing can no longer be trusted.
 
 from __future__ import annotations
 
+import json
 import select
 import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
 
 import paramiko
 
@@ -39,15 +43,32 @@ import paramiko
 #: ``rm`` only when there are scratch files (the glob is the shell's own).
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
+_dK=; _dF=; _dY=
+for _dY in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3 2>/dev/null)"; do
+  [ -x "$_dY" ] && break; _dY=
+done
+if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
+  exec 6<&0
+  "$_dY" -I -S -c "$_dA" 3 4 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
+  rm -f -- "$_dS/.helper.go" "$_dS/.helper.ack"; _dK=1
+fi
 while read -r _dv _dc _di _dt; do
+  if [ "$_dv" = CALL ]; then
+    if [ -z "$_dK" ]; then head -c $((_dc + _di)) >/dev/null; printf 'NOHELPER\n'; continue; fi
+    printf '%s %s\n' "$_dc" "$_di" >&7; read -r _dk <&8 || break
+    [ "$_dk" = 0 ] || _dF=1; continue
+  fi
+  if [ "$_dv" = CLEAR ]; then _dF=; [ -n "$_dK" ] && echo CLEAR >&7; continue; fi
   [ "$_dv" = RUN ] || break
   _dx=$(head -c "$_dc"; echo .); _dx=${_dx%.}
   _dn=$((_dn + 1)); _dI="$_dS/.session.$_dn.in"; _dO="$_dS/.session.$_dn.out"; _dE="$_dS/.session.$_dn.err"
   if [ "$_di" -gt 0 ]; then head -c "$_di" >"$_dI"; else : >"$_dI"; fi
+  if [ -n "$_dF" ]; then printf 'SKIP\n'; continue; fi
   if [ "$_dt" != 0 ] && [ -n "$_dT" ]; then
-    ( umask "$_dU"; exec timeout -k 5 "$_dt" "${SHELL:-/bin/sh}" -c "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 9>&-
+    ( umask "$_dU"; exec timeout -k 5 "$_dt" "${SHELL:-/bin/sh}" -c "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 7>&- 8>&- 9>&-
   else
-    ( umask "$_dU"; eval "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 9>&-
+    ( umask "$_dU"; eval "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 7>&- 8>&- 9>&-
   fi
   _dr=$?
   _do=0; [ -s "$_dO" ] && _do=$(wc -c <"$_dO")
@@ -66,23 +87,156 @@ class SessionLost(Exception):
     """The loop stopped answering or answered out of frame; the channel cannot be reused."""
 
 
+class CallFailed(Exception):
+    """A helper request failed on the host (refused, or an OS error); the session goes on."""
+
+    def __init__(self, call: Call) -> None:
+        super().__init__(call.error)
+        self.call = call
+
+
+class NoHelper(Exception):
+    """The host has no python3 to run the file helper (`deploy.remote.fileagent`)."""
+
+
+@dataclass
+class Call:
+    """One request to the host's file helper, answered later (`Session.wait`)."""
+
+    args: dict[str, Any]
+    answer: dict[str, Any] | None = None
+    payload: bytes = b""
+
+    @property
+    def done(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.answer and self.answer.get("ok"))
+
+    @property
+    def skipped(self) -> bool:
+        return bool(self.answer and self.answer.get("skipped"))
+
+    @property
+    def error(self) -> str:
+        answer = self.answer or {}
+        text = str(answer.get("error") or "no answer")
+        where = answer.get("file")
+        if where and where not in text and not answer.get("refused"):
+            text += f": {where}"
+        return text
+
+
 class Session:
     """The client side of `LOOP`, on the channel that holds the host's lock.
 
-    Not thread-safe, like `RemoteHost`: one command at a time, each answered before the next.
+    Not thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
+    answered in order; `wait` collects every answer due in one round trip, and a command
+    (`run`) collects them with its own. After a failed request the host skips every later
+    request and command until the client has seen the failure (`wait` sends ``CLEAR``): what
+    was sent after a failed write — its ``done`` record, a restart — never happens.
     """
 
-    def __init__(self, channel: paramiko.Channel) -> None:
+    def __init__(self, channel: paramiko.Channel, ops: dict[str, int] | None = None) -> None:
         self.channel = channel
         self._buffer = b""
         self.broken = False
+        #: Round trips by kind; ``wait``: times the client blocked for answers.
+        self.ops = ops if ops is not None else {}
+        self._pending: deque[Call] = deque()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
+        """Send one request to the host's file helper; do not wait for its answer."""
+        if self.broken:
+            raise SessionLost("the session was lost earlier in this run")
+        head = json.dumps(args, sort_keys=True).encode()
+        call = Call(args)
+        try:
+            self.channel.sendall(b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._pending.append(call)
+        self.ops["call"] = self.ops.get("call", 0) + 1
+        return call
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Collect every outstanding answer (one round trip; none if nothing is outstanding).
+
+        Raises:
+            CallFailed: the first request that failed (later ones were skipped on the host).
+            NoHelper: the host could not start the helper.
+            SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
+        """
+        if not self._pending:
+            return
+        self.ops["wait"] = self.ops.get("wait", 0) + 1
+        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
+        self._collect(deadline)
+
+    def feed(self, data: bytes) -> None:
+        """Bytes already read off the channel (after the lock's own answer) that are ours."""
+        self._buffer = data + self._buffer
+
+    def collect(self, timeout: float | None = None) -> None:
+        """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
+        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
+        self._collect(deadline)
+
+    def _collect(self, deadline: float | None) -> None:
+        failed: Call | None = None
+        missing = False
+        try:
+            while self._pending:
+                call = self._pending.popleft()
+                header = self._read_line(deadline)
+                if header == b"NOHELPER":
+                    call.answer = {"ok": False, "error": "no python3 on the host"}
+                    missing = True
+                    continue
+                parts = header.split()
+                if len(parts) != 3 or parts[0] != b"ANS":
+                    raise SessionLost(f"unexpected answer {header[:80]!r}")
+                head = self._read_exactly(int(parts[1]), deadline)
+                call.payload = self._read_exactly(int(parts[2]), deadline)
+                call.answer = json.loads(head)
+                if not call.ok and failed is None and not call.skipped:
+                    failed = call
+        except SessionLost:
+            self.broken = True
+            raise
+        except (paramiko.SSHException, OSError, EOFError, ValueError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        if missing:
+            raise NoHelper("python3 is needed on the host for deploy's file operations")
+        if failed is not None:
+            self._clear()
+            raise CallFailed(failed)
+
+    def _clear(self) -> None:
+        """Tell the host the failure was seen: it serves requests and commands again."""
+        try:
+            self.channel.sendall(b"CLEAR 0 0 0\n")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
 
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None
     ) -> tuple[int, bytes, bytes, bool]:
         """Run ``command``; return (exit status, stdout, stderr, timed out).
 
+        Outstanding helper answers are collected in the same round trip, first.
+
         Raises:
+            CallFailed: an earlier request failed; the command was not run.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
         """
         if self.broken:
@@ -90,12 +244,28 @@ class Session:
         code = command.encode()
         seconds = 0 if timeout is None else max(1, round(timeout))
         began = time.monotonic()
+        self.ops["wait"] = self.ops.get("wait", 0) + 1
         try:
             self.channel.sendall(
                 b"RUN %d %d %d\n" % (len(code), len(stdin), seconds) + code + stdin
             )
-            deadline = None if timeout is None else began + seconds + GRACE
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        deadline = None if timeout is None else began + seconds + GRACE
+        earlier: CallFailed | NoHelper | None = None
+        try:
+            self._collect(deadline)
+        except (CallFailed, NoHelper) as exc:
+            earlier = exc
+        try:
             header = self._read_line(deadline)
+            if header == b"SKIP":
+                if earlier is None:
+                    raise SessionLost("the host skipped a command after no failure")
+                raise earlier
+            if earlier is not None:  # the failure came after CLEAR's race: cannot happen
+                raise earlier
             parts = header.split()
             if len(parts) != 4 or parts[0] != b"DONE":
                 raise SessionLost(f"unexpected answer {header[:80]!r}")

@@ -8,7 +8,7 @@ on these) because each is a workaround with its own reason, documented where it 
 from __future__ import annotations
 
 import stat as statmod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import paramiko
@@ -24,6 +24,10 @@ class FileStat:
     gid: int
     size: int
     mtime: float
+    nlink: int = 1
+    #: Extended attributes (values base64): POSIX ACLs and capabilities are among them.
+    #: Known when the host's helper read the file; empty over SFTP.
+    xattrs: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def is_symlink(self) -> bool:

@@ -10,7 +10,7 @@ content is no longer what we wrote.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deploy.edits.text import unified_diff
@@ -66,8 +66,23 @@ def before_change(ctx: StepContext) -> None:
         save_original(ctx, read_file(ctx, ctx.pending_backups.pop(0)))
 
 
-def write_file(ctx: StepContext, path: str, content: bytes) -> None:
-    """Change a file on the host: back up, journal the intent, write atomically, journal done."""
+def write_file(
+    ctx: StepContext,
+    path: str,
+    content: bytes,
+    *,
+    unsafe_dir: bool = False,
+    hardlinks: str = "refuse",
+) -> None:
+    """Change a file on the host: back up, journal the intent, write atomically, journal done.
+
+    All four are sent to the host's helper without waiting, in that order, which the helper
+    keeps: the saved copy and the intent are fsynced before the write starts. The write itself
+    is a compare-and-swap — refused unless the file still holds what this run read, checked on
+    the fd the helper opened — so nobody's change made since the read is lost. A failure
+    surfaces at the run's next wait (`RemoteHost.flush`, or a command), and nothing sent after
+    it (the ``done`` record, a restart) happens.
+    """
     state = read_file(ctx, path)
     if content == state.content:
         return
@@ -76,7 +91,6 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
         return
     before_change(ctx)
     backup = save_original(ctx, state)
-    _unchanged_since_read(ctx, state)
     record: dict[str, Any] = {
         "event": "intent",
         "op": "write",
@@ -88,39 +102,22 @@ def write_file(ctx: StepContext, path: str, content: bytes) -> None:
         "mode": state.stat.permissions,
         "uid": state.stat.uid,
         "gid": state.stat.gid,
+        # What undo restores besides the bytes: POSIX ACLs and capabilities are xattrs.
+        "xattrs": state.stat.xattrs,
         "size": len(content),
     }
     ctx.journal.write(record)
     ctx.changed = True
-    written = ctx.remote.write_atomic(
-        path, content, mode=state.stat.permissions, uid=state.stat.uid, gid=state.stat.gid
+    ctx.remote.write_atomic(
+        path,
+        content,
+        expect_sha256=sha256(state.content),
+        unsafe_dir=unsafe_dir,
+        hardlinks=hardlinks,
     )
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
     state.content = content
-    if written is not None:
-        state.stat = written
-
-
-def _unchanged_since_read(ctx: StepContext, state: FileState) -> None:
-    """Refuse to write if someone changed the file since we read it (a lost update otherwise).
-
-    The content itself is compared, not size and mtime: SFTP's mtime has whole-second
-    resolution, and ``rsync -t``, ``cp -p`` or an editor can change a file while keeping
-    both. Done as late as possible — after the saved copy, right before the intent —
-    so the window left is only our own write (SFTP has no compare-and-swap).
-
-    Raises:
-        StepFailed: the file changed or disappeared; nothing was written.
-    """
-    path = state.path
-    try:
-        same = ctx.remote.read(path) == state.content
-    except FileNotFoundError:
-        same = False
-    if not same:
-        raise StepFailed(
-            f"{ctx.host}: {path} changed on the host while we were editing it; not written"
-        )
+    state.stat = replace(state.stat, size=len(content))
 
 
 class EditStep(Step):
@@ -150,7 +147,13 @@ class EditStep(Step):
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         for change in planned.changes:
-            write_file(ctx, change.path, change.after)
+            write_file(
+                ctx,
+                change.path,
+                change.after,
+                unsafe_dir=bool(getattr(self.args, "unsafe_dir", False)),
+                hardlinks=str(getattr(self.args, "hardlinks", "refuse")),
+            )
 
 
 # --- undo --------------------------------------------------------------------------------------
@@ -244,12 +247,18 @@ def undo_write(
     if not force:
         _refuse_foreign(remote, record, current_sha, written)
     try:
+        xattrs = record.get("xattrs")
         remote.write_atomic(
             path,
             original,
             mode=int(record.get("mode", 0o644)),
             uid=record.get("uid"),
             gid=record.get("gid"),
+            xattrs=dict(xattrs) if isinstance(xattrs, dict) else None,
+            # Putting back what was there: the run already wrote in this directory, and a
+            # target it split is not made worse by restoring its original name.
+            unsafe_dir=True,
+            hardlinks="allow",
         )
         check = remote.read(path)
     except (StepFailed, FileNotFoundError) as exc:

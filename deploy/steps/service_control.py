@@ -33,7 +33,7 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.host import RemoteHost, quote
 
-AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").read_bytes()
+AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").read_text()
 
 
 @dataclass
@@ -82,8 +82,11 @@ class ServiceControl:
     # -- host-side helper ----------------------------------------------------------------------
 
     def _agent(self, operation: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
-        command = f"{quote(self.spec.agent_python)} - {quote(operation)} {quote(json.dumps(args))}"
-        result = self.remote.run(command, stdin=AGENT_SOURCE, timeout=timeout)
+        # The program rides on argv (code, not data: no secret, fixed size); the arguments
+        # travel on stdin, so an environment of any size fits and none of it shows in
+        # /proc/PID/cmdline, which every local user can read.
+        command = f"{quote(self.spec.agent_python)} -c {quote(AGENT_SOURCE)} {quote(operation)}"
+        result = self.remote.run(command, stdin=json.dumps(args).encode(), timeout=timeout)
         if not result.ok:
             raise StepFailed(
                 f"{self.remote.name}: process helper ({self.spec.agent_python}) failed "

@@ -38,10 +38,15 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: host whose sshd starts sftp-server through the login shell is a second shell saved.
 #: cmd 2 -> 1: the files the leading file steps read come with the lock's own exec
 #: (``acquire(prefetch=)``), so the fetch is no round trip of its own.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 32}
+#: sftp 32 -> 0, + wait 3 (issue 17 item 3): writes, saved copies and journal records go to
+#: the host's file helper in the lock's shell (deploy/remote/fileagent.py), sent without
+#: waiting; the run waits for their answers with the compile check and at commit. ``wait``
+#: counts the requests the client blocked on (the lock's answer included): what a real
+#: network charges one round trip each.
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 3}
 #: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
 #: compile check, answered from the record of the change run's (state_dir/compiled).
-RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0}
+RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 2}
 HOSTS = 2
 #: The file change only: the sandbox hosts run no SGLang server for the service steps.
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
@@ -110,8 +115,9 @@ def test_only_files_read_before_any_command_come_with_the_lock(
     result = deploy("apply", str(playbook), "--yes", "--json")
     assert result.exit_code == 0, result.output
     (ops,) = _ops(result.stdout).values()
-    # cmd: the command, then other.txt's fetch; kimi_k25.py came with the lock (read once).
-    assert (ops["exec"], ops["cmd"], ops["sftp"]) == (1, 2, 0), ops
+    # cmd: the command; call: kimi_k25.py, read with the lock (no wait of its own, read once),
+    # then other.txt's read after the command; wait: the lock, the command, that read.
+    assert (ops["exec"], ops["cmd"], ops["call"], ops["wait"], ops["sftp"]) == (1, 1, 2, 3, 0), ops
 
 
 def test_help_imports_no_ssh_or_yaml() -> None:

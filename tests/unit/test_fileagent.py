@@ -1,0 +1,212 @@
+"""The host-side file helper's fd operations, called directly on a local directory.
+
+These run as root here (as deploy does on hosts), which ``security.capability`` needs; the
+helper itself is the code the host runs, so nothing is faked.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from deploy.remote import fileagent
+from deploy.remote.fileagent import Refused
+
+#: ``cap_net_bind_service=ep`` as the kernel stores it (VFS_CAP_REVISION_2, 20 bytes).
+CAP_NET_BIND = bytes.fromhex("0100000200040000000000000000000000000000")
+
+
+def _target(tmp_path: Path, mode: int = 0o644, content: bytes = b"old\n") -> Path:
+    tmp_path.chmod(0o755)
+    path = tmp_path / "target"
+    path.write_bytes(content)
+    path.chmod(mode)
+    return path
+
+
+def test_setuid_and_setgid_survive_the_owner_being_set(tmp_path: Path) -> None:
+    path = _target(tmp_path)
+    os.chown(path, 1234, 1234)
+    path.chmod(0o6755)  # after the chown, which clears both bits
+    fileagent.write({"path": str(path)}, b"new\n")
+    st = path.lstat()
+    assert path.read_bytes() == b"new\n"
+    assert (st.st_uid, st.st_gid) == (1234, 1234)
+    assert stat.S_IMODE(st.st_mode) == 0o6755, oct(st.st_mode)
+
+
+def test_xattrs_acls_and_capabilities_are_kept(tmp_path: Path) -> None:
+    path = _target(tmp_path, 0o755)
+    os.setxattr(path, "user.origin", b"vendor")
+    os.setxattr(path, "security.capability", CAP_NET_BIND)
+    header, _ = fileagent.read({"path": str(path)})
+    assert set(header["xattrs"]) >= {"user.origin", "security.capability"}
+    answer = fileagent.write({"path": str(path)}, b"new\n")
+    assert "security.capability" in answer["xattrs"]
+    assert os.getxattr(path, "user.origin") == b"vendor"
+    assert os.getxattr(path, "security.capability") == CAP_NET_BIND
+    assert stat.S_IMODE(path.lstat().st_mode) == 0o755
+
+
+def test_undo_sets_the_recorded_metadata(tmp_path: Path) -> None:
+    path = _target(tmp_path, 0o600)
+    meta = {
+        "mode": 0o4750,
+        "uid": 1234,
+        "gid": 0,
+        "xattrs": {"user.tag": base64.b64encode(b"kept").decode()},
+    }
+    fileagent.write({"path": str(path), "meta": meta}, b"original\n")
+    st = path.lstat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o4750, 1234, 0)
+    assert os.getxattr(path, "user.tag") == b"kept"
+
+
+def test_xattrs_are_refused_when_the_step_does_not_allow_them(tmp_path: Path) -> None:
+    path = _target(tmp_path)
+    os.setxattr(path, "user.origin", b"vendor")
+    with pytest.raises(Refused, match=r"user\.origin"):
+        fileagent.write({"path": str(path), "xattrs": "refuse"}, b"new\n")
+    assert path.read_bytes() == b"old\n"
+    assert sorted(os.listdir(tmp_path)) == ["target"], "no temp file left"
+
+
+def test_a_symlink_is_neither_read_through_nor_replaced(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root only\n")
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    header, body = fileagent.read({"path": str(link)})
+    assert stat.S_ISLNK(header["stat"]["mode"]) and body == b""
+    with pytest.raises(Refused, match="symlink"):
+        fileagent.write({"path": str(link)}, b"new\n")
+    assert link.is_symlink() and secret.read_bytes() == b"root only\n"
+
+
+def test_read_takes_status_and_bytes_from_one_fd(tmp_path: Path) -> None:
+    path = _target(tmp_path, content=b"x" * 100_000)
+    header, body = fileagent.read({"path": str(path)})
+    assert body == b"x" * 100_000 and header["stat"]["size"] == 100_000
+    assert fileagent.read({"path": str(tmp_path / "missing")}) == ({"missing": True}, b"")
+
+
+def test_a_hardlinked_target_is_refused_unless_allowed(tmp_path: Path) -> None:
+    path = _target(tmp_path)
+    os.link(path, tmp_path / "other-name")
+    with pytest.raises(Refused, match="2 hard links"):
+        fileagent.write({"path": str(path)}, b"new\n")
+    assert path.read_bytes() == b"old\n"
+    fileagent.write({"path": str(path), "hardlinks": "allow"}, b"new\n")
+    assert path.read_bytes() == b"new\n"
+    assert (tmp_path / "other-name").read_bytes() == b"old\n"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
+def test_a_directory_others_can_write_is_refused_unless_unsafe_dir(
+    tmp_path: Path, mode: int
+) -> None:
+    path = _target(tmp_path)
+    tmp_path.chmod(mode)
+    with pytest.raises(Refused, match="StrictModes"):
+        fileagent.write({"path": str(path)}, b"new\n")
+    assert path.read_bytes() == b"old\n"
+    fileagent.write({"path": str(path), "unsafe_dir": True}, b"new\n")
+    assert path.read_bytes() == b"new\n"
+
+
+def test_a_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    path = _target(tmp_path)
+    os.chown(tmp_path, 1234, 1234)
+    with pytest.raises(Refused, match="owner uid 1234"):
+        fileagent.write({"path": str(path)}, b"new\n")
+
+
+def test_the_temp_file_is_created_exclusively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name planted where the temp file goes (a symlink to a root file) makes the write
+    fail; nothing is written through it."""
+    path = _target(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep\n")
+    monkeypatch.setattr(fileagent.os, "urandom", lambda n: b"\0" * n)
+    planted = tmp_path / (fileagent.temp_prefix("target") + "00000000.tmp")
+    planted.symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        fileagent.write({"path": str(path)}, b"new\n")
+    assert victim.read_bytes() == b"keep\n" and path.read_bytes() == b"old\n"
+    assert planted.is_symlink(), "the planted name is not ours to remove"
+
+
+def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> None:
+    path = _target(tmp_path)
+    seen = hashlib.sha256(b"older\n").hexdigest()
+    with pytest.raises(Refused, match="changed on the host"):
+        fileagent.write({"path": str(path), "expect_sha256": seen}, b"new\n")
+    ok = hashlib.sha256(b"old\n").hexdigest()
+    fileagent.write({"path": str(path), "expect_sha256": ok}, b"new\n")
+    assert path.read_bytes() == b"new\n"
+
+
+def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> None:
+    """The wire: a refused write, then a journal append that must not happen, then CLEAR."""
+    import json
+    import subprocess
+    import sys
+
+    path = _target(tmp_path)
+    os.link(path, tmp_path / "second")
+    journal = tmp_path / "journal"
+
+    def frame(args: dict[str, object], body: bytes = b"") -> tuple[bytes, bytes]:
+        head = json.dumps(args).encode()
+        return f"{len(head)} {len(body)}\n".encode(), head + body
+
+    requests = [
+        frame({"op": "write", "path": str(path)}, b"new\n"),
+        frame({"op": "append", "path": str(journal), "durable": True}, b"done\n"),
+        (b"CLEAR\n", b""),
+        frame({"op": "append", "path": str(journal), "durable": True}, b"rollback\n"),
+    ]
+    go_r, go_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    source = Path(fileagent.__file__).read_text()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        pass_fds=(go_r, ack_w),
+    )
+    os.close(go_r)
+    os.close(ack_w)
+    assert proc.stdin is not None and proc.stdout is not None
+    acks = []
+    with os.fdopen(ack_r, "rb") as ack:
+        for line, body in requests:
+            proc.stdin.write(body)
+            proc.stdin.flush()
+            os.write(go_w, line)
+            if line != b"CLEAR\n":
+                acks.append(ack.readline().strip())
+        os.close(go_w)
+        proc.stdin.close()
+        out = proc.stdout.read()
+        proc.stdout.close()
+    assert proc.wait(10) == 0
+    assert acks == [b"1", b"1", b"0"]
+    answers = [json.loads(part.split(b"\n", 1)[1]) for part in out.split(b"ANS ")[1:]]
+    assert answers[0]["refused"] and "hard links" in answers[0]["error"]
+    assert answers[1]["skipped"] and answers[2]["ok"]
+    assert journal.read_bytes() == b"rollback\n"
+
+
+def test_the_helper_parses_as_python_3_8() -> None:
+    """The host's interpreter may be 3.8: no newer syntax may reach it."""
+    ast.parse(Path(fileagent.__file__).read_text(), feature_version=(3, 8))

@@ -1,6 +1,6 @@
 """Secrets are shown as ``***`` in everything deploy writes: one masking function for all outputs.
 
-What counts as a secret (issue 14, documented in docs/configuration):
+What counts as a secret:
 
 - the value of a variable whose name contains ``token``, ``password``, ``secret`` or ``key``
   (any case; ``hf_token``, ``DB_PASSWORD``, ``api_key``), on by default;
@@ -14,9 +14,11 @@ Values are collected while the configuration is resolved (`register`) and replac
 they occur, also inside longer strings (``Bearer {{ hf_token }}``), at the output boundary:
 the JSON report (so ``--json``, ``--report``, history and the webhook), the log file, the
 terminal streams and rendered plan diffs. Masking there rather than at each producer means no
-new message can forget it. Values shorter than `MIN_CHARS` are not masked as substrings: a
-secret of 3 characters protects nothing, and masking ``8`` everywhere would garble every
-report; the ``NAME=`` rule and the argv rule still hide them.
+new message can forget it. Values shorter than 4 characters (`MIN_CHARS`) are not masked as
+substrings: such a secret protects nothing, and masking ``8`` everywhere would garble every
+report; the ``NAME=`` rule and ``-e NAME=VALUE`` on the command line still hide them.
+Other service ``env`` values (``PYTHONPATH``, ``CUDA_VISIBLE_DEVICES``) are shown: they are
+paths and numbers that reports need; list one in ``secret_vars`` to hide it.
 """
 
 from __future__ import annotations

@@ -29,12 +29,18 @@ from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 
-#: Before anything in state_dir is read or written: it and every parent (as written and as
-#: resolved) must be owned by root or the login user and not writable by group or others, as
-#: OpenSSH's StrictModes wants of ~/.ssh. A root-owned sticky parent (/tmp) is allowed, since
-#: nobody else can rename or remove what we own in it; state_dir itself gets no such pass.
-#: Missing parts are created 0700 after the check, by us. ``lock`` and ``runs`` must not be
-#: symbolic links (or, for lock, anything but a plain file): opening them never follows one.
+#: How state_dir is trusted (docs/operations.md shows this text).
+TRUST_RULE = """state_dir is checked by the lock's own exec, before anything in it is read or
+written, at no extra round trip: it and every parent directory, as written and as resolved
+through symlinks, must be owned by root or the login user and must not be writable by group or
+others — what OpenSSH's StrictModes asks of ``~/.ssh``. A root-owned sticky parent such as
+``/tmp`` passes (nobody else can rename or remove what we own in it); state_dir itself never
+does. ``lock`` and ``runs`` inside it must not be symbolic links, so a planted link is never
+written through. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
+the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
+acted on. Missing parts are created by the check's shell with mode 0700.
+"""
+
 _TRUST = r"""_dI=$(id -u)
 case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
 _dR=$(realpath -m -- "$_dS")

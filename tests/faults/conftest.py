@@ -276,8 +276,10 @@ def mounted(target: Path, *options: str, fstype: str = "tmpfs") -> Iterator[Path
         if target.exists():
             shutil.copytree(target, scratch / "before", symlinks=True)
         target.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o7777
         subprocess.run(["mount", "-t", fstype, *options, fstype, str(target)], check=True)
         try:
+            target.chmod(mode)  # a tmpfs root is 1777: keep the directory's own mode (0700)
             if (scratch / "before").exists():
                 shutil.copytree(scratch / "before", target, symlinks=True, dirs_exist_ok=True)
             yield target

@@ -47,7 +47,8 @@ _STDIN_SCRIPT = (
 #: ``.pth`` files is most of a venv interpreter's start-up (~20 ms of the ~25 here).
 _FLAGS = ("-B", "-I", "-S")
 
-#: Printed (alone on stdout) by `compile_command` with a cache when it reused a passed check.
+#: Printed by `compile_command` with a cache when it reused a passed check, followed by the
+#: file's sha256; a check that compiled prints the sha256 of what it compiled instead.
 CACHED = "deploy-compile: reused"
 
 #: When more than `CACHE_KEEP` checks are recorded, those older than `CACHE_DAYS` days are
@@ -112,9 +113,10 @@ if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
   else f=; fi
 fi
 [ -n "$k" ] && [ -n "$f" ] && [ -f "$c/$k" ] && IFS= read -r r < "$c/$k"
-if [ -n "$r" ] && [ "$r" = "$f" ]; then echo {marker}; exit 0; fi
+if [ -n "$r" ] && [ "$r" = "$f" ]; then printf '%s %s\n' {marker} "$k"; exit 0; fi
 h=$({compile}) || exit $?
 case "$h" in *[!0-9a-f]*|'') h= ;; esac
+[ -n "$h" ] && printf '%s\n' "$h"
 if [ -n "$h" ] && [ -n "$f" ] && {{ [ -d "$c" ] || mkdir -p -m 700 "$c" 2>/dev/null; }}; then
   printf '%s\n' "$f" > "$c/$h" 2>/dev/null
   set -- "$c"/*
@@ -156,7 +158,19 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
 
 def was_reused(stdout: str) -> bool:
     """Whether a cached `compile_command` answered from an earlier passed check."""
-    return stdout.strip() == CACHED
+    return stdout.strip().rpartition(" ")[0] == CACHED
+
+
+def compiled_sha256(stdout: str) -> str | None:
+    """The sha256 of the bytes a passed cached `compile_command` is about (reused or not).
+
+    Lets a check run ahead of time — with the lock's own round trip, before the run changed
+    anything — count only for a file that still holds exactly those bytes.
+    """
+    last = stdout.strip().rpartition(" ")[2]
+    if len(last) == 64 and all(c in "0123456789abcdef" for c in last):
+        return last
+    return None
 
 
 def compile_stdin_command(python: str, path: str) -> str:

@@ -55,7 +55,23 @@ class InsertAnchor(_Strict):
         return self
 
 
-class PythonInsertArgs(_Strict):
+class FileWriteOptions(_Strict):
+    """How far a step that writes a file may go where the host is shared (issue 14)."""
+
+    unsafe_dir: bool = Field(
+        default=False,
+        description="Write even when the file's directory is writable by group or others, or "
+        "owned by someone other than root or the login user (refused by default, as OpenSSH's "
+        "StrictModes refuses: another user could swap names in it).",
+    )
+    hardlinks: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="'allow': replace a file that has other hard links (its other names keep "
+        "the old content); refused by default.",
+    )
+
+
+class PythonInsertArgs(FileWriteOptions):
     """Insert methods (or any statements) into a class body, found with the ``ast`` module."""
 
     path: str = Field(description="Absolute path of the Python file on the host.")
@@ -70,7 +86,7 @@ class PythonInsertArgs(_Strict):
     )
 
 
-class PatchArgs(_Strict):
+class PatchArgs(FileWriteOptions):
     """Apply a unified diff with exact context; already applied means no change."""
 
     path: str = Field(description="Absolute path of the file on the host.")
@@ -86,7 +102,7 @@ class PatchArgs(_Strict):
         return self
 
 
-class AppendArgs(_Strict):
+class AppendArgs(FileWriteOptions):
     """Append text to the end of a file (no change if the file already ends with it)."""
 
     path: str = Field(description="Absolute path of the file on the host.")

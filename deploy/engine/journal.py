@@ -29,6 +29,7 @@ from typing import Any
 
 from deploy.errors import StepFailed
 from deploy.remote.host import RemoteHost, sha256
+from deploy.remote.session import Call
 
 
 def new_run_id() -> str:
@@ -63,6 +64,8 @@ class Journal:
         self._started = False
         self._saved: set[str] = set()
         self.events: list[dict[str, Any]] = []
+        #: Per event, the helper request that appended it (None without the lock's session).
+        self._calls: list[Call | None] = []
 
     @property
     def started(self) -> bool:
@@ -89,11 +92,33 @@ class Journal:
         self.start()
         line = {"ts": now_iso(), **event}
         self.events.append(line)
-        self.remote.append_file(
+        self._calls.append(None)
+        self._calls[-1] = self.remote.append_file(
             self.path,
             (json.dumps(line, sort_keys=True) + "\n").encode(),
             durable=event.get("event") not in _LAZY,
         )
+
+    def settle(self) -> None:
+        """Wait for every answer, then forget the records the host did not append.
+
+        Records are sent without waiting; after a failed write the host skips everything
+        sent after it (`deploy.remote.session`) — later saved copies and intents included. An
+        undo must work from what the host has, not from what was sent: an intent the host
+        never recorded announces a change that never happened, with no saved copy behind it.
+
+        Raises:
+            HostUnreachable: the connection was lost (the host's journal says what happened).
+        """
+        with contextlib.suppress(StepFailed):
+            self.remote.flush()
+        kept = [
+            (event, call)
+            for event, call in zip(self.events, self._calls, strict=True)
+            if call is None or not call.done or call.ok
+        ]
+        self.events = [event for event, _ in kept]
+        self._calls = [call for _, call in kept]
 
     def save_copy(self, content: bytes) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""

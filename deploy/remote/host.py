@@ -53,6 +53,7 @@ class RemoteHost(HostFiles):
         #: time the client blocked for an answer — the round trips a real network charges.
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
+        self.speculated: dict[str, tuple[int, bytes, str]] = {}  # see HostFiles
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -65,6 +65,9 @@ class HostFiles(ABC):
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
+    #: Commands the lock's round trip ran ahead (``acquire(speculate=)``): (exit status,
+    #: stdout, stderr), for a step to use when what it checks is what they saw.
+    speculated: dict[str, tuple[int, bytes, str]]
 
     @property
     @abstractmethod
@@ -352,23 +355,24 @@ class HostFiles(ABC):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._translate(exc, "appending to", "the journal") from exc
 
-    def append_file(self, path: str, data: bytes, *, durable: bool) -> None:
+    def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
         """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
 
         Sent without waiting: the helper appends (and fsyncs) before it serves the request
         that follows, so a durable intent precedes its change on the host's disk whatever the
-        client does next. Without the lock: SFTP open, write (fsync), close.
+        client does next. Without the lock: SFTP open, write (fsync), close. Returns the
+        request, whose answer says later whether the host appended it (`Journal.settle`).
         """
         if self.session is not None:
             args = {"op": "append", "path": path, "durable": durable}
-            self._call(args, data, wait=False, doing="appending to")
-            return
+            return self._call(args, data, wait=False, doing="appending to")
         handle = self.open_append(path)
         try:
             self.append(handle, data, durable=durable)
         finally:
             with contextlib.suppress(Exception):
                 handle.close()
+        return None
 
     def mkdir(self, path: str, mode: int = 0o700) -> None:
         """Create one directory level (its parent must exist); an existing one is fine.

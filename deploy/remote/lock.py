@@ -119,6 +119,7 @@ class HostLock:
         else:
             session = None
         self.remote.prefetched.clear()
+        self.remote.speculated.clear()
         try:
             if session is not None and session.pending and not session.broken:
                 # Normally nothing is left: a run waits for its answers at commit.
@@ -172,12 +173,17 @@ def acquire(
     holder: dict[str, object],
     timeout: float = 30.0,
     prefetch: Sequence[str] = (),
+    speculate: Sequence[str] = (),
 ) -> HostLock:
     """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
 
-    ``prefetch``: files the run will read. The same exec answers their status and bytes
-    (`deploy.remote.shellfile.prefetch_script`), kept for `RemoteHost.fetch`, so reading
-    them costs no round trip of its own.
+    ``speculate``: commands whose answers the run may use if nothing changed first (the
+    compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
+    the prefetch in the same round trip.
+
+    ``prefetch``: files the run will read. Their reads are sent to the host's file helper
+    with the lock's exec (served once the lock is held), and their status and bytes kept for
+    `RemoteHost.fetch`, so reading them costs no round trip of its own.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
@@ -199,6 +205,7 @@ def acquire(
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
         calls = [session.call({"op": "read", "path": path}) for path in paths]
+        ahead = [(command, session.send_run(command, timeout=120)) for command in speculate]
     except SessionLost as exc:
         channel.close()
         raise HostUnreachable(
@@ -236,6 +243,15 @@ def acquire(
         session.feed(bytes(rest))
         remote.session = session
         remote.prefetched = _prefetched(remote, session, paths, calls, timeout)
+        remote.speculated = {
+            command: (
+                int((call.answer or {})["status"]),
+                call.payload,
+                str((call.answer or {})["stderr"]),
+            )
+            for command, call in ahead
+            if call.ok
+        }
         return HostLock(remote, channel, previous, sorted(runs, key=lambda r: r.run_id))
     channel.close()
     if first.startswith("BUSY"):

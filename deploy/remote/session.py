@@ -106,6 +106,9 @@ class Call:
     args: dict[str, Any]
     answer: dict[str, Any] | None = None
     payload: bytes = b""
+    #: A shell command sent ahead (`Session.send_run`): the answer holds its exit status and
+    #: stderr, the payload its stdout.
+    command: bool = False
 
     @property
     def done(self) -> bool:
@@ -166,6 +169,22 @@ class Session:
         self.ops["call"] = self.ops.get("call", 0) + 1
         return call
 
+    def send_run(self, command: str, *, timeout: float) -> Call:
+        """Send a command without waiting (answered in turn, like a `call`)."""
+        if self.broken:
+            raise SessionLost("the session was lost earlier in this run")
+        code = command.encode()
+        seconds = max(1, round(timeout))
+        try:
+            self.channel.sendall(b"RUN %d 0 %d\n" % (len(code), seconds) + code)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        call = Call({"run": command}, command=True)
+        self._pending.append(call)
+        self.ops["cmd"] = self.ops.get("cmd", 0) + 1
+        return call
+
     def wait(self, timeout: float | None = None) -> None:
         """Collect every outstanding answer (one round trip; none if nothing is outstanding).
 
@@ -196,6 +215,9 @@ class Session:
             while self._pending:
                 call = self._pending.popleft()
                 header = self._read_line(deadline)
+                if call.command:
+                    call.answer = self._command_answer(header, call, deadline)
+                    continue
                 if header == b"NOHELPER":
                     call.answer = {"ok": False, "error": "no python3 on the host"}
                     missing = True
@@ -219,6 +241,17 @@ class Session:
         if failed is not None:
             self._clear()
             raise CallFailed(failed)
+
+    def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
+        if header == b"SKIP":
+            return {"ok": False, "skipped": True, "error": "skipped"}
+        parts = header.split()
+        if len(parts) != 4 or parts[0] != b"DONE":
+            raise SessionLost(f"unexpected answer {header[:80]!r}")
+        status, out_len, err_len = (int(p) for p in parts[1:])
+        call.payload = self._read_exactly(out_len, deadline)
+        err = self._read_exactly(err_len, deadline)
+        return {"ok": True, "status": status, "stderr": err.decode("utf-8", "replace")}
 
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""

@@ -124,7 +124,7 @@ HOST: dict[str, Any] = {
         "ops": {
             "type": "object",
             "additionalProperties": {"type": "integer"},
-            "description": "Round trips by kind (`exec`, `sftp`).",
+            "description": "SSH operations by kind (`exec`, `cmd`, `call`, `sftp`) and `wait`: the requests the run blocked on, one round trip each.",
         },
     },
 }

@@ -7,6 +7,8 @@ import the file, e.g. SGLang's venv — since what parses depends on the Python 
 Otherwise a passed compile is recorded under ``state_dir/compiled`` and reused while the file's
 bytes and the interpreter binary stay the same (`deploy.checks.compile`): a re-run that changes
 nothing then costs the host no interpreter start, and the report says the result was reused.
+The check is also sent with the lock (`speculative_command`), so a re-run waits for no round
+trip of its own.
 """
 
 from __future__ import annotations
@@ -15,13 +17,28 @@ from deploy.checks.compile import (
     compile_command,
     compile_problem,
     compile_stdin_command,
+    compiled_sha256,
     was_reused,
 )
 from deploy.checks.python_ast import check_python
 from deploy.config.steps import VerifyPythonArgs
 from deploy.errors import CheckFailed
+from deploy.remote.host import sha256
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.files import read_file
+
+
+def speculative_command(args: VerifyPythonArgs, state_dir: str) -> str | None:
+    """The cached compile check, which the lock's round trip may run ahead of time.
+
+    A re-run that changes nothing then waits for nothing after the lock: the check ran with
+    it, and its answer names the bytes it is about (`compiled_sha256`), which the step compares
+    with what it checks. None when the step compiles nothing or keeps no cache (then nothing
+    names the bytes).
+    """
+    if not args.compiles or not args.compile_cache:
+        return None
+    return compile_command(args.python, args.path, cache=f"{state_dir.rstrip('/')}/compiled")
 
 
 class VerifyPythonStep(Step):
@@ -62,14 +79,25 @@ class VerifyPythonStep(Step):
             if ctx.check_mode:
                 command = compile_stdin_command(args.python, args.path)
                 result = ctx.remote.run(command, stdin=content, timeout=120)
+                status, out, err = result.exit_status, result.stdout, result.stderr
             else:
-                cache = f"{ctx.state_dir.rstrip('/')}/compiled" if args.compile_cache else None
-                command = compile_command(args.python, args.path, cache=cache)
-                result = ctx.remote.run(command, timeout=120)
-            problem = compile_problem(result.exit_status, result.stderr, python=args.python)
+                command = speculative_command(args, ctx.state_dir) or compile_command(
+                    args.python, args.path
+                )
+                ahead = ctx.remote.speculated.pop(command, None)
+                if ahead is not None and ahead[0] == 0:
+                    # Run with the lock's round trip, before this run changed anything: it
+                    # counts only for the very bytes this step checks.
+                    status, out, err = ahead[0], ahead[1].decode("utf-8", "replace"), ahead[2]
+                    if compiled_sha256(out) != sha256(content):
+                        ahead = None
+                if ahead is None:
+                    result = ctx.remote.run(command, timeout=120)
+                    status, out, err = result.exit_status, result.stdout, result.stderr
+            problem = compile_problem(status, err, python=args.python)
             if problem:
                 problems.append(problem)
-            reused = not problem and was_reused(result.stdout)
+            reused = not problem and was_reused(out)
         if problems:
             prefix = f"{args.path}: "
             raise CheckFailed(prefix + "; ".join(p.removeprefix(prefix) for p in problems))

@@ -10,6 +10,7 @@ first (reported under "recovered"), then applies again.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -30,6 +31,22 @@ def _wait_for_change(kimi: KimiHost, before: str, seconds: float = 20) -> None:
         time.sleep(0.02)
 
 
+def _wait_for_command(argv: list[str], seconds: float = 20) -> None:
+    """Until a process runs ``argv``: the run's writes are sent without waiting, so the file
+    changes before the client has necessarily sent the command that follows them."""
+    wanted = ("\0".join(argv) + "\0").encode()
+    deadline = time.monotonic() + seconds
+    while True:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == wanted:
+                    return
+            except OSError:
+                continue
+        assert time.monotonic() < deadline, f"{argv} never started"
+        time.sleep(0.02)
+
+
 def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     original = sha256(kimi.model_file)
@@ -38,6 +55,7 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
 
     victim = deploy.popen("apply", str(hanging), "--yes")
     _wait_for_change(kimi, original)
+    _wait_for_command(["sleep", "4"])
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)  # reaps it and closes its pipes
     patched = sha256(kimi.model_file)

@@ -43,10 +43,13 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: waiting; the run waits for their answers with the compile check and at commit. ``wait``
 #: counts the requests the client blocked on (the lock's answer included): what a real
 #: network charges one round trip each.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 3}
+#: cmd 1 -> 2 (wait unchanged): the compile check is also sent with the lock, so that a re-run
+#: waits for nothing after it; the change run changed the file first, so it checks again.
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0, "wait": 3}
 #: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
 #: compile check, answered from the record of the change run's (state_dir/compiled).
-RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 2}
+#: wait 1: the lock's answer brings the files and the compile check sent with it.
+RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 1}
 HOSTS = 2
 #: The file change only: the sandbox hosts run no SGLang server for the service steps.
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deploy.checks.compile import compile_command, compile_problem, was_reused
+from deploy.checks.compile import compile_command, compile_problem, compiled_sha256, was_reused
 from deploy.checks.python_ast import check_python, module_level_definitions
 from deploy.checks.tail import check_tail
 
@@ -256,13 +256,16 @@ def test_a_passed_compile_is_reused_while_bytes_and_interpreter_stay(tmp_path: P
     python, target, cache = _interpreter(tmp_path), tmp_path / "m.py", tmp_path / "compiled"
     target.write_bytes(b"x = 1\n")
     first = _compile(python, target, cache)
-    assert (first.returncode, first.stdout, first.stderr) == (0, "", "")
-    assert not was_reused(first.stdout)
+    digest = hashlib.sha256(b"x = 1\n").hexdigest()
+    # Each answer names the bytes it is about (a check sent ahead counts only for them).
+    assert (first.returncode, first.stdout, first.stderr) == (0, digest + "\n", "")
+    assert not was_reused(first.stdout) and compiled_sha256(first.stdout) == digest
     (record,) = cache.iterdir()
-    assert record.name == hashlib.sha256(b"x = 1\n").hexdigest()
+    assert record.name == digest
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
     second = _compile(python, target, cache)
     assert second.returncode == 0 and was_reused(second.stdout)
+    assert compiled_sha256(second.stdout) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["compiled", "m.py", "prefix"]
 
     # Other bytes: compiled again, and recorded under their own sha256.

@@ -36,7 +36,7 @@ through symlinks, must be owned by root or the login user and must not be writab
 others — what OpenSSH's StrictModes asks of ``~/.ssh``. A root-owned sticky parent such as
 ``/tmp`` passes (nobody else can rename or remove what we own in it); state_dir itself never
 does. ``lock`` and ``runs`` inside it must not be symbolic links, so a planted link is never
-written through. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
+written through, and a run whose directory or journal is a symbolic link is not read. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
 the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
 acted on. Missing parts are created by the check's shell with mode 0700.
 """
@@ -77,7 +77,10 @@ if flock -n 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
-  set -- "$_dS"/runs/*/journal.jsonl
+  set --
+  for _dj in "$_dS"/runs/*/journal.jsonl; do
+    [ -h "$_dj" ] || [ -h "${{_dj%/journal.jsonl}}" ] || set -- "$@" "$_dj"
+  done
   [ -f "$1" ] && tail -v -n 1 -- "$@"
   echo READY
 {loop}else

@@ -209,3 +209,9 @@ def test_secret_vars_and_token_names_are_masked_in_every_channel(  # type: ignor
     assert b"***" in report.read_bytes() and b"***" in log.read_bytes()
     # What the host keeps (journals, a server's saved environment) is readable by root only.
     assert host.state_dir.stat().st_mode & 0o077 == 0, oct(host.state_dir.stat().st_mode)
+    exposed = [
+        f"{p}: {p.stat().st_mode & 0o777:o}"
+        for p in host.state_dir.rglob("*")
+        if p.is_file() and p.stat().st_mode & 0o077
+    ]
+    assert not exposed, exposed  # journals (a saved server environment included) are 0600

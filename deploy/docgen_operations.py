@@ -6,7 +6,7 @@ import importlib
 import inspect
 import pkgutil
 
-from deploy import errors, schema
+from deploy import errors, masking, schema
 from deploy import schedule as scheduling
 from deploy.config import inventory as inventory_models
 from deploy.docgen_markdown import _NOTICE, _cell, markdown
@@ -191,6 +191,10 @@ def render_operations() -> str:
         "",
         markdown(lock.__doc__, 0, 1),
         "",
+        "### Trusting state_dir",
+        "",
+        markdown(lock.TRUST_RULE),
+        "",
         "### On the workstation",
         "",
         markdown(history.__doc__),
@@ -202,6 +206,10 @@ def render_operations() -> str:
         "A scheduled job (`deploy schedule`) keeps its last report in",
         f"`{_option_help('schedule', '--report').removeprefix('Default: ')}` and its log in",
         f"`{_option_help('schedule', '--log-file').removeprefix('Default: ')}` unless told otherwise.",
+        "",
+        "## Secrets",
+        "",
+        markdown(masking.__doc__),
         "",
         "## Exit codes",
         "",

@@ -123,6 +123,10 @@ class StateDirDenied(HostNotAttempted):
     """The login user may not create or lock state_dir: nothing was done on the host."""
 
 
+class StateDirUntrusted(HostNotAttempted):
+    """state_dir or a parent can be changed by a user other than root and the login user."""
+
+
 class StepFailed(DeployError):
     """A step could not do, or could not prove, its job; the host gets rolled back."""
 

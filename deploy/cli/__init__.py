@@ -23,6 +23,7 @@ from deploy.cli.common import CONTEXT
 from deploy.cli.records import history, show, status
 from deploy.cli.rollback import rollback
 from deploy.cli.tools import demo, schedule, schema_command, validate
+from deploy.masking import mask_terminal
 
 __all__ = ["main"]
 
@@ -42,6 +43,7 @@ def main() -> None:
     """
     # Start-up is imports and validation: no garbage worth collecting (see `startup_done`).
     gc.disable()
+    mask_terminal()  # secrets are *** in everything printed (deploy.masking)
 
 
 for _command in (apply, rollback, validate, history, show, status, schedule, schema_command, demo):

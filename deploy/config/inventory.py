@@ -167,6 +167,11 @@ class Inventory(StrictModel):
         default_factory=dict, description="Group name -> list of hosts, or {hosts, vars}."
     )
     vars: dict[str, Any] = Field(default_factory=dict, description="Variables for every host.")
+    secret_vars: list[str] = Field(
+        default_factory=list,
+        description="Variables whose values are shown as *** in every output (names containing"
+        " token, password, secret or key are secret without being listed).",
+    )
 
     @field_validator("hosts")
     @classmethod

@@ -42,6 +42,11 @@ class Playbook(BaseModel):
     description: str = Field(default="", description="What the playbook does and why.")
     hosts: str = Field(description="Host, group or pattern (globs, '!exclusions', ':'-separated).")
     vars: dict[str, Any] = Field(default_factory=dict, description="Defaults, lowest precedence.")
+    secret_vars: list[str] = Field(
+        default_factory=list,
+        description="Variables whose values are shown as *** in every output (names containing"
+        " token, password, secret or key are secret without being listed).",
+    )
     services: dict[str, ServiceSpec] = Field(
         default_factory=dict, description="Services the service steps act on, by name."
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from deploy import masking
 from deploy.config.errors import Problems, validation_error
 from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
 from deploy.config.playbook import Playbook
@@ -239,9 +240,22 @@ def _plan(
     except InputError as exc:
         problems.report(exc, host)
         return None
+    resolved = variables.resolved()
+    _register_secrets(values, resolved, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
+    for service in services.values():
+        masking.register_vars(service.env)
     if spec is None or len(steps) != len(indexes):
         return None
-    return HostPlan(host, spec, variables.resolved(), steps, pb.playbook, pb.path, services)
+    masking.register_env(spec.password_env)
+    return HostPlan(host, spec, resolved, steps, pb.playbook, pb.path, services)
+
+
+def _register_secrets(
+    written: Mapping[str, Any], resolved: Mapping[str, Any], listed: list[str]
+) -> None:
+    """Secret variables' values, as written and rendered, are masked in every output from now."""
+    masking.register_vars(written, listed)
+    masking.register_vars(resolved, listed)
 
 
 def resolve_collecting(
@@ -326,5 +340,8 @@ def resolve_hosts(
     out = []
     for host in hosts:
         values, origins = merge_vars(inv, None, host, extra_vars or {})
-        out.append((host, _host_spec(inv, host, Variables(values, origins))))
+        spec = _host_spec(inv, host, Variables(values, origins))
+        _register_secrets(values, {}, inv.inventory.secret_vars)
+        masking.register_env(spec.password_env)
+        out.append((host, spec))
     return out

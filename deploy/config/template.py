@@ -50,13 +50,44 @@ if TYPE_CHECKING:
     import jinja2
 
 
+#: Longest string a template may render to. Values are paths, flags, code snippets: this is
+#: far above any real one, and far below what exhausts memory (``a: "{{ big }}{{ big }}"``
+#: doubled twenty times from a 1 MB ``big`` is a terabyte).
+MAX_RENDERED_CHARS = 16 * 1024 * 1024
+
+
+class TooLarge(Exception):
+    """A template would produce more than `MAX_RENDERED_CHARS`."""
+
+
+def _limit_message() -> str:
+    return f"the value would be larger than {MAX_RENDERED_CHARS // (1024 * 1024)} MiB once rendered"
+
+
 @functools.cache
 def environment() -> jinja2.sandbox.SandboxedEnvironment:
     """The one Jinja environment, created on first need (see the module docstring)."""
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
-    env = SandboxedEnvironment(
+    class _Bounded(SandboxedEnvironment):
+        """Refuses ``'x' * 10**9`` and ``9 ** 9 ** 9`` before computing them."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                for seq, times in ((left, right), (right, left)):
+                    sized = isinstance(seq, str | list | tuple) and isinstance(times, int)
+                    if sized and len(seq) * times > MAX_RENDERED_CHARS:
+                        raise TooLarge
+            elif isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+                bits = right * abs(left).bit_length()  # 9 ** 99999999 would take minutes
+                if bits > 8 * MAX_RENDERED_CHARS:
+                    raise TooLarge
+            return super().call_binop(context, operator, left, right)
+
+    env = _Bounded(
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -234,7 +265,10 @@ class Variables:
         parts = bare_names(source)
         if parts is not None and all(name in self._values for name in parts[1::2]):
             # What Jinja would give (str() of each value), without Jinja.
-            return "".join(p if i % 2 == 0 else str(self.get(p)) for i, p in enumerate(parts))
+            pieces = [p if i % 2 == 0 else str(self.get(p)) for i, p in enumerate(parts)]
+            if sum(map(len, pieces)) > MAX_RENDERED_CHARS:
+                raise self._error(_limit_message(), source, None, origin)
+            return "".join(pieces)
         import jinja2
 
         try:
@@ -247,7 +281,9 @@ class Variables:
             raise self._error(message, source, exc.lineno, origin) from None
         context = {name: self.get(name) for name in names if name in self._values}
         try:
-            return template.render(context)
+            rendered = template.render(context)
+        except (TooLarge, MemoryError, OverflowError):
+            raise self._error(_limit_message(), source, None, origin) from None
         except jinja2.UndefinedError as exc:
             missing = sorted(
                 n for n in names if n not in context and n not in environment().globals
@@ -264,6 +300,9 @@ class Variables:
         except Exception as exc:  # user expressions can raise anything (1/0, 'a' + 1)
             message = f"template error: {type(exc).__name__}: {exc}"
             raise self._error(message, source, None, origin) from None
+        if len(rendered) > MAX_RENDERED_CHARS:
+            raise self._error(_limit_message(), source, None, origin)
+        return rendered
 
     def _origin(self, name: str) -> Origin:
         return self._origins.get(name) or Origin(None, ("vars", name))

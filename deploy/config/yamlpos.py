@@ -17,7 +17,8 @@ Choices worth knowing:
   ``path:`` into a deploy to the wrong file. Keys brought in by a ``<<:`` merge may be
   overridden, as YAML intends.
 - Aliases are fine, but a recursive alias or an alias "bomb" (a few lines expanding to millions
-  of nodes) is refused: the data is walked by pydantic and by the templating, which would loop
+  of nodes, or to more than `MAX_EXPANDED_CHARS` of text: a 1 MB string aliased a thousand
+  times) is refused: the data is walked by pydantic and by the templating, which would loop
   or explode.
 """
 
@@ -39,6 +40,9 @@ LineCol = tuple[int, int]
 
 #: Most nodes a document may expand to once aliases are followed; real files have thousands.
 MAX_EXPANDED_NODES = 1_000_000
+#: Most characters of scalar text a document may expand to once aliases are followed: a 1 MB
+#: string aliased a thousand times is a gigabyte for pydantic and the templating to walk.
+MAX_EXPANDED_CHARS = 16 * 1024 * 1024
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -162,15 +166,23 @@ def _syntax_error(file: str, text: str, exc: yaml.YAMLError) -> InputError:
     return InputError("YAML error: " + one_line(str(exc)), SourcePosition(file))
 
 
-def _expanded_size(node: Node, memo: dict[int, int], ancestors: set[int]) -> int:
-    """How many nodes ``node`` stands for once aliases are followed (linear, memoised)."""
+def _expanded_size(
+    node: Node, memo: dict[int, tuple[int, int]], ancestors: set[int]
+) -> tuple[int, int]:
+    """(nodes, scalar characters) ``node`` stands for once aliases are followed (linear, memoised).
+
+    The walk stops adding children once either figure is past its limit, so a bomb costs no
+    more than the limit to measure.
+    """
     ident = id(node)
     if ident in memo:
         return memo[ident]
     if ident in ancestors:
         raise _RecursiveAlias(node)
-    size = 1
-    if isinstance(node, SequenceNode | MappingNode):
+    nodes, chars = 1, 0
+    if isinstance(node, ScalarNode):
+        chars = len(node.value)
+    elif isinstance(node, SequenceNode | MappingNode):
         ancestors.add(ident)
         children: list[Node] = (
             list(node.value)
@@ -178,12 +190,13 @@ def _expanded_size(node: Node, memo: dict[int, int], ancestors: set[int]) -> int
             else [n for pair in node.value for n in pair]
         )
         for child in children:
-            size += _expanded_size(child, memo, ancestors)
-            if size > MAX_EXPANDED_NODES:
+            sub_nodes, sub_chars = _expanded_size(child, memo, ancestors)
+            nodes, chars = nodes + sub_nodes, chars + sub_chars
+            if nodes > MAX_EXPANDED_NODES or chars > MAX_EXPANDED_CHARS:
                 break
         ancestors.discard(ident)
-    memo[ident] = size
-    return size
+    memo[ident] = (nodes, chars)
+    return nodes, chars
 
 
 class _RecursiveAlias(Exception):
@@ -242,17 +255,23 @@ def load_yaml_text(text: str, file: str) -> YamlDocument:
         if node is None:
             raise InputError("the file is empty (expected a YAML mapping)", SourcePosition(file))
         try:
-            size = _expanded_size(node, {}, set())
+            nodes, chars = _expanded_size(node, {}, set())
         except _RecursiveAlias as rec:
             mark = rec.node.start_mark
             raise InputError(
                 "an alias refers to a node that contains it (recursive data is not allowed)",
                 SourcePosition(file, mark.line + 1, mark.column + 1),
             ) from None
-        if size > MAX_EXPANDED_NODES:
+        start = SourcePosition(file, node.start_mark.line + 1, node.start_mark.column + 1)
+        if nodes > MAX_EXPANDED_NODES:
             raise InputError(
                 f"the document expands to more than {MAX_EXPANDED_NODES} nodes through aliases",
-                SourcePosition(file, node.start_mark.line + 1, node.start_mark.column + 1),
+                start,
+            )
+        if chars > MAX_EXPANDED_CHARS:
+            limit = MAX_EXPANDED_CHARS // (1024 * 1024)
+            raise InputError(
+                f"the document expands to more than {limit} MiB of text through aliases", start
             )
         data = loader.construct_document(node)
         key_of = dict(loader.key_of)
@@ -260,6 +279,8 @@ def load_yaml_text(text: str, file: str) -> YamlDocument:
         raise _syntax_error(file, text, exc) from None
     except RecursionError:
         raise InputError("the document is nested too deeply", SourcePosition(file)) from None
+    except MemoryError:
+        raise InputError("the document is too large to load", SourcePosition(file)) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -13,6 +13,7 @@ from deploy.errors import (
     EXIT_ROLLED_BACK,
     worst_exit_code,
 )
+from deploy.masking import mask_argv, mask_data
 
 StepStatus = Literal["changed", "unchanged", "ok", "would change", "failed", "skipped", "not run"]
 Outcome = Literal[
@@ -122,7 +123,11 @@ class RunResult:
         data["report_format"] = REPORT_FORMAT
         for host, raw in zip(self.hosts, data["hosts"], strict=True):
             raw["exit_code"] = host.exit_code
-        return data
+        # Every JSON rendering (--json, --report, history, the webhook) is made here: secrets
+        # are masked here, once (deploy.masking).
+        data["argv"] = mask_argv(self.argv)
+        masked: dict[str, Any] = mask_data(data)
+        return masked
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:

@@ -28,6 +28,7 @@ from deploy.errors import (
     LockHeld,
     PermissionDenied,
     StateDirDenied,
+    StateDirUntrusted,
     StepFailed,
 )
 from deploy.remote.host import RemoteHost, quote
@@ -37,10 +38,48 @@ from deploy.remote.sftpfile import FileStat
 from deploy.statedir.layout import parse_scan, scan_script
 from deploy.statedir.runs import RunInfo, ordered
 
+#: How state_dir is trusted (docs/operations.md shows this text).
+TRUST_RULE = """state_dir is checked by the lock's own exec, before anything in it is read or
+written, at no extra round trip: it and every parent directory, as written and as resolved
+through symlinks, must be owned by root or the login user and must not be writable by group or
+others — what OpenSSH's StrictModes asks of ``~/.ssh``. A root-owned sticky parent such as
+``/tmp`` passes (nobody else can rename or remove what we own in it); state_dir itself never
+does. ``lock`` and ``runs`` inside it must not be symbolic links, so a planted link is never
+written through, and a run whose directory or journal is a symbolic link is not read. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
+the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
+acted on. Missing parts are created by the check's shell with mode 0700.
+"""
+
+_TRUST = r"""_dI=$(id -u)
+case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
+_dR=$(realpath -m -- "$_dS")
+set --
+for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
+_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null)
+while read -r _du _df _do _dn; do
+  [ -n "$_du" ] || continue
+  if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
+  elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
+  elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
+  else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
+  fi
+  printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
+done <<_dEOF
+$_dL
+_dEOF
+for _dp in runs lock; do
+  _dX=
+  if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"
+  elif [ $_dp = lock ] && [ -e "$_dS/lock" ] && [ ! -f "$_dS/lock" ]; then _dX="is not a plain file"
+  fi
+  [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
+done
+"""
+
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
-_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
+{trust}_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -n 9; then
@@ -132,11 +171,13 @@ def acquire(
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
+        StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
     script = _SCRIPT.format(
         state=quote(state_dir),
+        trust=_TRUST,
         agent=quote(HELPER_SOURCE),
         scan=scan_script("_dS"),
         holder=quote(json.dumps(holder, sort_keys=True)),
@@ -201,6 +242,11 @@ def acquire(
     if first.startswith("BUSY"):
         holder_info = _holder_text(first.partition("\t")[2])
         raise LockHeld(f"{remote.name}: locked by {describe_holder(holder_info)}; nothing was done")
+    if first.startswith("UNTRUSTED"):
+        _, path, why = [*first.split("\t"), "", ""][:3]
+        raise StateDirUntrusted(
+            f"{remote.name}: state_dir untrusted: {path} {why}; nothing was read or done there"
+        )
     if first.startswith("NOFLOCK"):
         raise StepFailed(f"{remote.name}: flock(1) is not installed on the host (util-linux)")
     if first.startswith("NOSTATE"):

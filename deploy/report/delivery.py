@@ -16,6 +16,7 @@ from pathlib import Path
 
 from deploy.engine import history
 from deploy.engine.results import RunResult
+from deploy.masking import mask_argv
 from deploy.report.logfile import LogFile
 from deploy.report.notify import notify_failure
 
@@ -47,7 +48,7 @@ class Delivery:
         opened = LogFile(log_file, run_id) if log_file is not None else None
         if opened is not None:
             opened.capture()
-            opened.line(f"start: deploy {' '.join(argv)}")
+            opened.line(f"start: deploy {' '.join(mask_argv(argv))}")
         return cls(what, report, opened, notify_url)
 
     def _warn(self, message: str) -> None:

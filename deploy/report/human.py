@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING
 
 from deploy.engine.batches import fleet_state
 from deploy.engine.results import HostResult, RunResult, StepResult
+from deploy.masking import mask
 from deploy.report.text import own, table_lines
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def render_steps(host: HostResult, *, colour: bool, diffs: bool) -> list[str]:
         if step.summary and step.status not in ("not run",):
             lines.append(f"                    {step.summary}")
         if diffs and step.diff:
-            lines.extend("        " + line for line in step.diff.rstrip("\n").splitlines())
+            lines.extend("        " + line for line in mask(step.diff).rstrip("\n").splitlines())
     return lines
 
 
@@ -276,7 +277,9 @@ def render_summary(
             if diffs:
                 for step in host.steps:
                     if step.diff:
-                        out.extend("    " + line for line in step.diff.rstrip("\n").splitlines())
+                        out.extend(
+                            "    " + line for line in mask(step.diff).rstrip("\n").splitlines()
+                        )
             out.append("")
     out.extend(render_fleet_state(run, colour=colour))
     headers = ["HOST", "OUTCOME", "CHANGED FILES", "TIME", "FIGURES"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from deploy.engine.results import StepResult
+from deploy.masking import mask
 
 
 class LogFile:
@@ -31,6 +32,7 @@ class LogFile:
         self._logger = "deploy"
 
     def line(self, text: str) -> None:
+        text = mask(text)  # the one door to the file: nothing written here escapes masking
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
         with self._lock:
             if self._handle is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from deploy.engine.batches import fleet_state
 from deploy.engine.results import RunResult
+from deploy.masking import mask_data
 
 TIMEOUT = 10.0
 _MEANING = {
@@ -49,12 +50,15 @@ def summary_text(run: RunResult | None, exit_code: int, *, what: str, error: str
 
 
 def payload(run: RunResult | None, exit_code: int, *, what: str, error: str = "") -> dict[str, Any]:
-    return {
-        "text": summary_text(run, exit_code, what=what, error=error),
-        "exit_code": exit_code,
-        "run_id": run.run_id if run is not None else None,
-        "report": run.to_dict() if run is not None else None,
-    }
+    body: dict[str, Any] = mask_data(
+        {
+            "text": summary_text(run, exit_code, what=what, error=error),
+            "exit_code": exit_code,
+            "run_id": run.run_id if run is not None else None,
+            "report": run.to_dict() if run is not None else None,
+        }
+    )
+    return body
 
 
 def post(url: str, body: dict[str, Any], *, timeout: float = TIMEOUT) -> str | None:

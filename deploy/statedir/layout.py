@@ -81,14 +81,19 @@ class Layout:
 
 def scan_script(state_var: str) -> str:
     """Shell that prints every run's state lines; ``state_var`` names a variable holding
-    state_dir. One awk for all journals however many runs are kept.
+    state_dir. One awk for all journals however many runs are kept; symbolic links skipped.
 
     Output: ``RUN\\t<journal path>`` for every journal, then per file ``L\\t<n>\\t<line>`` for
     each state line (`STATE_EVENTS`) and ``N\\t<lines>`` at its end.
     """
     events = "|".join(STATE_EVENTS)
     return (
-        f'set -- "${state_var}"/runs/*/journal.jsonl\n'
+        # A run whose directory or journal is a symbolic link is not read (it was planted:
+        # nothing of ours makes links there; `deploy.remote.lock` checks state_dir itself).
+        "set --\n"
+        f'for _dj in "${state_var}"/runs/*/journal.jsonl; do\n'
+        '  [ -h "$_dj" ] || [ -h "${_dj%/journal.jsonl}" ] || set -- "$@" "$_dj"\n'
+        "done\n"
         '[ -f "$1" ] && { printf \'RUN\\t%s\\n\' "$@"; '
         "awk -v OFS='\\t' "
         '\'FNR==1 && NR>1 {print "N", n} FNR==1 {print "F", FILENAME} {n=FNR} '

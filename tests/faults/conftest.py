@@ -35,6 +35,7 @@ from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
 from deploy.sandbox.proxy import CuttingProxy
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
+from tests.faults.attacker import arena, attacker  # noqa: F401 - the attacker suite's fixtures
 from tests.integration.conftest import Deploy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -275,8 +276,10 @@ def mounted(target: Path, *options: str, fstype: str = "tmpfs") -> Iterator[Path
         if target.exists():
             shutil.copytree(target, scratch / "before", symlinks=True)
         target.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o7777
         subprocess.run(["mount", "-t", fstype, *options, fstype, str(target)], check=True)
         try:
+            target.chmod(mode)  # a tmpfs root is 1777: keep the directory's own mode (0700)
             if (scratch / "before").exists():
                 shutil.copytree(scratch / "before", target, symlinks=True, dirs_exist_ok=True)
             yield target

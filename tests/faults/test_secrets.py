@@ -101,3 +101,117 @@ def test_passphrase_never_appears_anywhere(make_fault_host, tmp_path: Path) -> N
     )
     assert not leaks, leaks
     assert report.exists() and log.exists()
+
+
+TOKEN = "hf_TokEn-9d2b7e41c0"
+BLOB = "vault-Blob-53a1e8"
+
+SECRET_PLAYBOOK = """\
+name: secrets
+hosts: all
+secret_vars: [vault_blob]
+vars:
+  vault_blob: "BLOB"
+  auth_header: "Bearer {{ hf_token }}"
+steps:
+  - name: Save the model file
+    backup: {path: "{{ model_file }}"}
+  - name: Note the credentials in the file (shows in the plan's diff)
+    append:
+      path: "{{ model_file }}"
+      text: "# {{ auth_header }} {{ vault_blob }}\\n"
+  - name: A check that fails, printing them
+    verify_command:
+      run: "echo {{ hf_token }} {{ vault_blob }}; echo HF_TOKEN={{ hf_token }} >&2; exit 3"
+""".replace("BLOB", BLOB)
+
+
+class _Receiver:
+    """A webhook on 127.0.0.1 that keeps every body it is sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        bodies: list[bytes] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # http.server's name for it
+                bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.bodies = bodies
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_secret_vars_and_token_names_are_masked_in_every_channel(  # type: ignore[no-untyped-def]
+    make_fault_host, tmp_path: Path
+) -> None:
+    """-e hf_token=... and a secret_vars variable: zero hits in stdout, --json, --report,
+    history, --log-file and the webhook's bodies, through a plan diff, a failure and a rollback.
+    """
+    host: FaultHost = make_fault_host()
+    book = tmp_path / "secrets.yaml"
+    book.write_text(SECRET_PLAYBOOK)
+    report, log = tmp_path / "report.json", tmp_path / "run.log"
+    receiver = _Receiver()
+    secret_args = ("-e", f"hf_token={TOKEN}")
+    try:
+        plan = host.deploy("apply", str(book), *secret_args, "--check", "--diff", "-vv")
+        failed = host.deploy(
+            "apply",
+            str(book),
+            *secret_args,
+            "--yes",
+            "--json",
+            "--report",
+            str(report),
+            "--log-file",
+            str(log),
+            "--notify-url",
+            receiver.url,
+        )
+        verbose = host.deploy("apply", str(book), *secret_args, "--yes", "-vv", "--diff")
+        listed = [host.deploy("history", "--json"), host.deploy("history")]
+    finally:
+        receiver.close()
+    assert plan.exit_code == 0, plan.output
+    assert "***" in plan.output and "# Bearer ***" in plan.output, plan.output  # the diff, masked
+    assert failed.exit_code == 1, failed.output
+    assert verbose.exit_code == 1, verbose.output
+    assert receiver.bodies, "the failed run notified nobody"
+    assert host.file_state() == "before"
+    state_home = Path(os.environ["XDG_STATE_HOME"])
+    texts = {
+        f"output {i}": o.output.encode() for i, o in enumerate([plan, failed, verbose, *listed])
+    }
+    texts |= {f"webhook {i}": body for i, body in enumerate(receiver.bodies)}
+    texts |= _all_bytes([report, log, state_home, host.deploy.workdir])
+    needles = [TOKEN.encode(), BLOB.encode()]
+    leaks = sorted({where for where, data in texts.items() for n in needles if n in data})
+    record_check(
+        "secret",
+        f"-e hf_token and a secret_vars value: absent from {len(texts)} outputs "
+        "(stdout/stderr -vv, --json, --report, history, --log-file, webhook, plan diff)",
+        not leaks,
+    )
+    assert not leaks, leaks
+    assert b"***" in report.read_bytes() and b"***" in log.read_bytes()
+    # What the host keeps (journals, a server's saved environment) is readable by root only.
+    assert host.state_dir.stat().st_mode & 0o077 == 0, oct(host.state_dir.stat().st_mode)
+    exposed = [
+        f"{p}: {p.stat().st_mode & 0o777:o}"
+        for p in host.state_dir.rglob("*")
+        if p.is_file() and p.stat().st_mode & 0o077
+    ]
+    assert not exposed, exposed  # journals (a saved server environment included) are 0600

@@ -194,7 +194,18 @@ def _walk(root: Any, loc: Sequence[int | str]) -> _Walk:
 
 
 def _allowed_keys(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items()]
+    """The model's keys in declaration order, except that options a base class marks
+    ``KEYS_LAST`` (the file safety options every writing step shares) come after what makes
+    the step what it is."""
+    last = {
+        name
+        for base in model.__mro__
+        if getattr(base, "__dict__", {}).get("KEYS_LAST")
+        for name in getattr(base, "__annotations__", {})
+    }
+    fields = model.model_fields.items()
+    ordered = [*(i for i in fields if i[0] not in last), *(i for i in fields if i[0] in last)]
+    return [f.alias or name for name, f in ordered]
 
 
 def _unknown_step(raw: Any) -> tuple[str, KeyPath]:

@@ -13,7 +13,7 @@ Schema (``deploy schema``) offers completion per action.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -57,6 +57,9 @@ class InsertAnchor(_Strict):
 
 class FileWriteOptions(_Strict):
     """How far a step that writes a file may go where the host is shared (issue 14)."""
+
+    #: Listed after the step's own keys in "allowed:" messages (`deploy.config.errors`).
+    KEYS_LAST: ClassVar[bool] = True
 
     unsafe_dir: bool = Field(
         default=False,

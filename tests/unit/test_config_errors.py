@@ -43,7 +43,7 @@ def test_unknown_key_lists_allowed_keys(tmp_path: Path) -> None:
     )
     assert message(err, tmp_path) == (
         "pb.yaml:8:7 steps[0].python_insert.bogus: unknown key 'bogus'"
-        " (allowed: path, class, code, where, replace)"
+        " (allowed: path, class, code, where, replace, unsafe_dir, hardlinks)"
     )
     assert err.position is not None
     assert err.position.field == "steps[0].python_insert.bogus"
@@ -157,7 +157,7 @@ def test_first_problem_in_file_order_with_count(tmp_path: Path) -> None:
     assert [message(p, tmp_path) for p in err.problems] == [
         "pb.yaml:2:8 hosts: expected a string, got a list",
         "pb.yaml:3:8 steps: needs at least 1 item, got 0",
-        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, services, steps, serial, max_fail, become)",
+        "pb.yaml:4:1 extra: unknown key 'extra' (allowed: name, description, hosts, vars, secret_vars, services, steps, serial, max_fail, become)",
     ]
 
 

@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 
 from deploy.remote.lock import _SCRIPT, _TRUST
+from deploy.statedir.layout import scan_script
 
 NOBODY = 65534
 
 
 def run(state: Path | str) -> str:
     script = _SCRIPT.format(
-        state="'" + str(state) + "'", trust=_TRUST, agent="x", holder="h", loop="echo LOOP\n"
+        state="'" + str(state) + "'",
+        trust=_TRUST,
+        agent="x",
+        scan=scan_script("_dS"),
+        holder="h",
+        loop="echo LOOP\n",
     )
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     return proc.stdout.splitlines()[0] if proc.stdout else proc.stderr

@@ -64,10 +64,34 @@ class PythonInsertArgs(_Strict):
     where: Literal["end"] | InsertAnchor = Field(
         default="end", description="'end' of the class body, or {after: NAME} / {before: NAME}."
     )
-    replace: bool = Field(
-        default=False,
-        description="Replace a same-named member whose body differs, instead of failing.",
+    if_exists: Literal["keep", "replace", "fail"] = Field(
+        default="fail",
+        description=(
+            "A class member of the same name with a different definition (another body, "
+            "decorators, async, docstring): 'keep' leaves it and counts it as done (for "
+            "backports: a later release already has it), 'replace' overwrites it, 'fail' stops. "
+            "Decided per name: missing members are inserted either way."
+        ),
     )
+    replace: bool | None = Field(
+        default=None,
+        description=(
+            "Deprecated spelling kept for old playbooks: true is if_exists: replace, false is "
+            "if_exists: fail. Give one of the two keys, not both."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _replace_is_if_exists(self) -> PythonInsertArgs:
+        if self.replace is None:
+            return self
+        if "if_exists" in self.model_fields_set:
+            raise ValueError(
+                "give if_exists only (replace is its old spelling: "
+                "replace: true is if_exists: replace)"
+            )
+        self.if_exists = "replace" if self.replace else "fail"
+        return self
 
 
 class PatchArgs(_Strict):

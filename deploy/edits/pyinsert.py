@@ -10,8 +10,12 @@ on 0.5.10 (which has them) must change nothing. How it stays safe:
 * the code is dedented, then re-indented to the class body's own indentation (the same spaces,
   or tabs), and written with the file's newline style and encoding;
 * each top-level definition in the code is compared with the class member of the same name by
-  ``ast.dump`` (formatting and comments do not count, docstrings do): equal ones are skipped, a
-  different one is a `MemberConflict` unless ``replace=True``;
+  ``ast.dump`` (formatting and comments do not count, docstrings do): equal ones are skipped; a
+  different one is decided by ``if_exists``: ``"fail"`` (the default) raises `MemberConflict`,
+  ``"replace"`` overwrites it in place, ``"keep"`` leaves it as it is. ``keep`` is for backports:
+  a later release that already defines the method, with whatever body, decorators or ``async``,
+  is in the desired state. Each name is decided on its own, so with one of three methods
+  present the other two are still inserted and the present one is kept byte for byte;
 * the result must parse and contain every name, or the edit is refused.
 
 Placement ``"end"`` goes after the class's last statement and after the comment lines that
@@ -28,7 +32,7 @@ import ast
 import io
 import textwrap
 import tokenize
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from deploy.checks.parsing import parse
 from deploy.checks.python_ast import class_names, find_classes, statement_names
@@ -44,6 +48,9 @@ from deploy.errors import EditError
 from deploy.memo import once
 
 Where = str | tuple[str, str]
+#: What to do with a class member of the same name whose definition differs from the code's.
+IfExists = Literal["keep", "replace", "fail"]
+IF_EXISTS: tuple[IfExists, ...] = ("keep", "replace", "fail")
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -88,7 +95,7 @@ def insert_into_class(
     code: str,
     *,
     where: Where = "end",
-    replace: bool = False,
+    if_exists: IfExists = "fail",
     path: str = "<file>",
 ) -> EditResult:
     """Insert the definitions in ``code`` into class ``class_name`` of ``source``.
@@ -98,19 +105,24 @@ def insert_into_class(
         class_name: a module-level class, or a dotted path to a nested one ("Outer.Inner").
         code: definitions (def, async def, class, single-name assignments) at any indentation.
         where: ``"end"``, ``("after", NAME)`` or ``("before", NAME)``; NAME is a class member.
-        replace: overwrite same-named members whose definition differs, in place.
+        if_exists: for a same-named member whose definition differs: ``"fail"`` raises,
+            ``"replace"`` overwrites it in place, ``"keep"`` leaves it untouched (counted as
+            present). A member with the same AST is always left alone.
         path: used in messages only.
 
     Returns:
-        ``changed=False`` when every definition is already there with the same AST.
+        ``changed=False`` when every definition is already there with the same AST (or, with
+        ``keep``, under the same name); the content is then ``source`` itself.
 
     Raises:
         ClassNotFound: no such class (the message lists the classes there).
-        MemberConflict: a same-named member differs, and ``replace`` is false.
+        MemberConflict: a same-named member differs, and ``if_exists`` is ``"fail"``.
         EditError: the file or the code does not parse, the anchor is not a member, the class
             is defined twice or has its body on the ``class`` line, the code holds statements
             that are not definitions, or (a bug) the result would not parse.
     """
+    if if_exists not in IF_EXISTS:
+        raise EditError(f"if_exists must be one of {', '.join(IF_EXISTS)}, not {if_exists!r}")
     tree = _parse(source, path)
     lines = source.splitlines(keepends=True)
     cls = _the_class(tree, class_name, path)
@@ -119,6 +131,7 @@ def insert_into_class(
     members = {name: stmt for stmt in cls.body for name in statement_names(stmt)}
 
     present: list[str] = []
+    kept: list[str] = []
     inserts: list[_Item] = []
     replaced: list[tuple[_Item, ast.stmt]] = []
     for item in items:
@@ -127,25 +140,27 @@ def insert_into_class(
             inserts.append(item)
         elif _same(member, item.node):
             present.append(item.name)
-        elif replace:
+        elif if_exists == "keep":
+            kept.append(item.name)
+        elif if_exists == "replace":
             replaced.append((item, member))
         else:
             raise MemberConflict(
                 f"{path}:{member.lineno}: class {class_name} already has {item.name} "
                 f"(line {member.lineno}) with a different definition; "
-                "set replace to overwrite it",
+                "set if_exists: keep to leave it, or if_exists: replace to overwrite it",
                 member=item.name,
                 class_name=class_name,
                 path=path,
                 line=member.lineno,
             )
     if not inserts and not replaced:
-        return EditResult(
-            source,
-            False,
-            f"no change: {', '.join(present)} already present with the same body "
-            f"in class {class_name}",
-        )
+        reasons = []
+        if present:
+            reasons.append(f"{', '.join(present)} already present with the same body")
+        if kept:
+            reasons.append(f"{', '.join(kept)} already defined with another body (kept)")
+        return EditResult(source, False, f"no change: {'; '.join(reasons)} in class {class_name}")
 
     edits: list[tuple[int, int, list[str]]] = []
     parts: list[str] = []
@@ -158,11 +173,14 @@ def insert_into_class(
         edits.append((at, at, _padded(inserts, lines, at, first)))
         parts.append(f"inserted {', '.join(i.name for i in inserts)} {label} class {class_name}")
     summary = "; ".join(parts)
-    if present:
-        summary += f" ({', '.join(present)} already present)"
+    notes = [f"{', '.join(present)} already present"] if present else []
+    if kept:
+        notes.append(f"{', '.join(kept)} kept as defined")
+    if notes:
+        summary += f" ({'; '.join(notes)})"
 
     content = _splice(source, lines, edits)
-    _verify(content, class_name, items, path)
+    _verify(content, class_name, [i for i in items if i.name not in kept], kept, path)
     return EditResult(content, True, summary)
 
 
@@ -390,9 +408,12 @@ def _splice(source: bytes, lines: list[bytes], edits: list[tuple[int, int, list[
     return b"".join(out)
 
 
-def _verify(content: bytes, class_name: str, items: list[_Item], path: str) -> None:
-    """Refuse a result that does not parse or where a member is not exactly the code given:
-    either would be a bug here, and it guarantees that a re-run is a no-op."""
+def _verify(
+    content: bytes, class_name: str, items: list[_Item], kept: list[str], path: str
+) -> None:
+    """Refuse a result that does not parse, where a member is not exactly the code given, or
+    where a kept member is gone: each would be a bug here, and it guarantees that a re-run is a
+    no-op."""
     try:
         found = find_classes(parse(content, filename=path), class_name)
     except (SyntaxError, ValueError) as exc:
@@ -402,6 +423,7 @@ def _verify(content: bytes, class_name: str, items: list[_Item], path: str) -> N
         ) from exc
     members = {n: stmt for stmt in (found[0].body if found else []) for n in statement_names(stmt)}
     wrong = [i.name for i in items if i.name not in members or not _same(members[i.name], i.node)]
+    wrong += [name for name in kept if name not in members]
     if wrong:
         raise EditError(
             f"{path}: after the edit class {class_name} does not hold {', '.join(wrong)} as "

@@ -25,6 +25,6 @@ class PythonInsertStep(EditStep):
                 else ("before", str(args.where.before))
             )
         result = insert_into_class(
-            content, args.class_, args.code, where=where, replace=args.replace, path=args.path
+            content, args.class_, args.code, where=where, if_exists=args.if_exists, path=args.path
         )
         return result.content, result.summary

@@ -34,7 +34,7 @@ from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire, describe_holder
 from deploy.steps import build_step
-from deploy.steps.base import StepContext
+from deploy.steps.base import Planned, StepContext
 
 log = logging.getLogger("deploy.engine")
 
@@ -251,6 +251,7 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
         progress.step_started(name, index, step.title)
         began = time.monotonic()
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
+        planned: Planned | None = None
         try:
             planned = step.plan(ctx)
             step.apply(ctx, planned)
@@ -274,6 +275,8 @@ def _run_steps(remote: RemoteHost, plan: HostPlan, options: RunOptions, result: 
                 step_result.status = "skipped"
         except Exception as exc:  # every failure, expected or not, must lead to the undo
             step_result.status = "failed"
+            if planned is not None:  # what a failed check measured (a gate's figures)
+                step_result.figures = planned.figures
             step_result.summary = (
                 str(exc) if isinstance(exc, DeployError) else f"internal error: {exc!r}"
             )

@@ -34,6 +34,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -47,6 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
+from .standin_args import parse_args
+
 HERE = Path(__file__).resolve().parent
 MODEL_CLASS = "KimiK25ForConditionalGeneration"
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
@@ -57,6 +60,8 @@ DEFAULTS: dict[str, Any] = {
     # Load time with EAGLE-3 (the draft model loads too); None: same as load_seconds.
     "eagle3_load_seconds": None,
     "warmup_seconds": 1.0,
+    # /health and /health_generate generate one token and answer after SGLang's 1 s poll.
+    "health_seconds": 1.0,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
     "orphan_scheduler": False,
@@ -122,33 +127,6 @@ def load_config() -> dict[str, Any]:
     return config
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """SGLang's flags that matter here; anything else is returned, to be warned about."""
-    parser = argparse.ArgumentParser(prog="python -m sglang.launch_server", allow_abbrev=False)
-    add = parser.add_argument
-    add("--model-path", "--model", required=True)
-    add("--tokenizer-path")
-    add("--tp", "--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, default=30000)
-    add("--trust-remote-code", action="store_true")
-    for flag, kind in (
-        ("--speculative-algorithm", str),
-        ("--speculative-draft-model-path", str),
-        ("--speculative-num-steps", int),
-        ("--speculative-eagle-topk", int),
-        ("--speculative-num-draft-tokens", int),
-        ("--mem-fraction-static", float),
-        ("--context-length", int),
-        ("--served-model-name", str),
-    ):
-        add(flag, type=kind)
-    args, unknown = parser.parse_known_args(argv)
-    args.tokenizer_path = args.tokenizer_path or args.model_path
-    args.served_model_name = args.served_model_name or args.model_path
-    return args, unknown
-
-
 def _request_stop(*_: object) -> None:
     """The SIGTERM/SIGINT handler: it only sets a flag, which the main thread polls."""
     _STOP["requested"] = True
@@ -194,6 +172,22 @@ _FRAMES = {
             "__init__",
             "embed, head = self.target_worker.model_runner.model.{method}()",
         )
+    ],
+    "draft_load": [
+        (
+            "srt/managers/scheduler.py",
+            520,
+            "maybe_init_draft_worker",
+            "self.draft_worker = DraftWorkerClass(",
+        ),
+        ("srt/speculative/eagle_worker.py", 120, "__init__", "super().__init__("),
+        ("srt/configs/model_config.py", 240, "from_server_args", "return ModelConfig("),
+        (
+            "srt/utils/hf_transformers_utils.py",
+            250,
+            "get_config",
+            "config = AutoConfig.from_pretrained(",
+        ),
     ],
     "torch": [
         (
@@ -254,6 +248,38 @@ def eagle3_failure(model_file: Path) -> str | None:
         f"AttributeError: '{MODEL_CLASS}' object has no attribute '{missing[0]}'",
         missing[0],
     )
+
+
+#: What huggingface_hub accepts as a repo id (validate_repo_id), so transformers looks it up.
+_REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]+\b$")
+
+
+def draft_failure(draft: str | None) -> str | None:
+    """The traceback of loading the draft model, as 0.5.9's EAGLE worker does, if it fails.
+
+    Like transformers: an existing directory is a local model and needs its ``config.json``;
+    anything else must be a Hugging Face repo id (``org/name``), which the stand-in takes as
+    found (it has no network). A path to a directory that is not there (``/models/draft``)
+    is neither, and fails the start after the target model has loaded.
+    """
+    if draft is None:
+        return None
+    path = Path(draft).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return None
+        last = (
+            f"OSError: {draft} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{draft}/tree/main' for available files."
+        )
+    elif _REPO_ID.match(draft) and "--" not in draft and ".." not in draft:
+        return None
+    else:
+        last = (
+            f"OSError: Incorrect path_or_model_id: '{draft}'. Please provide either the path "
+            "to a local folder or the repo_id of a model on the Hub."
+        )
+    return sglang_traceback(["head", "draft_load"], last)
 
 
 # --- child processes ---------------------------------------------------------------------------
@@ -391,7 +417,7 @@ class Standin(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.inflight = self.peak = 0  # requests running now; most at once since last idle
         self.last_gen_throughput = 0.0
-        self.eagle3 = (args.speculative_algorithm or "").upper() == "EAGLE3"
+        self.eagle3 = args.speculative_algorithm == "EAGLE3"  # choices are case-sensitive
         self.speed = float(config["eagle3_tokens_per_s" if self.eagle3 else "tokens_per_s"])
         super().__init__((args.host, args.port), Handler)
 
@@ -440,6 +466,8 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/health", "/health_generate"):
             if server.phase == "draining":
                 log("Health check request received during shutdown. Returning 503.")
+            elif server.phase == "ready":  # one token generated, seen at SGLang's 1 s poll
+                time.sleep(float(server.config["health_seconds"]))
             self.reply(200 if server.phase == "ready" else 503)
         elif path in ("/model_info", "/get_model_info"):
             self.reply(
@@ -481,6 +509,7 @@ class Handler(BaseHTTPRequestHandler):
         prompt: Any = request.get("text", request.get("input_ids"))
         params = request.get("sampling_params") or {}
         max_new = params.get("max_new_tokens", 128) if isinstance(params, dict) else None
+        ignore_eos = bool(params.get("ignore_eos", False)) if isinstance(params, dict) else False
         batch = (
             isinstance(prompt, list)
             and bool(prompt)
@@ -493,13 +522,20 @@ class Handler(BaseHTTPRequestHandler):
         elif self.server.phase == "draining":
             self.error(503, "The server is shutting down.")
         else:
-            self.generate(prompt if batch else [prompt], max_new, batch)
+            self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos)
 
     do_PUT = do_POST
 
-    def generate(self, prompts: list[Any], max_new: int, batch: bool) -> None:
-        """Answer after ``max_new / speed`` seconds, however many requests run meanwhile."""
+    def generate(self, prompts: list[Any], max_new: int, batch: bool, ignore_eos: bool) -> None:
+        """Answer after ``tokens / speed`` seconds, however many requests run meanwhile.
+
+        Without ``ignore_eos`` the "model" stops at an end-of-sequence token somewhere in the
+        first ``max_new`` tokens (where depends on the prompt, as with a real model), so only
+        ``ignore_eos`` makes every request generate exactly ``max_new`` tokens.
+        """
         server, started = self.server, time.monotonic()
+        seeds = [zlib.crc32(json.dumps(prompt).encode()) for prompt in prompts]
+        lengths = [max_new if ignore_eos else min(max_new, 1 + seed % 48) for seed in seeds]
         with server.lock:
             server.inflight += 1
             server.peak = max(server.peak, server.inflight)
@@ -508,23 +544,27 @@ class Handler(BaseHTTPRequestHandler):
             f"#running-req: {server.inflight - 1}, #queue-req: 0",
             "TP0",
         )
-        time.sleep(max_new / server.speed)
+        time.sleep(max(lengths, default=0) / server.speed)
         with server.lock:  # like SGLang's: tokens/s of the whole running batch
             server.last_gen_throughput = round(server.speed * server.peak, 2)
             server.inflight -= 1
             server.peak = server.peak if server.inflight else 0
         outputs = []
-        for prompt in prompts:
-            seed = zlib.crc32(json.dumps(prompt).encode())
+        for prompt, seed, length in zip(prompts, seeds, lengths, strict=True):
+            finish = (
+                {"type": "length", "length": length}
+                if length == max_new
+                else {"type": "stop", "matched": 163586}
+            )
             prompt_tokens = len(prompt if isinstance(prompt, list) else str(prompt).split())
             outputs.append(
                 {
-                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(max_new)),
+                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(length)),
                     "meta_info": {
                         "id": uuid.uuid4().hex,
-                        "finish_reason": {"type": "length", "length": max_new},
+                        "finish_reason": finish,
                         "prompt_tokens": max(1, prompt_tokens),
-                        "completion_tokens": max_new,
+                        "completion_tokens": length,
                         "cached_tokens": 0,
                         "e2e_latency": round(time.monotonic() - started, 4),
                     },
@@ -538,14 +578,12 @@ class Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     """Start, serve and stop like ``sglang.launch_server``; returns the exit status."""
-    args, unknown = parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)  # exit 2 on a bad flag, as 0.5.9
     try:
         config = load_config()
     except (ValueError, TypeError) as error:
         print(f"sglang stand-in: bad configuration: {error}", file=sys.stderr, flush=True)
         return 2
-    if unknown:
-        log(f"WARNING: ignoring unknown arguments: {' '.join(unknown)}")
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in vars(args).items()) + ")")
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _request_stop)
@@ -570,7 +608,7 @@ def fail(message: str, children: list[Child], config: dict[str, Any]) -> int:
 def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child]) -> int:
     """Load, bind, warm up and serve until told to stop; returns the exit status."""
     model_file, load = Path(config["model_file"]), float(config["load_seconds"])
-    eagle3 = (getattr(args, "speculative_algorithm", None) or "").upper() == "EAGLE3"
+    eagle3 = args.speculative_algorithm == "EAGLE3"
     if eagle3 and config.get("eagle3_load_seconds") is not None:
         load = float(config["eagle3_load_seconds"])
     log("Load weight begin. avail mem=94.61 GB", "TP0")
@@ -584,11 +622,15 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
         f"mem usage={config['gpu_memory_mib'] / 1024:.2f} GB.",
         "TP0",
     )
+    if args.speculative_algorithm:
+        failure = draft_failure(args.speculative_draft_model_path)
+        if failure is not None:
+            return fail(failure, children, config)
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=74.91 GB", "TP0")
     if wait_or_stop(load * 0.2):
         return 0
     log(f"Capture cuda graph end. Time elapsed: {load * 0.2:.2f} s. mem usage=0.57 GB.", "TP0")
-    if (args.speculative_algorithm or "").upper() == "EAGLE3":
+    if eagle3:
         failure = eagle3_failure(model_file)
         if failure is not None:
             return fail(failure, children, config)

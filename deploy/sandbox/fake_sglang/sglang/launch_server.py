@@ -5,9 +5,14 @@ stops the way SGLang does. Copied over ``<root>/sglang/python/sglang/`` beside S
 ``srt/models/kimi_k25.py``, the real command line starts this instead:
 ``PYTHONPATH=<root>/sglang/python python -m sglang.launch_server --model-path M --port 30000``.
 
-Like SGLang 0.5.9 (DESIGN.md, "SGLang facts"): the port stays unbound while "loading"
-(connection refused), then ``/health`` answers 503 while warming up and 200 once "The server is
-fired up and ready to roll!" is logged. The model file must compile (else a SyntaxError
+Like SGLang 0.5.9 (DESIGN.md, "SGLang facts"): the command line is 0.5.9's argparse
+(`standin_args`: an unknown flag, a lower-case ``eagle3`` or an ambiguous prefix exits 2 with
+argparse's message). The port stays unbound while "loading" (connection refused), then
+``/health`` answers 503 at once while warming up, and 200 once "The server is fired up and ready
+to roll!" is logged, about a second after the request (``health_seconds``: SGLang generates a
+token and looks for it every second). With ``--speculative-algorithm``, a draft model path
+that is neither a directory with a ``config.json`` nor a Hugging Face repo id fails the start
+after the target model has loaded, with transformers' OSError (exit 1). The model file must compile (else a SyntaxError
 traceback, exit 1); with ``--speculative-algorithm EAGLE3`` its class must define the three
 EAGLE-3 methods *in its body*, else the server dies after the load with SGLang's AttributeError
 (exit 1). A port still held when the load ends fails the start only then (exit 1). Children
@@ -17,8 +22,12 @@ parent, unless ``orphan_scheduler``: then schedulers ignore SIGTERM, outlive it 
 listening socket open (sent over a socketpair once bound) until SIGKILLed. SIGTERM or SIGINT:
 health 503, in-flight requests finish (2 s at most), children stop, exit 0.
 ``die_after_ready_seconds``: a scheduler "crash", then the whole tree is SIGKILLed as SGLang's
-``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``max_new_tokens /
-speed`` per request, concurrently, like a batching server.
+``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``tokens / speed`` per
+request, concurrently, like a batching server, and reports those tokens in
+``meta_info.completion_tokens``; ``tokens`` is ``max_new_tokens`` with ``ignore_eos``, else the
+"model" may stop earlier at an end-of-sequence token. ``speed`` is ``tokens_per_s``, or
+``eagle3_tokens_per_s`` with EAGLE-3, so a test sets each configuration's throughput and a
+client measures it (e.g. 75 and 54.1 tok/s, the EAGLE-3 regression the gate must catch).
 
 Configuration, which SGLang's command line cannot carry: `DEFAULTS`, overridden by
 ``standin.json`` beside this file, overridden by ``$SGLANG_STANDIN_<KEY>`` (for instance

@@ -12,10 +12,11 @@ argparse's message). The port stays unbound while "loading" (connection refused)
 to roll!" is logged, about a second after the request (``health_seconds``: SGLang generates a
 token and looks for it every second). With ``--speculative-algorithm``, a draft model path
 that is neither a directory with a ``config.json`` nor a Hugging Face repo id fails the start
-after the target model has loaded, with transformers' OSError (exit 1). The model file must compile (else a SyntaxError
-traceback, exit 1); with ``--speculative-algorithm EAGLE3`` its class must define the three
-EAGLE-3 methods *in its body*, else the server dies after the load with SGLang's AttributeError
-(exit 1). A port still held when the load ends fails the start only then (exit 1). Children
+after the target model has loaded, with transformers' OSError (exit 1). The model file must
+compile (else a SyntaxError traceback, exit 1); with ``--speculative-algorithm EAGLE3`` its
+class must define the three EAGLE-3 methods *in its body*, else the server dies after the load
+with SGLang's AttributeError (exit 1). A port still held when the load ends fails the start
+only then (exit 1). Children
 ``sglang::scheduler_TP<rank>`` (one per ``--tp`` rank, on GPU ``rank``) register in the GPU
 state dir the fake ``nvidia-smi`` reads; they and ``sglang::detokenizer`` exit with their
 parent, unless ``orphan_scheduler``: then schedulers ignore SIGTERM, outlive it and keep its

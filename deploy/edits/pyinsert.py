@@ -29,19 +29,16 @@ from their neighbours by exactly one blank line, as black does inside a class bo
 from __future__ import annotations
 
 import ast
-import io
-import textwrap
-import tokenize
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from deploy.checks.parsing import parse
 from deploy.checks.python_ast import class_names, find_classes, statement_names
+from deploy.edits.pyinsert_code import Item, code_items
 from deploy.edits.result import EditResult
 from deploy.edits.text import (
     detect_newline,
     encode_fragment,
     line_ending,
-    normalize_newlines,
     strip_ending,
 )
 from deploy.errors import EditError
@@ -51,8 +48,6 @@ Where = str | tuple[str, str]
 #: What to do with a class member of the same name whose definition differs from the code's.
 IfExists = Literal["keep", "replace", "fail"]
 IF_EXISTS: tuple[IfExists, ...] = ("keep", "replace", "fail")
-
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 class ClassNotFound(EditError):
@@ -78,14 +73,6 @@ def _parse(source: bytes, path: str) -> ast.Module:
         line = getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else path
         raise EditError(f"{where}: does not parse: {getattr(exc, 'msg', exc)}") from exc
-
-
-class _Item(NamedTuple):
-    """One top-level definition of the code to insert, as re-indented text lines."""
-
-    name: str
-    node: ast.stmt
-    text: list[str]
 
 
 @once
@@ -127,13 +114,13 @@ def insert_into_class(
     lines = source.splitlines(keepends=True)
     cls = _the_class(tree, class_name, path)
     body_indent = _body_indent(cls, lines, class_name, path)
-    items = _code_items(code, body_indent, _indent_unit(body_indent, lines[cls.lineno - 1]))
+    items = code_items(code, body_indent, _indent_unit(body_indent, lines[cls.lineno - 1]))
     members = {name: stmt for stmt in cls.body for name in statement_names(stmt)}
 
     present: list[str] = []
     kept: list[str] = []
-    inserts: list[_Item] = []
-    replaced: list[tuple[_Item, ast.stmt]] = []
+    inserts: list[Item] = []
+    replaced: list[tuple[Item, ast.stmt]] = []
     for item in items:
         member = members.get(item.name)
         if member is None:
@@ -227,87 +214,6 @@ def _indent_unit(body_indent: str, class_line: bytes) -> str:
     return " " * (step if step > 0 else 4)
 
 
-def _code_items(code: str, body_indent: str, indent_unit: str) -> list[_Item]:
-    """Dedent, check and re-indent ``code``; one `_Item` per top-level definition.
-
-    Each item's text runs from the end of the previous item, so comments between definitions
-    travel with the definition below them; trailing comments go with the last one.
-    """
-    raw = [_expand_leading_tabs(line) for line in normalize_newlines(code).split("\n")]
-    dedented = textwrap.dedent("\n".join(raw))
-    try:
-        if not parse(dedented).body:
-            raise EditError("the code to insert is empty (no statements)")
-    except SyntaxError as exc:
-        raise EditError(f"the code to insert does not parse: line {exc.lineno}: {exc.msg}") from exc
-    text = _reindent(dedented.strip("\n").split("\n"), body_indent, indent_unit, dedented)
-    try:
-        wrapper = parse("class _Inserted:\n" + "\n".join(text) + "\n")
-    except SyntaxError as exc:
-        raise EditError(f"the re-indented code does not parse: {exc.msg}; this is a bug") from exc
-    body = wrapper.body[0].body if isinstance(wrapper.body[0], ast.ClassDef) else []
-    items: list[_Item] = []
-    start = 0
-    for index, stmt in enumerate(body):
-        names = statement_names(stmt)
-        single = isinstance(stmt, (*_DEFS, ast.AnnAssign)) or (
-            isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-        )
-        if not single or len(names) != 1:
-            raise EditError(
-                "the code to insert may hold only definitions (def, class, or an assignment to "
-                f"one name), so that a re-run can find them; line {stmt.lineno - 1} is not one"
-            )
-        if any(item.name == names[0] for item in items):
-            raise EditError(f"the code to insert defines {names[0]} twice")
-        # wrapper line n is text[n - 2]; the last item also takes any trailing comments
-        end = len(text) if index == len(body) - 1 else (stmt.end_lineno or stmt.lineno) - 1
-        segment = text[start:end]
-        while segment and not segment[0].strip():
-            segment.pop(0)
-        while segment and not segment[-1].strip():
-            segment.pop()
-        items.append(_Item(names[0], stmt, segment))
-        start = end
-    return items
-
-
-def _expand_leading_tabs(line: str) -> str:
-    rest = line.lstrip(" \t")
-    return line[: len(line) - len(rest)].expandtabs(8) + rest
-
-
-def _code_unit(code: str) -> int:
-    """The code's own indentation step: the smallest INDENT the tokenizer sees (default 4)."""
-    widths: list[int] = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(code).readline):
-            if token.type == tokenize.INDENT:
-                widths.append(len(token.string))
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return min(widths, default=4) or 4
-
-
-def _reindent(lines: list[str], body_indent: str, indent_unit: str, code: str) -> list[str]:
-    """Put dedented code at the class body's indentation, in the file's indentation unit.
-
-    Each step of the code's own indentation (its smallest INDENT) becomes one unit of the
-    file's (a tab, or the number of spaces the class body is indented by), so a tab-indented
-    class gets tabs and a 2-space file gets 2 spaces. Blank lines become empty.
-    """
-    step = _code_unit(code)
-    out: list[str] = []
-    for line in lines:
-        rest = line.lstrip(" ")
-        if not rest.strip():
-            out.append("")
-            continue
-        spaces = len(line) - len(rest)
-        out.append(body_indent + indent_unit * (spaces // step) + " " * (spaces % step) + rest)
-    return out
-
-
 def _same(member: ast.stmt, node: ast.stmt) -> bool:
     return ast.dump(member, include_attributes=False) == ast.dump(node, include_attributes=False)
 
@@ -379,7 +285,7 @@ def _insertion_point(
     return start, position == 0, label
 
 
-def _padded(items: list[_Item], lines: list[bytes], at: int, top_of_body: bool) -> list[str]:
+def _padded(items: list[Item], lines: list[bytes], at: int, top_of_body: bool) -> list[str]:
     """The inserted lines: items one blank line apart, and from non-blank neighbours."""
     out: list[str] = []
     if at > 0 and not top_of_body and not _is_blank(lines[at - 1]):
@@ -408,9 +314,7 @@ def _splice(source: bytes, lines: list[bytes], edits: list[tuple[int, int, list[
     return b"".join(out)
 
 
-def _verify(
-    content: bytes, class_name: str, items: list[_Item], kept: list[str], path: str
-) -> None:
+def _verify(content: bytes, class_name: str, items: list[Item], kept: list[str], path: str) -> None:
     """Refuse a result that does not parse, where a member is not exactly the code given, or
     where a kept member is gone: each would be a bug here, and it guarantees that a re-run is a
     no-op."""

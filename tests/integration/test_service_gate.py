@@ -66,6 +66,12 @@ def test_the_gate_at_the_motivating_figures(
         assert result.exit_code == 0, result.output
         assert host["outcome"] == "changed" and gate["status"] == "ok"
         assert EAGLE3_FLAG in (listener_cmdline(gpu.port) or [])
+        # what each server answered: 2 warm-up requests, then 3 samples of 1 and 3 of 4
+        # (and, on the new one, the smoke request before the gate)
+        old_log = (gpu.ssh.root / "manual-sglang.log").read_text()
+        new_log = (gpu.ssh.state_dir / "services" / "sglang.log").read_text()
+        assert old_log.count('"POST /generate HTTP/1.1" 200') == 2 + 3 * 1 + 3 * 4
+        assert new_log.count('"POST /generate HTTP/1.1" 200') == 1 + 2 + 3 * 1 + 3 * 4
     else:
         assert result.exit_code == 1, result.output
         assert host["outcome"] == "rolled back" and gate["status"] == "failed"

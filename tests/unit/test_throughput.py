@@ -8,6 +8,7 @@ import pytest
 
 from deploy.checks.throughput import Level, concurrency_levels, judge, levels_from_records, rate
 from deploy.config.steps import GateThroughputArgs
+from deploy.steps.gate_load import request_body
 
 
 def levels(**medians: tuple[float, ...]) -> list[Level]:
@@ -210,3 +211,11 @@ def test_gate_config() -> None:
         GateThroughputArgs.model_validate({"service": "s", "baseline": "before", "requests": 8})
     with pytest.raises(ValueError, match="give min_tokens_per_s, baseline: before, or both"):
         GateThroughputArgs(service="s")
+
+
+def test_every_request_generates_the_same_fixed_length() -> None:
+    args = GateThroughputArgs(service="s", baseline="before", max_new_tokens=128)
+    assert request_body(args) == {
+        "text": args.prompt,
+        "sampling_params": {"max_new_tokens": 128, "ignore_eos": True, "temperature": 0},
+    }

@@ -25,8 +25,8 @@ health 503, in-flight requests finish (2 s at most), children stop, exit 0.
 ``die_after_ready_seconds``: a scheduler "crash", then the whole tree is SIGKILLed as SGLang's
 ``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``tokens / speed`` per
 request, concurrently, like a batching server, and reports those tokens in
-``meta_info.completion_tokens``; ``tokens`` is ``max_new_tokens`` with ``ignore_eos``, else the
-"model" may stop earlier at an end-of-sequence token. ``speed`` is ``tokens_per_s``, or
+``meta_info.completion_tokens``: ``max_new_tokens``, or fewer when ``eos_after_tokens`` is set
+and the request has no ``ignore_eos`` (the "model" then stops at an end-of-sequence token). ``speed`` is ``tokens_per_s``, or
 ``eagle3_tokens_per_s`` with EAGLE-3, so a test sets each configuration's throughput and a
 client measures it (e.g. 75 and 54.1 tok/s, the EAGLE-3 regression the gate must catch).
 
@@ -72,6 +72,8 @@ DEFAULTS: dict[str, Any] = {
     "warmup_seconds": 1.0,
     # /health and /health_generate generate one token and answer after SGLang's 1 s poll.
     "health_seconds": 1.0,
+    # Without ignore_eos, the "model" ends a generation after this many tokens (None: never).
+    "eos_after_tokens": None,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
     "orphan_scheduler": False,
@@ -539,13 +541,15 @@ class Handler(BaseHTTPRequestHandler):
     def generate(self, prompts: list[Any], max_new: int, batch: bool, ignore_eos: bool) -> None:
         """Answer after ``tokens / speed`` seconds, however many requests run meanwhile.
 
-        Without ``ignore_eos`` the "model" stops at an end-of-sequence token somewhere in the
-        first ``max_new`` tokens (where depends on the prompt, as with a real model), so only
-        ``ignore_eos`` makes every request generate exactly ``max_new`` tokens.
+        With ``eos_after_tokens`` set, the "model" emits an end-of-sequence token after that
+        many tokens, as a real one does somewhere, and only ``ignore_eos`` makes the request
+        generate all ``max_new`` tokens.
         """
         server, started = self.server, time.monotonic()
         seeds = [zlib.crc32(json.dumps(prompt).encode()) for prompt in prompts]
-        lengths = [max_new if ignore_eos else min(max_new, 1 + seed % 48) for seed in seeds]
+        eos = server.config["eos_after_tokens"]
+        length = max_new if ignore_eos or eos is None else min(max_new, int(eos))
+        lengths = [length for _ in prompts]
         with server.lock:
             server.inflight += 1
             server.peak = max(server.peak, server.inflight)

@@ -8,9 +8,12 @@ connection like any server. So the figures below are measured, not reported by t
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import paramiko
 import pytest
 
 from deploy.sandbox import gpu_host
@@ -102,6 +105,57 @@ def test_no_server_before_fails_the_gate_unless_a_floor_is_set(
     deploy("rollback", "--yes")  # stops the server it started
 
 
+def start_eagle3_server_by_hand(gpu: GpuHost) -> None:
+    """The server with exactly kimi-eagle3's EAGLE-3 flags, started over SSH as an operator
+    would: a host already in the desired state, server included."""
+    args = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(gpu.vars["model_path"]),
+        "--tp",
+        str(gpu.vars["tp"]),
+        "--trust-remote-code",
+        "--port",
+        str(gpu.port),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(gpu.vars["draft_model_path"]),
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    log = gpu.ssh.root / "manual-sglang.log"
+    command = (
+        f"cd {shlex.quote(str(gpu.ssh.root))} ; "
+        f"PYTHONPATH={shlex.quote(str(gpu.python_path))} setsid nohup {shlex.join(args)} "
+        f"> {shlex.quote(str(log))} 2>&1 < /dev/null &"
+    )
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(gpu.ssh.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(
+        gpu.ssh.address,
+        gpu.ssh.port,
+        username=gpu.ssh.user,
+        key_filename=str(gpu.ssh.identity_file),
+        allow_agent=False,
+        look_for_keys=False,
+        timeout=10,
+    )
+    try:
+        _, stdout, _ = client.exec_command(command)
+        stdout.channel.recv_exit_status()
+    finally:
+        client.close()
+    gpu_host.wait_healthy(gpu.port, 30.0)
+
+
 def test_a_later_release_variant_is_untouched(
     make_gpu_hosts: Callable[..., tuple[list[GpuHost], Deploy]],
 ) -> None:
@@ -116,7 +170,7 @@ def test_a_later_release_variant_is_untouched(
         b"    @torch.no_grad()\n    def get_embed_and_head(self)",
     ).replace(old, b"        lm = self.language_model\n        return lm.embed_and_head()\n")
     gpu.model_file.write_bytes(later)
-    gpu_host.start_old_server(gpu, eagle3=True)
+    start_eagle3_server_by_hand(gpu)
     pid = listener_pid(gpu.port)
 
     result = deploy("apply", "kimi-eagle3", "--yes", "--json")

@@ -181,5 +181,6 @@ def test_a_later_release_variant_is_untouched(
     assert insert["status"] == "unchanged"
     assert "get_embed_and_head already defined with another body (kept)" in insert["summary"]
     assert gpu.model_file.read_bytes() == later
-    assert step(host, "restart")["status"] == "skipped"
+    # skipped (nothing changed) or unchanged (the running server is already the desired one)
+    assert step(host, "restart")["status"] in ("skipped", "unchanged")
     assert listener_pid(gpu.port) == pid, "not restarted"

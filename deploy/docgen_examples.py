@@ -37,6 +37,7 @@ STEP_EXAMPLES: dict[str, str] = {
     path: "{{ model_file }}"
     class: KimiK25ForConditionalGeneration
     where: {after: forward}
+    if_exists: keep   # a release that already has it, with any body, is done
     code: |
       def get_embed_and_head(self):
           return self.language_model.get_embed_and_head()

@@ -20,9 +20,11 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    field_validator,
     model_validator,
 )
 
+from deploy.checks.throughput import DEFAULT_TOLERANCE, concurrency_levels
 from deploy.config.inventory import StrictModel
 
 _Strict = StrictModel
@@ -83,10 +85,34 @@ class PythonInsertArgs(FileWriteOptions):
     where: Literal["end"] | InsertAnchor = Field(
         default="end", description="'end' of the class body, or {after: NAME} / {before: NAME}."
     )
-    replace: bool = Field(
-        default=False,
-        description="Replace a same-named member whose body differs, instead of failing.",
+    if_exists: Literal["keep", "replace", "fail"] = Field(
+        default="fail",
+        description=(
+            "A class member of the same name with a different definition (another body, "
+            "decorators, async, docstring): 'keep' leaves it and counts it as done (for "
+            "backports: a later release already has it), 'replace' overwrites it, 'fail' stops. "
+            "Decided per name: missing members are inserted either way."
+        ),
     )
+    replace: bool | None = Field(
+        default=None,
+        description=(
+            "Deprecated spelling kept for old playbooks: true is if_exists: replace, false is "
+            "if_exists: fail. Give one of the two keys, not both."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _replace_is_if_exists(self) -> PythonInsertArgs:
+        if self.replace is None:
+            return self
+        if "if_exists" in self.model_fields_set:
+            raise ValueError(
+                "give if_exists only (replace is its old spelling: "
+                "replace: true is if_exists: replace)"
+            )
+        self.if_exists = "replace" if self.replace else "fail"
+        return self
 
 
 class PatchArgs(FileWriteOptions):
@@ -271,25 +297,78 @@ class SmokeArgs(_Strict):
 
 
 class GateThroughputArgs(_Strict):
-    """Output tokens per second under a short concurrent load must reach a floor."""
+    """Output tokens per second at concurrency 1 and a higher level must reach a floor.
+
+    Warm-up requests first (not counted), then ``samples`` waves of ``concurrency`` requests
+    at once per level, each ``max_new_tokens`` long with ``ignore_eos`` (so every request
+    generates the same length), counted by the server's ``meta_info.completion_tokens``; a
+    level's figure is the median of its samples. ``min_ratio`` is judged with ``tolerance``:
+    after / before must reach ``min_ratio * (1 - tolerance)`` at every level. With ``baseline:
+    before`` and no server to measure before, the gate fails unless ``min_tokens_per_s`` is set.
+    """
 
     service: str = Field(description="A key of the playbook's 'services'.")
-    min_tokens_per_s: float | None = Field(default=None, ge=0, description="Absolute floor.")
+    min_tokens_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Floor for the median at concurrency 1 (one request's decode speed); also what "
+            "decides when there is no baseline."
+        ),
+    )
     baseline: Literal["before"] | None = Field(
         default=None, description="'before': measure the old server before the restart too."
     )
-    min_ratio: float = Field(default=1.0, gt=0, description="New / before must reach this.")
-    requests: int = Field(default=8, ge=1, description="Requests in the load.")
-    concurrency: int = Field(default=4, ge=1, description="Requests in flight at once.")
-    max_new_tokens: int = Field(default=64, ge=1, description="Tokens generated per request.")
+    min_ratio: float = Field(
+        default=1.0, gt=0, description="New / before must reach this at every concurrency."
+    )
+    tolerance: float = Field(
+        default=DEFAULT_TOLERANCE,
+        ge=0,
+        lt=1,
+        description=(
+            "Measurement noise allowed, as a fraction of min_ratio: the gate needs "
+            "min_ratio * (1 - tolerance) (default 0.03: x0.97 for min_ratio 1.0)."
+        ),
+    )
+    concurrency: int = Field(
+        default=4, ge=1, description="The higher level; concurrency 1 is always measured too."
+    )
+    samples: int = Field(default=3, ge=3, description="Samples per level (the median counts).")
+    warmup: int = Field(
+        default=2, ge=1, description="Requests sent first and not counted (at the higher level)."
+    )
+    max_new_tokens: int = Field(
+        default=64, ge=1, description="Tokens generated per request (ignore_eos: always all)."
+    )
     prompt: str = Field(default="Write a short story about a lighthouse keeper.")
-    timeout: float = Field(default=600.0, gt=0)
+    timeout: float = Field(default=600.0, gt=0, description="Seconds per request.")
+
+    @field_validator("min_tokens_per_s", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """``"{{ sglang_min_tokens_per_s }}"`` with the variable's default ``""``: no floor."""
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "requests" in data:
+            raise ValueError(
+                "requests is gone: the gate now takes 'samples' waves of 'concurrency' requests "
+                "at each level (concurrency 1 and the higher one); remove requests"
+            )
+        return data
 
     @model_validator(mode="after")
     def _some_floor(self) -> GateThroughputArgs:
         if self.min_tokens_per_s is None and self.baseline is None:
             raise ValueError("give min_tokens_per_s, baseline: before, or both")
         return self
+
+    def levels(self) -> list[int]:
+        """The concurrencies measured: 1 and ``concurrency``."""
+        return concurrency_levels(self.concurrency)
 
 
 # --- step entries -----------------------------------------------------------------------------

@@ -10,8 +10,12 @@ on 0.5.10 (which has them) must change nothing. How it stays safe:
 * the code is dedented, then re-indented to the class body's own indentation (the same spaces,
   or tabs), and written with the file's newline style and encoding;
 * each top-level definition in the code is compared with the class member of the same name by
-  ``ast.dump`` (formatting and comments do not count, docstrings do): equal ones are skipped, a
-  different one is a `MemberConflict` unless ``replace=True``;
+  ``ast.dump`` (formatting and comments do not count, docstrings do): equal ones are skipped; a
+  different one is decided by ``if_exists``: ``"fail"`` (the default) raises `MemberConflict`,
+  ``"replace"`` overwrites it in place, ``"keep"`` leaves it as it is. ``keep`` is for backports:
+  a later release that already defines the method, with whatever body, decorators or ``async``,
+  is in the desired state. Each name is decided on its own, so with one of three methods
+  present the other two are still inserted and the present one is kept byte for byte;
 * the result must parse and contain every name, or the edit is refused.
 
 Placement ``"end"`` goes after the class's last statement and after the comment lines that
@@ -25,27 +29,25 @@ from their neighbours by exactly one blank line, as black does inside a class bo
 from __future__ import annotations
 
 import ast
-import io
-import textwrap
-import tokenize
-from typing import NamedTuple
+from typing import Literal
 
 from deploy.checks.parsing import parse
 from deploy.checks.python_ast import class_names, find_classes, statement_names
+from deploy.edits.pyinsert_code import Item, code_items
 from deploy.edits.result import EditResult
 from deploy.edits.text import (
     detect_newline,
     encode_fragment,
     line_ending,
-    normalize_newlines,
     strip_ending,
 )
 from deploy.errors import EditError
 from deploy.memo import once
 
 Where = str | tuple[str, str]
-
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+#: What to do with a class member of the same name whose definition differs from the code's.
+IfExists = Literal["keep", "replace", "fail"]
+IF_EXISTS: tuple[IfExists, ...] = ("keep", "replace", "fail")
 
 
 class ClassNotFound(EditError):
@@ -73,14 +75,6 @@ def _parse(source: bytes, path: str) -> ast.Module:
         raise EditError(f"{where}: does not parse: {getattr(exc, 'msg', exc)}") from exc
 
 
-class _Item(NamedTuple):
-    """One top-level definition of the code to insert, as re-indented text lines."""
-
-    name: str
-    node: ast.stmt
-    text: list[str]
-
-
 @once
 def insert_into_class(
     source: bytes,
@@ -88,7 +82,7 @@ def insert_into_class(
     code: str,
     *,
     where: Where = "end",
-    replace: bool = False,
+    if_exists: IfExists = "fail",
     path: str = "<file>",
 ) -> EditResult:
     """Insert the definitions in ``code`` into class ``class_name`` of ``source``.
@@ -98,54 +92,62 @@ def insert_into_class(
         class_name: a module-level class, or a dotted path to a nested one ("Outer.Inner").
         code: definitions (def, async def, class, single-name assignments) at any indentation.
         where: ``"end"``, ``("after", NAME)`` or ``("before", NAME)``; NAME is a class member.
-        replace: overwrite same-named members whose definition differs, in place.
+        if_exists: for a same-named member whose definition differs: ``"fail"`` raises,
+            ``"replace"`` overwrites it in place, ``"keep"`` leaves it untouched (counted as
+            present). A member with the same AST is always left alone.
         path: used in messages only.
 
     Returns:
-        ``changed=False`` when every definition is already there with the same AST.
+        ``changed=False`` when every definition is already there with the same AST (or, with
+        ``keep``, under the same name); the content is then ``source`` itself.
 
     Raises:
         ClassNotFound: no such class (the message lists the classes there).
-        MemberConflict: a same-named member differs, and ``replace`` is false.
+        MemberConflict: a same-named member differs, and ``if_exists`` is ``"fail"``.
         EditError: the file or the code does not parse, the anchor is not a member, the class
             is defined twice or has its body on the ``class`` line, the code holds statements
             that are not definitions, or (a bug) the result would not parse.
     """
+    if if_exists not in IF_EXISTS:
+        raise EditError(f"if_exists must be one of {', '.join(IF_EXISTS)}, not {if_exists!r}")
     tree = _parse(source, path)
     lines = source.splitlines(keepends=True)
     cls = _the_class(tree, class_name, path)
     body_indent = _body_indent(cls, lines, class_name, path)
-    items = _code_items(code, body_indent, _indent_unit(body_indent, lines[cls.lineno - 1]))
+    items = code_items(code, body_indent, _indent_unit(body_indent, lines[cls.lineno - 1]))
     members = {name: stmt for stmt in cls.body for name in statement_names(stmt)}
 
     present: list[str] = []
-    inserts: list[_Item] = []
-    replaced: list[tuple[_Item, ast.stmt]] = []
+    kept: list[str] = []
+    inserts: list[Item] = []
+    replaced: list[tuple[Item, ast.stmt]] = []
     for item in items:
         member = members.get(item.name)
         if member is None:
             inserts.append(item)
         elif _same(member, item.node):
             present.append(item.name)
-        elif replace:
+        elif if_exists == "keep":
+            kept.append(item.name)
+        elif if_exists == "replace":
             replaced.append((item, member))
         else:
             raise MemberConflict(
                 f"{path}:{member.lineno}: class {class_name} already has {item.name} "
                 f"(line {member.lineno}) with a different definition; "
-                "set replace to overwrite it",
+                "set if_exists: keep to leave it, or if_exists: replace to overwrite it",
                 member=item.name,
                 class_name=class_name,
                 path=path,
                 line=member.lineno,
             )
     if not inserts and not replaced:
-        return EditResult(
-            source,
-            False,
-            f"no change: {', '.join(present)} already present with the same body "
-            f"in class {class_name}",
-        )
+        reasons = []
+        if present:
+            reasons.append(f"{', '.join(present)} already present with the same body")
+        if kept:
+            reasons.append(f"{', '.join(kept)} already defined with another body (kept)")
+        return EditResult(source, False, f"no change: {'; '.join(reasons)} in class {class_name}")
 
     edits: list[tuple[int, int, list[str]]] = []
     parts: list[str] = []
@@ -158,11 +160,14 @@ def insert_into_class(
         edits.append((at, at, _padded(inserts, lines, at, first)))
         parts.append(f"inserted {', '.join(i.name for i in inserts)} {label} class {class_name}")
     summary = "; ".join(parts)
-    if present:
-        summary += f" ({', '.join(present)} already present)"
+    notes = [f"{', '.join(present)} already present"] if present else []
+    if kept:
+        notes.append(f"{', '.join(kept)} kept as defined")
+    if notes:
+        summary += f" ({'; '.join(notes)})"
 
     content = _splice(source, lines, edits)
-    _verify(content, class_name, items, path)
+    _verify(content, class_name, [i for i in items if i.name not in kept], kept, path)
     return EditResult(content, True, summary)
 
 
@@ -207,87 +212,6 @@ def _indent_unit(body_indent: str, class_line: bytes) -> str:
         return "\t"
     step = _width(body_indent) - _width(_indent(class_line))
     return " " * (step if step > 0 else 4)
-
-
-def _code_items(code: str, body_indent: str, indent_unit: str) -> list[_Item]:
-    """Dedent, check and re-indent ``code``; one `_Item` per top-level definition.
-
-    Each item's text runs from the end of the previous item, so comments between definitions
-    travel with the definition below them; trailing comments go with the last one.
-    """
-    raw = [_expand_leading_tabs(line) for line in normalize_newlines(code).split("\n")]
-    dedented = textwrap.dedent("\n".join(raw))
-    try:
-        if not parse(dedented).body:
-            raise EditError("the code to insert is empty (no statements)")
-    except SyntaxError as exc:
-        raise EditError(f"the code to insert does not parse: line {exc.lineno}: {exc.msg}") from exc
-    text = _reindent(dedented.strip("\n").split("\n"), body_indent, indent_unit, dedented)
-    try:
-        wrapper = parse("class _Inserted:\n" + "\n".join(text) + "\n")
-    except SyntaxError as exc:
-        raise EditError(f"the re-indented code does not parse: {exc.msg}; this is a bug") from exc
-    body = wrapper.body[0].body if isinstance(wrapper.body[0], ast.ClassDef) else []
-    items: list[_Item] = []
-    start = 0
-    for index, stmt in enumerate(body):
-        names = statement_names(stmt)
-        single = isinstance(stmt, (*_DEFS, ast.AnnAssign)) or (
-            isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-        )
-        if not single or len(names) != 1:
-            raise EditError(
-                "the code to insert may hold only definitions (def, class, or an assignment to "
-                f"one name), so that a re-run can find them; line {stmt.lineno - 1} is not one"
-            )
-        if any(item.name == names[0] for item in items):
-            raise EditError(f"the code to insert defines {names[0]} twice")
-        # wrapper line n is text[n - 2]; the last item also takes any trailing comments
-        end = len(text) if index == len(body) - 1 else (stmt.end_lineno or stmt.lineno) - 1
-        segment = text[start:end]
-        while segment and not segment[0].strip():
-            segment.pop(0)
-        while segment and not segment[-1].strip():
-            segment.pop()
-        items.append(_Item(names[0], stmt, segment))
-        start = end
-    return items
-
-
-def _expand_leading_tabs(line: str) -> str:
-    rest = line.lstrip(" \t")
-    return line[: len(line) - len(rest)].expandtabs(8) + rest
-
-
-def _code_unit(code: str) -> int:
-    """The code's own indentation step: the smallest INDENT the tokenizer sees (default 4)."""
-    widths: list[int] = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(code).readline):
-            if token.type == tokenize.INDENT:
-                widths.append(len(token.string))
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return min(widths, default=4) or 4
-
-
-def _reindent(lines: list[str], body_indent: str, indent_unit: str, code: str) -> list[str]:
-    """Put dedented code at the class body's indentation, in the file's indentation unit.
-
-    Each step of the code's own indentation (its smallest INDENT) becomes one unit of the
-    file's (a tab, or the number of spaces the class body is indented by), so a tab-indented
-    class gets tabs and a 2-space file gets 2 spaces. Blank lines become empty.
-    """
-    step = _code_unit(code)
-    out: list[str] = []
-    for line in lines:
-        rest = line.lstrip(" ")
-        if not rest.strip():
-            out.append("")
-            continue
-        spaces = len(line) - len(rest)
-        out.append(body_indent + indent_unit * (spaces // step) + " " * (spaces % step) + rest)
-    return out
 
 
 def _same(member: ast.stmt, node: ast.stmt) -> bool:
@@ -361,7 +285,7 @@ def _insertion_point(
     return start, position == 0, label
 
 
-def _padded(items: list[_Item], lines: list[bytes], at: int, top_of_body: bool) -> list[str]:
+def _padded(items: list[Item], lines: list[bytes], at: int, top_of_body: bool) -> list[str]:
     """The inserted lines: items one blank line apart, and from non-blank neighbours."""
     out: list[str] = []
     if at > 0 and not top_of_body and not _is_blank(lines[at - 1]):
@@ -390,9 +314,10 @@ def _splice(source: bytes, lines: list[bytes], edits: list[tuple[int, int, list[
     return b"".join(out)
 
 
-def _verify(content: bytes, class_name: str, items: list[_Item], path: str) -> None:
-    """Refuse a result that does not parse or where a member is not exactly the code given:
-    either would be a bug here, and it guarantees that a re-run is a no-op."""
+def _verify(content: bytes, class_name: str, items: list[Item], kept: list[str], path: str) -> None:
+    """Refuse a result that does not parse, where a member is not exactly the code given, or
+    where a kept member is gone: each would be a bug here, and it guarantees that a re-run is a
+    no-op."""
     try:
         found = find_classes(parse(content, filename=path), class_name)
     except (SyntaxError, ValueError) as exc:
@@ -402,6 +327,7 @@ def _verify(content: bytes, class_name: str, items: list[_Item], path: str) -> N
         ) from exc
     members = {n: stmt for stmt in (found[0].body if found else []) for n in statement_names(stmt)}
     wrong = [i.name for i in items if i.name not in members or not _same(members[i.name], i.node)]
+    wrong += [name for name in kept if name not in members]
     if wrong:
         raise EditError(
             f"{path}: after the edit class {class_name} does not hold {', '.join(wrong)} as "

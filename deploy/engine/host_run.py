@@ -42,7 +42,7 @@ from deploy.remote.lock import HostLock, acquire
 from deploy.statedir.records import End
 from deploy.statedir.runs import next_host_seq
 from deploy.steps import build_step
-from deploy.steps.base import StepContext
+from deploy.steps.base import Planned, StepContext
 from deploy.steps.verify_python import speculative_command
 
 log = logging.getLogger("deploy.engine")
@@ -304,6 +304,7 @@ def _run_steps(
         progress.step_started(name, index, step.title)
         began = time.monotonic()
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
+        planned: Planned | None = None
         try:
             planned = step.plan(ctx)
             step.apply(ctx, planned)
@@ -327,6 +328,8 @@ def _run_steps(
                 step_result.status = "skipped"
         except Exception as exc:  # every failure, expected or not, must lead to the undo
             step_result.status = "failed"
+            if planned is not None:  # what a failed check measured (a gate's figures)
+                step_result.figures = planned.figures
             step_result.summary = (
                 str(exc) if isinstance(exc, DeployError) else f"internal error: {exc!r}"
             )

@@ -57,6 +57,26 @@ EXIT_CODES: dict[int, str] = {
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 
+#: figure name -> (step kind, meaning); ``N`` stands for a concurrency (1 and the gate's).
+FIGURES: dict[str, tuple[str, str]] = {
+    "ready_s": ("wait_healthy", "Seconds until the health URL answered 200."),
+    "smoke_tokens": ("smoke", "Completion tokens of the smoke generation."),
+    "tokens_per_s_cN": (
+        "gate_throughput",
+        "Median output tokens/s of the new server at concurrency N (>= 3 samples, "
+        "ignore_eos, tokens from meta_info.completion_tokens, after an uncounted warm-up).",
+    ),
+    "before_tokens_per_s_cN": (
+        "gate_throughput",
+        "The same, measured on the old server just before the restart (`baseline: before`; "
+        "absent when there was none).",
+    ),
+    "ratio_cN": ("gate_throughput", "tokens_per_s_cN / before_tokens_per_s_cN."),
+    "tokens_per_s": ("gate_throughput", "tokens_per_s_c1 (the headline figure)."),
+    "before_tokens_per_s": ("gate_throughput", "before_tokens_per_s_c1."),
+    "ratio": ("gate_throughput", "ratio_c1."),
+}
+
 STEP: dict[str, Any] = {
     "type": "object",
     "description": "One step on one host.",
@@ -83,7 +103,16 @@ STEP: dict[str, Any] = {
         "duration": {"type": "number", "minimum": 0, "description": "Seconds."},
         "figures": {
             "type": "object",
-            "description": "Measurements by name (e.g. throughput), step-specific.",
+            "description": "Measurements by name, step-specific (see *Figures*); kept when "
+            "the step fails.",
+            "properties": {
+                name: {"type": "number", "description": meaning}
+                for name, (_, meaning) in FIGURES.items()
+                if "N" not in name
+            },
+            "patternProperties": {
+                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$": {"type": "number"}
+            },
         },
     },
 }
@@ -275,6 +304,12 @@ def render_markdown() -> str:
         *_meanings("Outcomes", OUTCOMES, EXIT_BY_OUTCOME),
         *_meanings("Step statuses", STEP_STATUSES),
         *_meanings("Exit codes", {str(k): v for k, v in EXIT_CODES.items()}),
+        "### Figures",
+        "",
+        "| figure | step | meaning |",
+        "| --- | --- | --- |",
+        *[f"| `{name}` | `{kind}` | {meaning} |" for name, (kind, meaning) in FIGURES.items()],
+        "",
         "## Webhook (`--notify-url URL`)",
         "",
         "When a run ends with any exit code but 0, `deploy` POSTs one JSON object to the URL",

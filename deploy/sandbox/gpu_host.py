@@ -12,6 +12,7 @@ Used by the integration tests, ``deploy demo`` and the benchmark.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.sandbox.sshd import SshHost
-from deploy.sandbox.wheels import kimi_k25_source
+from deploy.sandbox.wheels import kimi_k25_source, server_flags
 
 STANDIN = Path(__file__).resolve().parent / "fake_sglang"
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
@@ -116,6 +117,17 @@ class GpuHost:
         )
 
 
+@functools.cache
+def _server_flags_json() -> str:
+    return json.dumps(server_flags())
+
+
+def write_server_flags(package: Path) -> None:
+    """Give the stand-in in ``package`` SGLang 0.5.9's full option list (from the wheel), so it
+    accepts and abbreviates flags exactly as 0.5.9 does (see its ``standin_args``)."""
+    (package / "server_flags.json").write_text(_server_flags_json())
+
+
 def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> GpuHost:
     """Lay out SGLang's tree with the real model file and the stand-in on ``host``."""
     package = host.root / "sglang" / "python" / "sglang"
@@ -123,6 +135,7 @@ def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> Gpu
     for item in (STANDIN / "sglang").iterdir():
         if item.suffix == ".py":
             shutil.copy2(item, package / item.name)
+    write_server_flags(package)
     model = host.root / MODEL_REL
     if version is not None:
         model.write_bytes(kimi_k25_source(version))

@@ -1,18 +1,21 @@
 """``gate_throughput`` — the new server must be fast enough, absolutely and against before.
 
-Output tokens per second of a short concurrent load against ``/generate`` (completion tokens
-over wall time). With ``baseline: before`` the same load was measured on the old server just
-before the restart (see `deploy.steps.service`), and the new one must reach ``min_ratio`` of it.
-This is the check that would have caught EAGLE-3 running at 54.1 tok/s, slower than without it.
-When there was no old server to measure, only ``min_tokens_per_s`` applies, and the report says
-so.
+Output tokens per second at concurrency 1 and at a higher level (`deploy.steps.gate_load`: an
+uncounted warm-up, then at least 3 samples per level, ``ignore_eos``, tokens from the server's
+``meta_info.completion_tokens``), judged by `deploy.checks.throughput`: medians, ``min_ratio``
+within ``tolerance`` of the figures measured on the old server just before the restart
+(``baseline: before``, see `deploy.steps.service`), and ``min_tokens_per_s`` at concurrency 1.
+This is the check that catches EAGLE-3 running at 54.1 tok/s where the server it replaced made
+75. With no old server to measure, the gate fails unless ``min_tokens_per_s`` is set.
 """
 
 from __future__ import annotations
 
+from deploy.checks.throughput import judge, levels_from_records
 from deploy.config.steps import GateThroughputArgs
 from deploy.errors import CheckFailed
 from deploy.steps.base import Planned, Step, StepContext
+from deploy.steps.gate_load import measure
 from deploy.steps.service import control, runtime
 
 
@@ -32,8 +35,12 @@ class GateThroughputStep(Step):
                 noop=True,
                 skipped=True,
             )
+        levels = " and ".join(str(c) for c in args.levels())
         return Planned(
-            summary=f"{args.requests} requests x {args.max_new_tokens} tokens, {args.concurrency} at a time"
+            summary=(
+                f"{args.warmup} warm-up requests, then {args.samples} samples at concurrency "
+                f"{levels}, {args.max_new_tokens} tokens each"
+            )
         )
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
@@ -43,32 +50,21 @@ class GateThroughputStep(Step):
             return
         facts = runtime(ctx, args.service)
         ctx.note(f"measuring {args.service} throughput")
-        now = control(ctx, args.service).throughput(
-            requests=args.requests,
-            concurrency=args.concurrency,
-            max_new_tokens=args.max_new_tokens,
-            prompt=args.prompt,
-            timeout=args.timeout,
+        after = measure(control(ctx, args.service), args, ctx.note)
+        verdict = judge(
+            after,
+            levels_from_records(facts.get("baseline")),
+            baseline=args.baseline == "before",
+            min_ratio=args.min_ratio,
+            tolerance=args.tolerance,
+            min_tokens_per_s=args.min_tokens_per_s,
+            no_baseline_reason=str(facts.get("baseline_note", "not measured")),
         )
-        planned.figures["tokens_per_s"] = now
-        before = facts.get("baseline")
-        problems = []
-        parts = [f"{now:g} tok/s"]
-        if args.min_tokens_per_s is not None and now < args.min_tokens_per_s:
-            problems.append(f"{now:g} tok/s is below the floor of {args.min_tokens_per_s:g}")
-        if args.baseline == "before":
-            if isinstance(before, float | int):
-                ratio = round(now / before, 3) if before else 0.0
-                planned.figures["before_tokens_per_s"] = before
-                planned.figures["ratio"] = ratio
-                parts.append(f"before {before:g} tok/s (x{ratio:g}, need x{args.min_ratio:g})")
-                if ratio < args.min_ratio:
-                    problems.append(
-                        f"{now:g} tok/s is x{ratio:g} of the {before:g} tok/s before the change "
-                        f"(need x{args.min_ratio:g})"
-                    )
-            else:
-                parts.append(f"no baseline: {facts.get('baseline_note', 'not measured')}")
-        if problems:
-            raise CheckFailed(f"throughput gate failed for {args.service}: " + "; ".join(problems))
-        planned.summary = ", ".join(parts)
+        planned.figures.update(verdict.figures)
+        planned.summary = verdict.summary
+        if not verdict.passed:
+            raise CheckFailed(
+                f"throughput gate failed for {args.service}: "
+                + "; ".join(verdict.problems)
+                + f" [{verdict.summary}]"
+            )

@@ -1,4 +1,13 @@
-"""``python_insert`` — insert statements into a class body, located with ``ast``."""
+"""``python_insert`` — insert statements into a class body, located with ``ast``.
+
+A definition the class already has with the same AST is left alone, so a re-run is a no-op. One
+with the same name and another definition is decided by ``if_exists``: ``fail`` (the default)
+stops the run and names both ways out; ``keep`` leaves it, which is right for a backport, since
+a later release that ships the method, with whatever body, decorators or ``async``, is already
+in the desired state; ``replace`` overwrites it in place. Each name is decided on its own:
+with ``keep``, the missing methods are still inserted beside the kept one. ``replace: true``,
+the key's old spelling, still means ``if_exists: replace``.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +34,6 @@ class PythonInsertStep(EditStep):
                 else ("before", str(args.where.before))
             )
         result = insert_into_class(
-            content, args.class_, args.code, where=where, replace=args.replace, path=args.path
+            content, args.class_, args.code, where=where, if_exists=args.if_exists, path=args.path
         )
         return result.content, result.summary

@@ -39,6 +39,7 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.files import before_change
+from deploy.steps.gate_load import measure
 from deploy.steps.service_control import ServiceControl, ServiceState
 from deploy.steps.service_desired import Desired, desired, imports_problem
 
@@ -225,13 +226,7 @@ class ServiceStep(Step):
                 facts["baseline_note"] = f"old server not healthy (HTTP {health.status})"
                 return
             ctx.note(f"measuring {self.service} before the restart (baseline)")
-            facts["baseline"] = svc.throughput(
-                requests=gate.requests,
-                concurrency=gate.concurrency,
-                max_new_tokens=gate.max_new_tokens,
-                prompt=gate.prompt,
-                timeout=gate.timeout,
-            )
+            facts["baseline"] = [level.to_record() for level in measure(svc, gate, ctx.note)]
         except (http.ServerUnavailable, CheckFailed) as exc:
             facts["baseline_note"] = f"old server could not be measured: {exc}"
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -383,18 +382,3 @@ class ServiceControl:
                 f"POST /generate gave no JSON with text and meta_info: {response.body[:200]!r}"
             ) from exc
         return text, tokens
-
-    def throughput(
-        self, *, requests: int, concurrency: int, max_new_tokens: int, prompt: str, timeout: float
-    ) -> float:
-        """Output tokens per second of a short concurrent load (completion tokens / wall time)."""
-        began = time.monotonic()
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            results = list(
-                pool.map(lambda _: self.generate(prompt, max_new_tokens, timeout), range(requests))
-            )
-        wall = time.monotonic() - began
-        tokens = sum(count for _, count in results)
-        if tokens <= 0:
-            raise CheckFailed("the load generated no tokens")
-        return round(tokens / wall, 1)

@@ -35,7 +35,8 @@ from deploy.checks.nvidia_smi import (
     parse_compute_apps,
     parse_query_gpu,
 )
-from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, kimi_k25_source
+from deploy.sandbox.gpu_host import write_server_flags
+from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, kimi_k25_source, server_flags
 
 FAKE = Path(__file__).parents[2] / "deploy" / "sandbox" / "fake_sglang"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
@@ -48,7 +49,7 @@ EAGLE3 = [
     "--speculative-algorithm",
     "EAGLE3",
     "--speculative-draft-model-path",
-    "/models/draft",
+    "models/draft",  # relative to the server's cwd, the tree's root (see make_tree)
     "--speculative-num-steps",
     "3",
     "--speculative-eagle-topk",
@@ -154,6 +155,10 @@ def make_tree(root: Path, model_source: bytes) -> Path:
     (models / "kimi_k25.py").write_bytes(model_source)
     (root / "bin").mkdir()
     shutil.copy2(FAKE / "bin" / "nvidia-smi", root / "bin" / "nvidia-smi")
+    write_server_flags(root / "sglang" / "python" / "sglang")
+    draft = root / "models" / "draft"  # EAGLE3's draft path: a local model directory
+    draft.mkdir(parents=True)
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
     return root
 
 
@@ -181,9 +186,11 @@ class Server:
         self.out, self.err = root / f"{name}.out", root / f"{name}.err"
         env = clean_env(
             PYTHONPATH=str(root / "sglang" / "python"),
-            SGLANG_STANDIN_LOAD_SECONDS=str(LOAD),
-            SGLANG_STANDIN_WARMUP_SECONDS="0.5",
-            **{f"SGLANG_STANDIN_{k.upper()}": v for k, v in config.items()},
+            **{
+                "SGLANG_STANDIN_LOAD_SECONDS": str(LOAD),
+                "SGLANG_STANDIN_WARMUP_SECONDS": "0.5",
+                **{f"SGLANG_STANDIN_{k.upper()}": v for k, v in config.items()},
+            },
         )
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
@@ -244,7 +251,8 @@ def start(tmp_path: Path, sources: dict[str, bytes]) -> Iterator[Callable[..., S
 
 
 def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
-    server = start("0.5.9", "--tp", "1", "--enable-metrics-for-all", "yes")
+    # --tp abbreviates --tp-size; 0.5.9's other flags are accepted, with their values
+    server = start("0.5.9", "--tp", "1", "--enable-metrics", "--max-running-requests", "64")
     seen: list[int | str] = []
 
     def observe() -> bool:
@@ -256,7 +264,7 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
     poll(observe, "the server to become healthy")
     assert seen == ["refused", 503, 200]
     log = server.log()
-    assert "WARNING: ignoring unknown arguments: --enable-metrics-for-all yes" in log
+    assert "tp_size=1" in log and "max_running_requests='64'" in log
     steps = ["Load weight begin", "Load weight end", "Capture cuda graph begin", READY]
     assert [log.index(step) for step in steps] == sorted(log.index(step) for step in steps)
 
@@ -272,7 +280,7 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
         server.port,
         "POST",
         "/generate",
-        {"text": "Say hi", "sampling_params": {"max_new_tokens": 8}},
+        {"text": "Say hi", "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}},
     )
     assert status == 200 and len(out["text"].split()) == 8
     meta = out["meta_info"]
@@ -282,7 +290,10 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
     assert request(server.port, "POST", "/generate", {"sampling_params": {}})[0] == 400
 
     with ThreadPoolExecutor(1) as pool:  # SIGTERM drains: health 503, the request finishes
-        long = {"text": "Tell a story", "sampling_params": {"max_new_tokens": 40}}
+        long = {
+            "text": "Tell a story",
+            "sampling_params": {"max_new_tokens": 40, "ignore_eos": True},
+        }
         pending = pool.submit(request, server.port, "POST", "/generate", long)
         poll(lambda: "Prefill batch" in server.log(), "the request to be running")
         server.process.send_signal(signal.SIGTERM)
@@ -300,7 +311,10 @@ def test_generation_speed_eagle3_and_batching(start: Callable[..., Server]) -> N
     eagle = start("0.5.10", *EAGLE3)
     plain.wait_ready()
     eagle.wait_ready()
-    body = {"text": "Count to thirty", "sampling_params": {"max_new_tokens": 30}}
+    body = {
+        "text": "Count to thirty",
+        "sampling_params": {"max_new_tokens": 30, "ignore_eos": True},
+    }
 
     def timed(port: int) -> float:
         began = time.monotonic()
@@ -409,7 +423,8 @@ def test_orphaned_scheduler_keeps_gpu_memory_and_the_port(start: Callable[..., S
 
 
 def test_crash_after_ready_kills_the_tree(start: Callable[..., Server]) -> None:
-    server = start("0.5.10", "--tp", "2", die_after_ready_seconds="0.3")
+    # ready, then 1 s for the health check that sees it (it generates a token), then the crash
+    server = start("0.5.10", "--tp", "2", die_after_ready_seconds="2.5")
     server.wait_ready()
     assert sorted(name for _, name in gpu_holders(server.root)) == [
         "sglang::scheduler_TP0",
@@ -419,6 +434,141 @@ def test_crash_after_ready_kills_the_tree(start: Callable[..., Server]) -> None:
     assert "Scheduler hit an exception" in server.stderr()
     assert health(server.port) == "refused"
     assert gpu_holders(server.root) == []
+
+
+# --- as strict as SGLang 0.5.9's command line and loader (issue 12 item 8) --------------------
+
+
+def refused(server: Server) -> str:
+    """The stand-in exited 2 at once, as argparse does; its stderr."""
+    assert server.exit_status() == 2
+    assert server.log() == "", "nothing starts: no load, no children"
+    return server.stderr()
+
+
+def test_a_typo_in_a_flag_exits_2_with_argparse_message(start: Callable[..., Server]) -> None:
+    server = start("0.5.9", "--speculative-algoritm", "EAGLE3")
+    err = refused(server)
+    assert err.startswith("usage: launch_server.py [-h] --model-path MODEL_PATH")
+    assert err.rstrip().endswith(
+        "launch_server.py: error: unrecognized arguments: --speculative-algoritm EAGLE3"
+    )
+
+
+def test_choices_are_case_sensitive(start: Callable[..., Server]) -> None:
+    err = refused(start("0.5.9", "--speculative-algorithm", "eagle3"))
+    assert (
+        "launch_server.py: error: argument --speculative-algorithm: invalid choice: 'eagle3' "
+        "(choose from 'EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE', 'NGRAM')"
+    ) in err
+
+
+def test_an_ambiguous_prefix_exits_2(start: Callable[..., Server]) -> None:
+    """0.5.9 has several --speculative-draft-* options: the prefix alone matches them all."""
+    err = refused(start("0.5.9", "--speculative-draft", "models/draft"))
+    assert "error: ambiguous option: --speculative-draft could match" in err
+    assert "--speculative-draft-model-path" in err and "--speculative-draft-model-revision" in err
+
+
+def test_prefixes_and_aliases_resolve_as_argparse_does(start: Callable[..., Server]) -> None:
+    server = start(
+        "0.5.10",
+        "--tp",  # the only option starting with --tp is --tp-size
+        "2",
+        "--speculative-algo=EAGLE3",
+        "--speculative-draft-model",  # 0.5.9's alias of --speculative-draft-model-path
+        "models/draft",
+        "--mem-fraction-static",
+        "0.85",
+        "--served-model-name",
+        "kimi",
+    )
+    server.wait_ready()
+    info = request(server.port, "GET", "/server_info")[1]
+    assert (info["tp_size"], info["speculative_algorithm"]) == (2, "EAGLE3")
+    assert (info["speculative_draft_model_path"], info["served_model_name"]) == (
+        "models/draft",
+        "kimi",
+    )
+    assert info["mem_fraction_static"] == 0.85
+    assert len(gpu_holders(server.root)) == 2
+
+
+def test_the_parser_declares_what_0_5_9_declares() -> None:
+    """Each option the stand-in acts on has exactly 0.5.9's option strings (from the wheel)."""
+    sys.path.insert(0, str(FAKE))
+    try:
+        from sglang.standin_args import OWN, SPECULATIVE_ALGORITHMS  # the stand-in's own
+    finally:
+        sys.path.remove(str(FAKE))
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[name]
+    real = {tuple(flag["names"]): flag["nargs"] for flag in server_flags()}  # type: ignore[arg-type]
+    for names, keywords in OWN:
+        assert names in real, f"{names} are not 0.5.9's option strings"
+        assert real[names] == (0 if keywords.get("action") == "store_true" else 1), names
+    assert SPECULATIVE_ALGORITHMS == ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+
+
+@pytest.mark.parametrize(
+    ("draft", "message"),
+    [
+        (
+            "/nonexistent/eagle3-draft",
+            "OSError: Incorrect path_or_model_id: '/nonexistent/eagle3-draft'",
+        ),
+        ("models", "OSError: models does not appear to have a file named config.json"),
+    ],
+    ids=["missing directory", "directory without config.json"],
+)
+def test_a_bad_draft_model_path_fails_at_load(
+    start: Callable[..., Server], draft: str, message: str
+) -> None:
+    server = start(
+        "0.5.10", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft
+    )
+    assert server.exit_status() == 1
+    # after the target model loaded, as SGLang's EAGLE worker loads the draft then
+    assert "Load weight end" in server.log() and READY not in server.log()
+    assert message in server.stderr() and "eagle_worker.py" in server.stderr()
+    assert health(server.port) == "refused"
+    assert gpu_holders(server.root) == []
+
+
+def test_a_hub_id_draft_is_accepted(start: Callable[..., Server]) -> None:
+    server = start(
+        "0.5.10",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "lightseek/kimi-k2.5-eagle3",
+    )
+    server.wait_ready()
+
+
+def test_health_generates_a_token_so_it_takes_a_second(start: Callable[..., Server]) -> None:
+    server = start("0.5.10", warmup_seconds="1.5")
+    poll(lambda: health(server.port) == 503, "503 while warming up")
+    began = time.monotonic()
+    assert health(server.port) == 503
+    assert time.monotonic() - began < 0.5, "a warming server refuses at once"
+    server.wait_ready()
+    for path in ("/health", "/health_generate"):
+        began = time.monotonic()
+        assert request(server.port, "GET", path)[0] == 200
+        assert 1.0 <= time.monotonic() - began < 1.5, path
+
+
+def test_ignore_eos_decides_the_length(start: Callable[..., Server]) -> None:
+    server = start("0.5.10", eos_after_tokens="11")
+    server.wait_ready()
+    prompt = "Write a short story about a lighthouse keeper."
+    free = {"text": prompt, "sampling_params": {"max_new_tokens": 64}}
+    fixed = {"text": prompt, "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}}
+    stopped = request(server.port, "POST", "/generate", free)[1]["meta_info"]
+    full = request(server.port, "POST", "/generate", fixed)[1]["meta_info"]
+    assert stopped["completion_tokens"] == 11 and stopped["finish_reason"]["type"] == "stop"
+    assert full["completion_tokens"] == 64 and full["finish_reason"]["type"] == "length"
 
 
 # --- the fake nvidia-smi against the real captures -------------------------------------------

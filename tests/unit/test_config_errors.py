@@ -43,7 +43,7 @@ def test_unknown_key_lists_allowed_keys(tmp_path: Path) -> None:
     )
     assert message(err, tmp_path) == (
         "pb.yaml:8:7 steps[0].python_insert.bogus: unknown key 'bogus'"
-        " (allowed: path, class, code, where, replace, unsafe_dir, hardlinks)"
+        " (allowed: path, class, code, where, if_exists, replace, unsafe_dir, hardlinks)"
     )
     assert err.position is not None
     assert err.position.field == "steps[0].python_insert.bogus"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from deploy.checks.python_ast import check_python
+from deploy.config.steps import PythonInsertArgs
 from deploy.edits.pyinsert import ClassNotFound, MemberConflict, insert_into_class
 from deploy.edits.text import append_text
 from deploy.errors import EditError
@@ -298,7 +299,7 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
         b"    def h(self):\n        pass\n",
     ),
     (
-        "replace=True swaps the member and its decorators in place",
+        "if_exists=replace swaps the member and its decorators in place",
         src("""
             class A:
                 @old
@@ -311,7 +312,7 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
             """),
         "A",
         "@new\ndef g(self):\n    return 2\n",
-        {"replace": True},
+        {"if_exists": "replace"},
         src("""
             class A:
                 @new
@@ -327,8 +328,17 @@ CASES: list[tuple[str, bytes, str, str, dict[str, Any], bytes]] = [
         b"class A:\n    def g(self):\n        return 1\n",
         "A",
         G + "def h(self):\n    pass\n",
-        {"replace": True, "where": ("before", "g")},
+        {"if_exists": "replace", "where": ("before", "g")},
         b"class A:\n    def h(self):\n        pass\n\n    def g(self):\n        return 2\n",
+    ),
+    (
+        "if_exists=keep leaves a different member and inserts the missing one",
+        b"class A:\n    @cached\n    async def g(self):\n        return 99\n",
+        "A",
+        G + "def h(self):\n    pass\n",
+        {"if_exists": "keep"},
+        b"class A:\n    @cached\n    async def g(self):\n        return 99\n\n"
+        b"    def h(self):\n        pass\n",
     ),
     (
         "latin-1 file with a coding cookie",
@@ -375,7 +385,7 @@ def test_summaries() -> None:
     assert insert_into_class(source, "A", "x = 1", where=("after", "g")).summary == (
         "inserted x after g in class A"
     )
-    assert insert_into_class(source, "A", G, replace=True).summary == (
+    assert insert_into_class(source, "A", G, if_exists="replace").summary == (
         "replaced g (line 2) in class A"
     )
     partial = insert_into_class(source, "A", "def f(self):\n    pass\ny = 2")
@@ -590,3 +600,180 @@ def test_real_appending_is_the_classic_mistake(
     assert len(problems) == 7
     assert problems[-1].startswith("kimi_k25.py: the last statement is 'def set_embed_and_head(")
     assert problems[-1].endswith(f"expected {ENTRY!r}, which is at line 776")
+
+
+# ---- if_exists: a later release that already has the methods, in whatever form ----------------
+
+
+def _swap(old: str, new: str) -> Callable[[bytes], bytes]:
+    def change(source: bytes) -> bytes:
+        assert source.count(old.encode()) == 1, old
+        return source.replace(old.encode(), new.encode())
+
+    return change
+
+
+#: (id, a change to the real 0.5.10 file, the methods whose definition then differs)
+LATER_RELEASES: list[tuple[str, Callable[[bytes], bytes], list[str]]] = [
+    (
+        "another body",
+        _swap(
+            "        return self.language_model.get_embed_and_head()\n",
+            "        lm = self.language_model\n"
+            "        return lm.model.embed_tokens.weight, lm.lm_head.weight\n",
+        ),
+        ["get_embed_and_head"],
+    ),
+    (
+        "a decorator",
+        _swap(
+            "    def get_embed_and_head(self)",
+            "    @torch.no_grad()\n    def get_embed_and_head(self)",
+        ),
+        ["get_embed_and_head"],
+    ),
+    (
+        "async def",
+        _swap("    def set_embed_and_head(", "    async def set_embed_and_head("),
+        ["set_embed_and_head"],
+    ),
+    (
+        "a docstring-only change",
+        _swap(
+            '"""Set the layers to capture for EAGLE3 speculative decoding."""',
+            '"""Choose the target layers whose hidden states EAGLE-3 reads."""',
+        ),
+        ["set_eagle3_layers_to_capture"],
+    ),
+    (
+        "all three rewritten",
+        lambda source: _swap(
+            "    def set_eagle3_layers_to_capture(", "    async def set_eagle3_layers_to_capture("
+        )(
+            _swap(
+                "    def get_embed_and_head(self)",
+                "    @staticmethod\n    def get_embed_and_head(self)",
+            )(
+                _swap(
+                    "        self.language_model.set_embed_and_head(embed, head)\n",
+                    "        self.language_model.set_embed_and_head(head=head, embed=embed)\n",
+                )(source)
+            )
+        ),
+        EAGLE3,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "differing"),
+    [case[1:] for case in LATER_RELEASES],
+    ids=[case[0] for case in LATER_RELEASES],
+)
+def test_later_release_variants(
+    kimi_source: Callable[[str], bytes],
+    eagle3_code: str,
+    change: Callable[[bytes], bytes],
+    differing: list[str],
+) -> None:
+    later = change(kimi_source("0.5.10"))
+    compile(later, "kimi_k25.py", "exec")
+    assert later != kimi_source("0.5.10")
+
+    kept = insert_into_class(later, KIMI, eagle3_code, if_exists="keep")
+    assert not kept.changed
+    assert kept.content is later or kept.content == later  # byte-identical
+    assert kept.summary.startswith("no change:")
+    assert f"{', '.join(differing)} already defined with another body (kept)" in kept.summary
+
+    with pytest.raises(MemberConflict) as info:
+        insert_into_class(later, KIMI, eagle3_code, if_exists="fail")
+    assert info.value.member == differing[0]
+    assert "if_exists: keep" in str(info.value)
+
+    # replace puts 0.5.10's own methods back, decorators included: the file becomes 0.5.10's
+    replaced = insert_into_class(later, KIMI, eagle3_code, if_exists="replace")
+    assert replaced.changed and replaced.content == kimi_source("0.5.10")
+
+
+def test_keep_with_one_of_three_present_inserts_the_other_two(
+    kimi_source: Callable[[str], bytes], eagle3_code: str
+) -> None:
+    """A 0.5.9 file where someone already added get_embed_and_head, their own way."""
+    theirs = (
+        "    @torch.no_grad()\n"
+        "    def get_embed_and_head(self):\n"
+        "        # our own backport\n"
+        "        return self.language_model.get_embed_and_head()\n"
+    )
+    old = kimi_source("0.5.9")
+    base = insert_into_class(old, KIMI, textwrap.dedent(theirs)).content
+    result = insert_into_class(base, KIMI, eagle3_code, if_exists="keep", path="kimi_k25.py")
+    assert result.changed
+    assert result.summary == (
+        f"inserted set_eagle3_layers_to_capture, set_embed_and_head at the end of class {KIMI} "
+        "(get_embed_and_head kept as defined)"
+    )
+    after = result.content
+    assert theirs.encode() in after, "the existing method is kept byte for byte"
+    assert after.count(b"def get_embed_and_head") == 1
+    assert (
+        check_python(after, class_has={KIMI: EAGLE3}, not_module_level=EAGLE3, last_statement=ENTRY)
+        == []
+    )
+    wanted, got = member_dumps(kimi_source("0.5.10")), member_dumps(after)
+    assert got["set_eagle3_layers_to_capture"] == wanted["set_eagle3_layers_to_capture"]
+    assert got["set_embed_and_head"] == wanted["set_embed_and_head"]
+    # only lines were inserted: everything that was there is still there, in order
+    opcodes = difflib.SequenceMatcher(
+        None, base.splitlines(), after.splitlines(), autojunk=False
+    ).get_opcodes()
+    assert {tag for tag, *_ in opcodes} == {"equal", "insert"}
+    again = insert_into_class(after, KIMI, eagle3_code, if_exists="keep")
+    assert not again.changed and again.content == after
+
+
+def test_keep_on_the_real_files(kimi_source: Callable[[str], bytes], eagle3_code: str) -> None:
+    """keep behaves like fail wherever nothing differs: 0.5.9 gets all three, 0.5.10 none."""
+    for version in ("0.5.9", "0.5.10"):
+        source = kimi_source(version)
+        assert (
+            insert_into_class(source, KIMI, eagle3_code, if_exists="keep").content
+            == insert_into_class(source, KIMI, eagle3_code).content
+        )
+
+
+def test_keep_counts_any_member_of_that_name() -> None:
+    """Kept even when the name is bound another way (an alias): the class defines it."""
+    source = b"class A:\n    def f(self):\n        return 1\n\n    g = f\n"
+    result = insert_into_class(source, "A", G, if_exists="keep")
+    assert not result.changed and result.content == source
+    assert result.summary == "no change: g already defined with another body (kept) in class A"
+
+
+@pytest.mark.parametrize(
+    ("raw", "if_exists"),
+    [
+        ({}, "fail"),
+        ({"if_exists": "keep"}, "keep"),
+        ({"if_exists": "replace"}, "replace"),
+        ({"replace": True}, "replace"),  # the old spelling still works
+        ({"replace": False}, "fail"),
+    ],
+)
+def test_config_if_exists_and_the_old_replace_key(raw: dict[str, Any], if_exists: str) -> None:
+    args = PythonInsertArgs.model_validate({"path": "/m.py", "class": "A", "code": G, **raw})
+    assert args.if_exists == if_exists
+
+
+def test_config_refuses_both_spellings_and_unknown_values() -> None:
+    with pytest.raises(ValueError, match="give if_exists only"):
+        PythonInsertArgs.model_validate(
+            {"path": "/m.py", "class": "A", "code": G, "if_exists": "keep", "replace": True}
+        )
+    with pytest.raises(ValueError, match="if_exists"):
+        PythonInsertArgs.model_validate(
+            {"path": "/m.py", "class": "A", "code": G, "if_exists": "Keep"}
+        )
+    with pytest.raises(EditError, match="if_exists must be one of keep, replace, fail"):
+        insert_into_class(b"class A:\n    x = 1\n", "A", G, if_exists="skip")  # type: ignore[arg-type]

@@ -5,12 +5,18 @@ stops the way SGLang does. Copied over ``<root>/sglang/python/sglang/`` beside S
 ``srt/models/kimi_k25.py``, the real command line starts this instead:
 ``PYTHONPATH=<root>/sglang/python python -m sglang.launch_server --model-path M --port 30000``.
 
-Like SGLang 0.5.9 (DESIGN.md, "SGLang facts"): the port stays unbound while "loading"
-(connection refused), then ``/health`` answers 503 while warming up and 200 once "The server is
-fired up and ready to roll!" is logged. The model file must compile (else a SyntaxError
-traceback, exit 1); with ``--speculative-algorithm EAGLE3`` its class must define the three
-EAGLE-3 methods *in its body*, else the server dies after the load with SGLang's AttributeError
-(exit 1). A port still held when the load ends fails the start only then (exit 1). Children
+Like SGLang 0.5.9 (DESIGN.md, "SGLang facts"): the command line is 0.5.9's argparse
+(`standin_args`: an unknown flag, a lower-case ``eagle3`` or an ambiguous prefix exits 2 with
+argparse's message). The port stays unbound while "loading" (connection refused), then
+``/health`` answers 503 at once while warming up, and 200 once "The server is fired up and ready
+to roll!" is logged, about a second after the request (``health_seconds``: SGLang generates a
+token and looks for it every second). With ``--speculative-algorithm``, a draft model path
+that is neither a directory with a ``config.json`` nor a Hugging Face repo id fails the start
+after the target model has loaded, with transformers' OSError (exit 1). The model file must
+compile (else a SyntaxError traceback, exit 1); with ``--speculative-algorithm EAGLE3`` its
+class must define the three EAGLE-3 methods *in its body*, else the server dies after the load
+with SGLang's AttributeError (exit 1). A port still held when the load ends fails the start
+only then (exit 1). Children
 ``sglang::scheduler_TP<rank>`` (one per ``--tp`` rank, on GPU ``rank``) register in the GPU
 state dir the fake ``nvidia-smi`` reads; they and ``sglang::detokenizer`` exit with their
 parent, unless ``orphan_scheduler``: then schedulers ignore SIGTERM, outlive it and keep its
@@ -22,8 +28,12 @@ health 503, new requests refused, in-flight requests finish (however long they t
 SGLang's ``sigterm_watchdog`` waits), then the children stop, exit 0. ``--host`` is where the
 server binds (IPv4 or IPv6); ``bind_host`` overrides it (a launcher that drops the flag).
 ``die_after_ready_seconds``: a scheduler "crash", then the whole tree is SIGKILLed as SGLang's
-``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``max_new_tokens /
-speed`` per request, concurrently, like a batching server.
+``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``tokens / speed`` per
+request, concurrently, like a batching server, and reports those tokens in
+``meta_info.completion_tokens``: ``max_new_tokens``, or fewer when ``eos_after_tokens`` is set
+and the request has no ``ignore_eos`` (the "model" then stops at an end-of-sequence token). ``speed`` is ``tokens_per_s``, or
+``eagle3_tokens_per_s`` with EAGLE-3, so a test sets each configuration's throughput and a
+client measures it (e.g. 75 and 54.1 tok/s, the EAGLE-3 regression the gate must catch).
 
 Configuration, which SGLang's command line cannot carry: `DEFAULTS`, overridden by
 ``standin.json`` beside this file, overridden by ``$SGLANG_STANDIN_<KEY>`` (for instance
@@ -39,6 +49,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -52,6 +63,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
+from .standin_args import parse_args
+
 HERE = Path(__file__).resolve().parent
 MODEL_CLASS = "KimiK25ForConditionalGeneration"
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
@@ -62,6 +75,10 @@ DEFAULTS: dict[str, Any] = {
     # Load time with EAGLE-3 (the draft model loads too); None: same as load_seconds.
     "eagle3_load_seconds": None,
     "warmup_seconds": 1.0,
+    # /health and /health_generate generate one token and answer after SGLang's 1 s poll.
+    "health_seconds": 1.0,
+    # Without ignore_eos, the "model" ends a generation after this many tokens (None: never).
+    "eos_after_tokens": None,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
     "orphan_scheduler": False,
@@ -128,33 +145,6 @@ def load_config() -> dict[str, Any]:
     return config
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """SGLang's flags that matter here; anything else is returned, to be warned about."""
-    parser = argparse.ArgumentParser(prog="python -m sglang.launch_server", allow_abbrev=False)
-    add = parser.add_argument
-    add("--model-path", "--model", required=True)
-    add("--tokenizer-path")
-    add("--tp", "--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, default=30000)
-    add("--trust-remote-code", action="store_true")
-    for flag, kind in (
-        ("--speculative-algorithm", str),
-        ("--speculative-draft-model-path", str),
-        ("--speculative-num-steps", int),
-        ("--speculative-eagle-topk", int),
-        ("--speculative-num-draft-tokens", int),
-        ("--mem-fraction-static", float),
-        ("--context-length", int),
-        ("--served-model-name", str),
-    ):
-        add(flag, type=kind)
-    args, unknown = parser.parse_known_args(argv)
-    args.tokenizer_path = args.tokenizer_path or args.model_path
-    args.served_model_name = args.served_model_name or args.model_path
-    return args, unknown
-
-
 def _request_stop(*_: object) -> None:
     """The SIGTERM/SIGINT handler: it only sets a flag, which the main thread polls."""
     _STOP["requested"] = True
@@ -200,6 +190,22 @@ _FRAMES = {
             "__init__",
             "embed, head = self.target_worker.model_runner.model.{method}()",
         )
+    ],
+    "draft_load": [
+        (
+            "srt/managers/scheduler.py",
+            520,
+            "maybe_init_draft_worker",
+            "self.draft_worker = DraftWorkerClass(",
+        ),
+        ("srt/speculative/eagle_worker.py", 120, "__init__", "super().__init__("),
+        ("srt/configs/model_config.py", 240, "from_server_args", "return ModelConfig("),
+        (
+            "srt/utils/hf_transformers_utils.py",
+            250,
+            "get_config",
+            "config = AutoConfig.from_pretrained(",
+        ),
     ],
     "torch": [
         (
@@ -260,6 +266,38 @@ def eagle3_failure(model_file: Path) -> str | None:
         f"AttributeError: '{MODEL_CLASS}' object has no attribute '{missing[0]}'",
         missing[0],
     )
+
+
+#: What huggingface_hub accepts as a repo id (validate_repo_id), so transformers looks it up.
+_REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]+\b$")
+
+
+def draft_failure(draft: str | None) -> str | None:
+    """The traceback of loading the draft model, as 0.5.9's EAGLE worker does, if it fails.
+
+    Like transformers: an existing directory is a local model and needs its ``config.json``;
+    anything else must be a Hugging Face repo id (``org/name``), which the stand-in takes as
+    found (it has no network). A path to a directory that is not there (``/models/draft``)
+    is neither, and fails the start after the target model has loaded.
+    """
+    if draft is None:
+        return None
+    path = Path(draft).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return None
+        last = (
+            f"OSError: {draft} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{draft}/tree/main' for available files."
+        )
+    elif _REPO_ID.match(draft) and "--" not in draft and ".." not in draft:
+        return None
+    else:
+        last = (
+            f"OSError: Incorrect path_or_model_id: '{draft}'. Please provide either the path "
+            "to a local folder or the repo_id of a model on the Hub."
+        )
+    return sglang_traceback(["head", "draft_load"], last)
 
 
 # --- child processes ---------------------------------------------------------------------------
@@ -419,7 +457,7 @@ class Standin(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.inflight = self.peak = 0  # requests running now; most at once since last idle
         self.last_gen_throughput = 0.0
-        self.eagle3 = (args.speculative_algorithm or "").upper() == "EAGLE3"
+        self.eagle3 = args.speculative_algorithm == "EAGLE3"  # choices are case-sensitive
         self.speed = float(config["eagle3_tokens_per_s" if self.eagle3 else "tokens_per_s"])
         host = config.get("bind_host") or args.host
         if ":" in host:
@@ -471,6 +509,8 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/health", "/health_generate"):
             if server.phase == "draining":
                 log("Health check request received during shutdown. Returning 503.")
+            elif server.phase == "ready":  # one token generated, seen at SGLang's 1 s poll
+                time.sleep(float(server.config["health_seconds"]))
             self.reply(200 if server.phase == "ready" else 503)
         elif path in ("/model_info", "/get_model_info"):
             self.reply(
@@ -512,6 +552,7 @@ class Handler(BaseHTTPRequestHandler):
         prompt: Any = request.get("text", request.get("input_ids"))
         params = request.get("sampling_params") or {}
         max_new = params.get("max_new_tokens", 128) if isinstance(params, dict) else None
+        ignore_eos = bool(params.get("ignore_eos", False)) if isinstance(params, dict) else False
         batch = (
             isinstance(prompt, list)
             and bool(prompt)
@@ -524,13 +565,22 @@ class Handler(BaseHTTPRequestHandler):
         elif self.server.phase == "draining":
             self.error(503, "The server is shutting down.")
         else:
-            self.generate(prompt if batch else [prompt], max_new, batch)
+            self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos)
 
     do_PUT = do_POST
 
-    def generate(self, prompts: list[Any], max_new: int, batch: bool) -> None:
-        """Answer after ``max_new / speed`` seconds, however many requests run meanwhile."""
+    def generate(self, prompts: list[Any], max_new: int, batch: bool, ignore_eos: bool) -> None:
+        """Answer after ``tokens / speed`` seconds, however many requests run meanwhile.
+
+        With ``eos_after_tokens`` set, the "model" emits an end-of-sequence token after that
+        many tokens, as a real one does somewhere, and only ``ignore_eos`` makes the request
+        generate all ``max_new`` tokens.
+        """
         server, started = self.server, time.monotonic()
+        seeds = [zlib.crc32(json.dumps(prompt).encode()) for prompt in prompts]
+        eos = server.config["eos_after_tokens"]
+        length = max_new if ignore_eos or eos is None else min(max_new, int(eos))
+        lengths = [length for _ in prompts]
         with server.lock:
             server.inflight += 1
             server.peak = max(server.peak, server.inflight)
@@ -539,23 +589,27 @@ class Handler(BaseHTTPRequestHandler):
             f"#running-req: {server.inflight - 1}, #queue-req: 0",
             "TP0",
         )
-        time.sleep(max_new / server.speed)
+        time.sleep(max(lengths, default=0) / server.speed)
         with server.lock:  # like SGLang's: tokens/s of the whole running batch
             server.last_gen_throughput = round(server.speed * server.peak, 2)
             server.inflight -= 1
             server.peak = server.peak if server.inflight else 0
         outputs = []
-        for prompt in prompts:
-            seed = zlib.crc32(json.dumps(prompt).encode())
+        for prompt, seed, length in zip(prompts, seeds, lengths, strict=True):
+            finish = (
+                {"type": "length", "length": length}
+                if length == max_new
+                else {"type": "stop", "matched": 163586}
+            )
             prompt_tokens = len(prompt if isinstance(prompt, list) else str(prompt).split())
             outputs.append(
                 {
-                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(max_new)),
+                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(length)),
                     "meta_info": {
                         "id": uuid.uuid4().hex,
-                        "finish_reason": {"type": "length", "length": max_new},
+                        "finish_reason": finish,
                         "prompt_tokens": max(1, prompt_tokens),
-                        "completion_tokens": max_new,
+                        "completion_tokens": length,
                         "cached_tokens": 0,
                         "e2e_latency": round(time.monotonic() - started, 4),
                     },
@@ -569,14 +623,12 @@ class Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     """Start, serve and stop like ``sglang.launch_server``; returns the exit status."""
-    args, unknown = parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)  # exit 2 on a bad flag, as 0.5.9
     try:
         config = load_config()
     except (ValueError, TypeError) as error:
         print(f"sglang stand-in: bad configuration: {error}", file=sys.stderr, flush=True)
         return 2
-    if unknown:
-        log(f"WARNING: ignoring unknown arguments: {' '.join(unknown)}")
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in vars(args).items()) + ")")
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _request_stop)
@@ -602,7 +654,7 @@ def fail(message: str, children: list[Child], config: dict[str, Any]) -> int:
 def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child]) -> int:
     """Load, bind, warm up and serve until told to stop; returns the exit status."""
     model_file, load = Path(config["model_file"]), float(config["load_seconds"])
-    eagle3 = (getattr(args, "speculative_algorithm", None) or "").upper() == "EAGLE3"
+    eagle3 = args.speculative_algorithm == "EAGLE3"
     if eagle3 and config.get("eagle3_load_seconds") is not None:
         load = float(config["eagle3_load_seconds"])
     log("Load weight begin. avail mem=94.61 GB", "TP0")
@@ -616,11 +668,15 @@ def serve(args: argparse.Namespace, config: dict[str, Any], children: list[Child
         f"mem usage={config['gpu_memory_mib'] / 1024:.2f} GB.",
         "TP0",
     )
+    if args.speculative_algorithm:
+        failure = draft_failure(args.speculative_draft_model_path)
+        if failure is not None:
+            return fail(failure, children, config)
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=74.91 GB", "TP0")
     if wait_or_stop(load * 0.2):
         return 0
     log(f"Capture cuda graph end. Time elapsed: {load * 0.2:.2f} s. mem usage=0.57 GB.", "TP0")
-    if (args.speculative_algorithm or "").upper() == "EAGLE3":
+    if eagle3:
         failure = eagle3_failure(model_file)
         if failure is not None:
             return fail(failure, children, config)

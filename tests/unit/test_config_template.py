@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from deploy.config.template import Origin, Variables, _compile, bare_names, is_template
@@ -208,19 +208,24 @@ def test_mapping_keys_are_rendered_and_collisions_refused() -> None:
     )
 
 
+#: A variable's own value is a template too (rendered first, by both paths): values are kept
+#: plain by construction (no brace anywhere, dict keys included), not filtered afterwards.
+_PLAIN_TEXT = st.text(alphabet=st.characters(blacklist_characters="{}%#"), max_size=20)
 _VALUES = st.one_of(
-    st.text(max_size=20),
+    _PLAIN_TEXT,
     st.integers(),
     st.floats(allow_nan=False),
     st.booleans(),
     st.none(),
     st.lists(st.integers(), max_size=3),
-    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.dictionaries(_PLAIN_TEXT.map(lambda t: t[:5]), st.integers(), max_size=2),
 )
 _LITERALS = st.text(alphabet=st.sampled_from(list("ab }{#%-\n\t/é$")), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+# Most generated sources need Jinja (a brace or `{%` in the literals): that is the boundary
+# under test, so the many inputs `bare_names` declines are expected, not a health problem.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(
     st.lists(
         st.tuples(_LITERALS, st.sampled_from(["v1", "v2", "v3"]), st.sampled_from(["", " ", "  "])),
@@ -235,14 +240,15 @@ def test_bare_names_render_exactly_as_jinja(
 ) -> None:
     """The no-Jinja path for ``{{ name }}`` strings gives Jinja's own output, byte for byte."""
     source = "".join(f"{text}{{{{{pad}{name}{pad}}}}}" for text, name, pad in pieces) + tail
-    # A variable's own value is a template too (rendered first, by both paths): keep it plain.
-    assume(not any(isinstance(v, str) and is_template(v) for v in values))
-    variables = Variables(dict(zip(["v1", "v2", "v3"], values, strict=True)), {})
     names = bare_names(source)
     assume(names is not None)
+    assert names is not None
+    # The literals may spell a name of their own (a tail of `{{a}}`): give it a value too.
+    given = dict(zip(["v1", "v2", "v3"], values, strict=True))
+    given.update({name: "" for name in names[1::2] if name not in given})
+    variables = Variables(given, {})
     template, _ = _compile(source)
-    expected = template.render({"v1": values[0], "v2": values[1], "v3": values[2]})
-    assert variables.render_string(source, Origin(None)) == expected
+    assert variables.render_string(source, Origin(None)) == template.render(given)
 
 
 def test_only_strings_that_need_jinja_import_it() -> None:

@@ -113,6 +113,20 @@ class Demo:
         _say(self.out, f"(exit {proc.returncode})\n")
         return proc.returncode
 
+    def applied(self, playbook: str) -> str | None:
+        """The id of the latest real ``apply`` of ``playbook`` in this demo's history."""
+        from deploy.engine.results import RunResult
+
+        latest: tuple[str, str] | None = None
+        for path in (self.base / "state" / "deploy" / "runs").glob("*.json"):
+            try:
+                run = RunResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if run.command == "apply" and run.playbook == playbook and not run.check_mode:
+                latest = max(latest or (run.started, run.run_id), (run.started, run.run_id))
+        return latest[1] if latest else None
+
     def close(self) -> None:
         self.sandbox.close()
 
@@ -259,7 +273,10 @@ def run(
 
         _say(stream, "4. What ran, and putting the good run back", bold=True)
         demo.deploy("history")
-        if demo.deploy("rollback", "--yes") != 0:
+        # The latest run (the mistake) already put itself back, so a bare `deploy rollback`
+        # would say "nothing to do" and never reach an older run: name the good one.
+        good = demo.applied("kimi-eagle3")
+        if good is None or demo.deploy("rollback", good, "--yes") != 0:
             failures.append("rollback")
         if gpu.model_file.read_bytes() != kimi_k25_source("0.5.9"):
             failures.append("rollback did not restore 0.5.9's file")

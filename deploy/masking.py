@@ -2,8 +2,11 @@
 
 What counts as a secret:
 
-- the value of a variable whose name contains ``token``, ``password``, ``secret`` or ``key``
-  (any case; ``hf_token``, ``DB_PASSWORD``, ``api_key``), on by default;
+- the value of a variable whose name has a word ending in ``token``, ``password``, ``passwd``,
+  ``secret`` or ``key`` (any case, words split at ``_``, ``-`` and ``.``: ``hf_token``,
+  ``DB_PASSWORD``, ``api-key``, ``apikey``), on by default. A count is not a secret:
+  ``max_new_tokens`` and ``--speculative-num-draft-tokens`` stay readable, so a plan never
+  hides the change it is about;
 - the value of a variable listed in ``secret_vars:`` (playbook or inventory);
 - the value of the environment variable named by a host's ``password_env``;
 - the value of a service ``env`` entry whose name is secret by the rules above;
@@ -33,23 +36,25 @@ from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 MASK = "***"
-#: Substrings of a variable name that make its value a secret (case-insensitive).
-SECRET_WORDS = ("token", "password", "secret", "key")
+#: Endings of a word of a variable's name that make its value a secret (case-insensitive).
+SECRET_WORDS = ("token", "password", "passwd", "secret", "key")
 #: Shortest value masked wherever it appears.
 MIN_CHARS = 4
 
 #: ``HF_TOKEN=value``: an environment assignment (upper case, as environments are written)
 #: whose name is secret. Lower-case ``key=`` is left alone: it is Python (``sorted(key=len)``).
 _NAME_VALUE = re.compile(
-    r"(?P<name>\b[A-Z_][A-Z0-9_]*(?:" + "|".join(w.upper() for w in SECRET_WORDS) + r")[A-Z0-9_]*)"
-    r"(?P<sep>=)(?P<value>[^\s\"',;&|)]+)"
+    r"(?<![A-Za-z0-9_])(?P<name>(?:[A-Z0-9]*_)*[A-Z0-9]*(?:"
+    + "|".join(w.upper() for w in SECRET_WORDS)
+    + r")(?:_[A-Z0-9_]*)?)(?P<sep>=)(?P<value>[^\s\"',;&|)]+)"
 )
+_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 def is_secret_name(name: str, listed: Iterable[str] = ()) -> bool:
     """Whether a variable called ``name`` holds a secret (by its name, or listed explicitly)."""
-    lower = name.lower()
-    return any(word in lower for word in SECRET_WORDS) or name in set(listed)
+    words = _WORDS.split(name.lower())
+    return any(w.endswith(SECRET_WORDS) for w in words) or name in set(listed)
 
 
 class Masker:

@@ -21,11 +21,12 @@ the host-side helper) and applies what these compute.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from deploy.masking import is_secret_name
 
 #: Alias groups of SGLang 0.5.9's server_args.py: every spelling -> the name used here.
 ALIASES: dict[str, str] = {
@@ -81,8 +82,7 @@ KNOWN_FLAGS: frozenset[str] = frozenset(
     }
 )
 
-#: Environment variables whose values never appear in plans, reports or logs.
-SECRET_PATTERNS = ("*token*", "*password*", "*secret*", "*key*")
+#: What a secret-looking value (`is_secret`) is shown as in plans, reports and logs.
 MASK = "***"
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -240,8 +240,8 @@ def derive_env(
 
 
 def is_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_PATTERNS)
+    """Whether a flag's or a variable's value is secret-looking (`deploy.masking`'s rule)."""
+    return is_secret_name(name)
 
 
 def masked_argv(argv: Sequence[str]) -> list[str]:

@@ -8,8 +8,8 @@ the change being undone. A server someone started by hand on the port is adopted
 A restart keeps the server the operator has: the new server is the running one's own argv,
 environment and cwd plus the declared ``args``/``env`` changes, and only with no server running
 is the service's ``command:`` used. The plan (and ``--check``) shows old -> new command line and
-environment as a diff, secret-looking values (``*token*``, ``*password*``, ``*secret*``,
-``*key*``) as ``***``. The running server is part of the desired state: a restart happens when
+environment as a diff, secret-looking values (a name with a word ending in token, password,
+secret or key: `deploy.masking`) as ``***``. The running server is part of the desired state: a restart happens when
 an earlier step of this run changed something *or* the running server differs from the desired
 one (``only_if_changed``, default true; false restarts always). A re-run on a host already in
 the desired state restarts nothing.

@@ -28,10 +28,24 @@ def clean() -> Iterator[None]:
         ("client_secret", True),
         ("model_file", False),
         ("tp", False),
+        ("apikey", True),
+        ("--api-key", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("db.passwd", True),
+        # Counts and tokenizers are not secrets: a plan must show them.
+        ("max_new_tokens", False),
+        ("--speculative-num-draft-tokens", False),
+        ("--tokenizer-path", False),
+        ("num_keys", False),
     ],
 )
 def test_secret_names_by_default(name: str, secret: bool) -> None:
     assert masking.is_secret_name(name) is secret
+
+
+def test_name_value_text_is_masked_only_for_secret_names() -> None:
+    text = masking.mask("HF_TOKEN=hf_abcdef MAX_TOKENS=8192 AWS_SECRET_ACCESS_KEY=abcd1234")
+    assert text == "HF_TOKEN=*** MAX_TOKENS=8192 AWS_SECRET_ACCESS_KEY=***"
 
 
 def test_listed_names_are_secret() -> None:

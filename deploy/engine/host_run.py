@@ -377,6 +377,9 @@ def _run_steps(
         changed = [done for done in result.steps if done.status == "changed"]
         failed = changed[-1] if changed else result.steps[-1]
         failed.status, failed.summary = "failed", str(exc)
+        # Said as it happens, like any failed step: the step was shown "changed" before its
+        # write was refused on the host, and the summary does not repeat step errors.
+        progress.step_finished(name, failed)
         result.changed_files.clear()
         _fail(remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress)
 

@@ -175,6 +175,8 @@ def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
                 return result
             except DeployError as exc:
                 result.outcome, result.error = "failed", str(exc)
+                # said live, as a step's failure is: the summary leaves out what was said
+                progress.host_event(name, str(exc))
                 return result
             note_takeover(lock, result, progress)
             if not recover(remote, spec.state_dir, lock, result, progress):

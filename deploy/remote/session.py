@@ -162,7 +162,12 @@ class Session:
         head = json.dumps(args, sort_keys=True).encode()
         call = Call(args)
         try:
-            self.channel.sendall(b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload)
+            frame = b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload
+            # a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet (32 KiB) per
+            # turn, and a bytes slice copies the rest each time (a 100 MB write copied ~160 GB;
+            # tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s). A view's
+            # slice copies nothing, and paramiko packs any buffer as is.
+            self.channel.sendall(memoryview(frame))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
@@ -280,9 +285,8 @@ class Session:
         began = time.monotonic()
         self.ops["wait"] = self.ops.get("wait", 0) + 1
         try:
-            self.channel.sendall(
-                b"RUN %d %d %d\n" % (len(code), len(stdin), seconds) + code + stdin
-            )
+            frame = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds) + code + stdin
+            self.channel.sendall(memoryview(frame))  # a view: see `call`
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc

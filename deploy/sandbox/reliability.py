@@ -41,6 +41,23 @@ ATTACK_TESTS = "test_attack"
 
 #: Decisions and limits the figures cannot show; kept here so the page has one author.
 NOTES = """\
+## How the faults are injected
+
+- **cut**: the proxy between `deploy` and the host's sshd resets the connection (RST both
+  ways). **kill**: the `deploy` process is SIGKILLed (the workstation dies).
+- Boundaries named "after …" fire at the first bytes `deploy` sends once that journal line
+  is on the host's disk: the proxy holds them, then cuts or kills.
+- Writes, saved copies and journal records are pipelined to the host's file helper, which
+  reads a request whole and then writes it in microseconds, so no client-side moment lies
+  inside a write, or between two writes of one file. For "saved copy half received",
+  "new file half received" and "between two writes of one file" the helper itself stops
+  (a test-only rule, enabled through the sandbox sshd's `SetEnv`) when that request has
+  reached it — 4096 bytes of the payload, or (second write) only its header, after the
+  second intent is fsynced — and records what it received; the fault is injected while it
+  is stopped, then the helper is SIGKILLed, so the rest of the request is lost with the
+  connection. The test asserts the stop happened there and that the half-received write
+  never landed.
+
 ## Decisions
 
 - **Symlinked targets are refused**, never followed: following would change a file the

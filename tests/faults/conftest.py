@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from deploy.edits.pyinsert import insert_into_class
+from deploy.remote.fileagent import FAULT_ENV
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
 from deploy.sandbox.proxy import CuttingProxy
@@ -136,6 +137,9 @@ class FaultHost:
     armed_at: float = 0.0
     #: When a trigger first saw its condition (for triggers that wait a moment after it).
     seen_at: dict[str, float] = field(default_factory=dict)
+    #: Where the host's file helper looks for a fault rule (its sessions have `FAULT_ENV`
+    #: naming it); absent unless a test arms one (`tests.faults.harness.HelperStop`).
+    helper_rule: Path | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -227,7 +231,9 @@ def make_fault_host(
     proxies: list[CuttingProxy] = []
 
     def make(*, service: bool = False, name: str = "gpu-1", **standin: Any) -> FaultHost:
-        host = sshd_sandbox.start(name)
+        workdir = tmp_path / f"workstation-{name}"
+        helper_rule = workdir / "helper-fault.json"
+        host = sshd_sandbox.start(name, env={FAULT_ENV: str(helper_rule)})
         gpu = None
         if service:
             gpu = gpu_host.prepare(host, "0.5.9", **standin)
@@ -239,7 +245,6 @@ def make_fault_host(
             host_vars = {"model_file": str(model)}
         proxy = CuttingProxy(host.port)
         proxies.append(proxy)
-        workdir = tmp_path / f"workstation-{name}"
         workdir.mkdir()
         (workdir / "playbooks").symlink_to(REPO / "playbooks")
         known = workdir / "known_hosts"
@@ -257,6 +262,7 @@ def make_fault_host(
             original,
             kimi_patched(original),
             gpu,
+            helper_rule=helper_rule,
         )
 
     yield make

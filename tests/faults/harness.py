@@ -6,13 +6,17 @@ share one definition of "consistent" and "truthful" (see `judge`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, exit_matches
 
@@ -20,12 +24,42 @@ Trigger = Callable[[FaultHost], bool]
 
 
 @dataclass
+class HelperStop:
+    """A point inside the host's file helper: the ``nth`` request ``op`` on a path matching
+    ``path`` (fnmatch; ``{state_dir}`` and ``{model_file}`` filled in), after ``after_bytes`` of
+    its payload reached the helper (`deploy.remote.fileagent._fault_stop`).
+
+    Since the write path is pipelined, nothing on the host's disk marks "this request is half
+    received": a request is read whole, then written in microseconds. So the helper stops
+    itself there and says so in a marker; the fault is injected while it is stopped, and the
+    helper is then killed, so the rest of the request is lost with the connection, however much
+    of it the pipes and sshd had buffered.
+    """
+
+    op: str
+    path: str
+    nth: int = 1
+    after_bytes: int = 0
+
+    def rule(self, host: FaultHost, marker: Path) -> dict[str, object]:
+        path = self.path.format(state_dir=host.state_dir, model_file=host.model_file)
+        return {
+            "op": self.op,
+            "path": path,
+            "nth": self.nth,
+            "after_bytes": self.after_bytes,
+            "marker": str(marker),
+        }
+
+
+@dataclass
 class Boundary:
-    """A named moment of a run, as a predicate over the host's disk."""
+    """A named moment of a run: a predicate over the host's disk, or a stop in the helper."""
 
     name: str
-    when: Trigger
+    when: Trigger | None
     extra_bytes: int = 0
+    helper: HelperStop | None = None
 
 
 def journal_at_least(lines: int) -> Trigger:
@@ -37,27 +71,23 @@ def lock_taken(host: FaultHost) -> bool:
     return lock.exists() and lock.stat().st_mtime > host.armed_at
 
 
-def copy_in_flight(host: FaultHost) -> bool:
-    return any(
-        p.name.endswith(".tmp")
-        for run in set(host.runs()) - host.old_runs
-        for p in (host.state_dir / "runs" / run / "files").glob("*")
-    )
-
-
-def target_in_flight(host: FaultHost) -> bool:
-    return any(".deploy-" in p.name for p in host.model_file.parent.iterdir())
-
-
 #: The file part of kimi-eagle3 (backup, python_insert, verify_python, verify_tail): its journal
 #: is begin, backup, intent, done, end. Each boundary is the instant after that line is on disk.
 FILE_BOUNDARIES = [
     Boundary("lock taken, nothing written", lock_taken),
     Boundary("after journal begin", journal_at_least(1)),
-    Boundary("saved copy in flight", copy_in_flight, extra_bytes=4096),
+    Boundary(
+        "saved copy half received",
+        None,
+        helper=HelperStop("write", "{state_dir}/runs/*/files/*", after_bytes=4096),
+    ),
     Boundary("after backup recorded", journal_at_least(2)),
     Boundary("after write intent", journal_at_least(3)),
-    Boundary("new file in flight", target_in_flight, extra_bytes=4096),
+    Boundary(
+        "new file half received",
+        None,
+        helper=HelperStop("write", "{model_file}", after_bytes=4096),
+    ),
     Boundary("after write done", journal_at_least(4)),
     Boundary("after end", journal_at_least(5)),
 ]
@@ -90,15 +120,30 @@ def faulted_apply(
     host.old_runs = set(host.runs())
     host.armed_at = time.time()
     host.seen_at.clear()
-    host.proxy.arm(
-        lambda: boundary.when(host),
-        action=kill if fault == "kill" else None,
-        extra_bytes=boundary.extra_bytes,
-    )
-    process["p"] = host.deploy.popen("apply", "kimi-eagle3", *args, "--yes", "--json")
-    out, err = process["p"].communicate(timeout=180)
-    host.proxy.disarm()
-    assert host.proxy.fired.is_set(), f"the fault never fired at {boundary.name!r}:\n{out}{err}"
+    if boundary.helper is not None:
+        with helper_stopped(host, boundary.helper, fault, process) as stopped:
+            process["p"] = host.deploy.popen("apply", "kimi-eagle3", *args, "--yes", "--json")
+            out, err = process["p"].communicate(timeout=180)
+        assert stopped, f"the helper never stopped at {boundary.name!r}:\n{out}{err}"
+        assert 0 < stopped["received"] < stopped["total"], f"not half received: {stopped}"
+        # the half-received write never happened: the saved copy is not there, or the target
+        # still holds the original (the test's own reading of the disk, not deploy's word)
+        if stopped["path"] == str(host.model_file):
+            assert host.file_state() == "before", f"a half-received write landed: {stopped}"
+        else:
+            assert not Path(stopped["path"]).exists(), f"a half-received copy landed: {stopped}"
+    else:
+        assert boundary.when is not None
+        when = boundary.when
+        host.proxy.arm(
+            lambda: when(host),
+            action=kill if fault == "kill" else None,
+            extra_bytes=boundary.extra_bytes,
+        )
+        process["p"] = host.deploy.popen("apply", "kimi-eagle3", *args, "--yes", "--json")
+        out, err = process["p"].communicate(timeout=180)
+        host.proxy.disarm()
+        assert host.proxy.fired.is_set(), f"the fault never fired at {boundary.name!r}:\n{out}{err}"
     outcome = "killed"
     with_report = out.strip()
     if with_report.startswith("{"):
@@ -112,6 +157,55 @@ def faulted_apply(
         host.service_state(),
         unfinished_now(host),
     )
+
+
+@contextlib.contextmanager
+def helper_stopped(
+    host: FaultHost,
+    stop: HelperStop,
+    fault: str,
+    process: dict[str, subprocess.Popen[str]],
+) -> Iterator[dict[str, Any]]:
+    """Arm ``stop`` in the host's file helper; when it stops there, inject ``fault``.
+
+    Yields a dict that is filled, once the helper stopped, with what it had received (its
+    marker) and ``journal_lines``: the complete journal lines on disk at that instant. The
+    fault comes first (the proxy resets the connection, or the deploy process is SIGKILLed),
+    then the stopped helper is SIGKILLed: the host keeps exactly the part of the request that
+    had reached the helper, as when the link dies mid-transfer.
+    """
+    assert host.helper_rule is not None
+    marker = host.helper_rule.with_name("helper-stopped.json")
+    marker.unlink(missing_ok=True)
+    host.helper_rule.write_text(json.dumps(stop.rule(host, marker)))
+    stopped: dict[str, Any] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if marker.exists():
+                seen = json.loads(marker.read_text())
+                # the rule is for this run only: the next command's helper must not see it
+                host.helper_rule.unlink(missing_ok=True)  # type: ignore[union-attr]
+                journal = host.journal_lines()
+                if fault == "cut":
+                    host.proxy.cut()
+                else:
+                    os.kill(process["p"].pid, signal.SIGKILL)
+                os.kill(seen["pid"], signal.SIGKILL)
+                stopped.update(seen, journal_lines=journal)
+                return
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, name="helper-stop", daemon=True)
+    watcher.start()
+    try:
+        yield stopped
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+        host.helper_rule.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
 
 
 def unfinished_now(host: FaultHost) -> bool:

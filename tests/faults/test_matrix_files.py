@@ -11,14 +11,20 @@ beside the target and no unfinished journal.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 
 import pytest
 
 from tests.faults.conftest import FILES_ONLY, FaultHost
-from tests.faults.harness import FILE_BOUNDARIES, Boundary, Outcome, faulted_apply, judge
+from tests.faults.harness import (
+    FILE_BOUNDARIES,
+    Boundary,
+    HelperStop,
+    Outcome,
+    faulted_apply,
+    helper_stopped,
+    judge,
+)
 
 CASES = [
     pytest.param(
@@ -93,19 +99,21 @@ def test_fault_between_two_writes_of_one_file(make_fault_host, tmp_path, fault: 
 
     Journal: begin, backup, intent, done, intent — the fault lands after the second intent,
     so the file holds the *first* write's content: ours, and undone, not a foreign change.
+    The run sends both writes without waiting, so no client-side moment separates them: the
+    host's file helper stops as the second write's request reaches it (the second intent is
+    fsynced by then), the fault is injected, and the helper is killed before that write.
     """
     host: FaultHost = make_fault_host()
     playbook = tmp_path / "two-writes.yaml"
     playbook.write_text(TWO_WRITES)
     process: dict[str, subprocess.Popen[str]] = {}
     host.old_runs = set(host.runs())
-    host.proxy.arm(
-        lambda: host.journal_lines() >= 5,
-        action=(lambda: os.kill(process["p"].pid, signal.SIGKILL)) if fault == "kill" else None,
-    )
-    process["p"] = host.deploy.popen("apply", str(playbook), "--yes")
-    out, err = process["p"].communicate(timeout=120)
-    assert host.proxy.fired.is_set(), out + err
+    second_write = HelperStop("write", "{model_file}", nth=2)
+    with helper_stopped(host, second_write, fault, process) as stopped:
+        process["p"] = host.deploy.popen("apply", str(playbook), "--yes")
+        out, err = process["p"].communicate(timeout=120)
+    assert stopped, f"the helper never received the second write:\n{out}{err}"
+    assert stopped["journal_lines"] == 5, f"not between the writes: {stopped}"
     assert host.file_state() == "other", "the first write landed, the second did not"
     result = host.deploy("rollback", "--yes")
     record = judge(

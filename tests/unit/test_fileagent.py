@@ -246,3 +246,73 @@ def test_once_answers_reads_only(tmp_path: Path) -> None:
     assert first["ok"] and body == b"old\n"
     assert stat.S_ISLNK(second["stat"]["mode"]) and nothing == b""
     assert not third["ok"] and path.read_bytes() == b"old\n"
+
+
+def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path) -> None:
+    """The fault suite's hook: with `FAULT_ENV` set, the nth matching request stops the helper
+    after the rule's bytes of payload, with a marker saying what arrived; continued, the
+    helper serves that request whole (the hook only pauses). Other requests pass by."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    marker, rule = tmp_path / "stopped.json", tmp_path / "rule.json"
+    rule.write_text(
+        json.dumps(
+            {
+                "op": "write",
+                "path": str(tmp_path / "s*"),
+                "nth": 1,
+                "after_bytes": 10,
+                "marker": str(marker),
+            }
+        )
+    )
+    go_r, go_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    source = Path(fileagent.__file__).read_text()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        pass_fds=(go_r, ack_w),
+        env={**os.environ, fileagent.FAULT_ENV: str(rule)},
+    )
+    os.close(go_r)
+    os.close(ack_w)
+    assert proc.stdin is not None
+    try:
+        with os.fdopen(ack_r, "rb") as ack:
+            for path, body in ((first, b"a" * 100), (second, b"b" * 100)):
+                head = json.dumps({"op": "write", "path": str(path)}).encode()
+                proc.stdin.write(head + body)
+                proc.stdin.flush()
+                os.write(go_w, f"{len(head)} {len(body)}\n".encode())
+            assert ack.readline().strip() == b"0"  # "first" does not match: served
+            deadline = time.monotonic() + 10
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen = json.loads(marker.read_text())
+            assert seen == {
+                "pid": proc.pid,
+                "op": "write",
+                "path": str(second),
+                "received": 10,
+                "total": 100,
+            }
+            while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "T":
+                assert time.monotonic() < deadline, "the helper did not stop"
+                time.sleep(0.01)
+            assert not second.exists()
+            os.kill(proc.pid, signal.SIGCONT)
+            assert ack.readline().strip() == b"0"
+            os.close(go_w)
+            proc.stdin.close()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(10) == 0
+    assert first.read_bytes() == b"a" * 100 and second.read_bytes() == b"b" * 100

@@ -8,6 +8,7 @@ exit codes; it records outcomes (see `deploy.engine.results`).
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import logging
 import os
@@ -138,8 +139,58 @@ def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
     }
 
 
+class _Said:
+    """The run's listener, remembering what it was told: the human summary leaves a host's
+    errors to the live lines, so whatever error no line said yet must still be said once."""
+
+    def __init__(self, inner: Progress) -> None:
+        self.inner = inner
+        self.texts: list[str] = []
+        self.failures: list[str] = []
+
+    def host_event(self, host: str, message: str) -> None:
+        self.texts.append(message)
+        self.inner.host_event(host, message)
+
+    def step_started(self, host: str, index: int, title: str) -> None:
+        self.inner.step_started(host, index, title)
+
+    def step_finished(self, host: str, result: StepResult) -> None:
+        if result.status == "failed" and result.summary:
+            self.failures.append(result.summary)
+        self.inner.step_finished(host, result)
+
+    def __getattr__(self, name: str) -> Any:  # busy/idle heartbeats, where the listener has them
+        return getattr(self.inner, name)
+
+    def unsaid(self, result: HostResult) -> str | None:
+        """``result.error`` unless a line already said it (a rollback that failed is always
+        said in full: it is what a human must act on)."""
+        error = result.error
+        if not error or result.outcome == "skipped":
+            return None
+        if result.outcome != "rollback failed" and (
+            any(error in text for text in self.texts)
+            or any(summary in error for summary in self.failures)
+        ):
+            return None
+        return error
+
+
 def apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
-    """Run a host's steps and return what happened; never raises for expected failures."""
+    """Run a host's steps and return what happened; never raises for expected failures.
+
+    Whatever error ends the host is said on the progress lines exactly once (`_Said`).
+    """
+    said = _Said(options.progress)
+    result = _apply_host(plan, dataclasses.replace(options, progress=said))
+    error = said.unsaid(result)
+    if error is not None:
+        options.progress.host_event(plan.name, error)
+    return result
+
+
+def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
     name, spec = plan.name, plan.spec
     began = time.monotonic()
     result = HostResult(host=name, run_id=options.run_id)

@@ -290,9 +290,11 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
     assert request(server.port, "POST", "/generate", {"sampling_params": {}})[0] == 400
 
     with ThreadPoolExecutor(1) as pool:  # SIGTERM drains: health 503, the request finishes
+        # 200 tokens at 50 tok/s: a 4 s drain, longer than a health check (about 1 s, as it
+        # generates a token), so the poll sees the draining server and not only its end.
         long = {
             "text": "Tell a story",
-            "sampling_params": {"max_new_tokens": 40, "ignore_eos": True},
+            "sampling_params": {"max_new_tokens": 200, "ignore_eos": True},
         }
         pending = pool.submit(request, server.port, "POST", "/generate", long)
         poll(lambda: "Prefill batch" in server.log(), "the request to be running")

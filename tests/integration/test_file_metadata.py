@@ -98,12 +98,12 @@ def test_hard_links_and_unsafe_directories_are_refused_unless_allowed(
     )
     result = deploy("apply", str(_playbook(tmp_path, "refused", steps)), "--yes")
     assert result.exit_code == 1, result.output
-    assert "2 hard links" in result.stdout, result.output
+    assert "2 hard links" in result.output, result.output
     assert linked.read_bytes() == ORIGINAL and loose.read_bytes() == b"a\n"
     assert not [p for p in linked.parent.iterdir() if p.name.endswith(".tmp")]
 
     result = deploy("apply", str(_playbook(tmp_path, "loose", steps.split("\n", 1)[1])), "--yes")
-    assert result.exit_code == 1 and "StrictModes" in result.stdout, result.output
+    assert result.exit_code == 1 and "StrictModes" in result.output, result.output
     assert loose.read_bytes() == b"a\n"
 
     allowed = (

@@ -195,13 +195,24 @@ def test_temp_file_swap_during_a_write_gains_nothing(  # type: ignore[no-untyped
 
 
 def _text_of(path: Path) -> str:
-    """A regular file's text; "" for a symlink, or a name the flipper renamed away meanwhile."""
+    """A regular file's text, read the way deploy must read: through one fd opened without
+    following a symlink. "" for a symlink, or a name the flipper renamed away meanwhile.
+
+    (Checking ``is_symlink()`` and then reading by path would race the flipper itself: this
+    test runs as root, so it would read the root-only prize through a link swapped in between
+    and count a leak deploy never made.)
+    """
     try:
-        if path.is_symlink() or not path.is_file():
-            return ""
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read().decode(errors="replace")
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -154,6 +154,13 @@ def start_old_server(
 ) -> None:
     """Start the server "by hand" over SSH (as operators do) and wait until it is healthy
     (``command``: `GpuHost.old_server_command`'s other keywords)."""
+    run_by_hand(gpu, gpu.old_server_command(eagle3=eagle3, **command))
+    wait_healthy(gpu.port, timeout)
+
+
+def run_by_hand(gpu: GpuHost, command: str) -> None:
+    """Run ``command`` on the host over a plain SSH login (its own connection, host key
+    checked), as an operator's shell would; returns when the command's shell has exited."""
     import paramiko
 
     client = paramiko.SSHClient()
@@ -169,11 +176,10 @@ def start_old_server(
         timeout=10,
     )
     try:
-        _, stdout, _ = client.exec_command(gpu.old_server_command(eagle3=eagle3, **command))
+        _, stdout, _ = client.exec_command(command)
         stdout.channel.recv_exit_status()
     finally:
         client.close()
-    wait_healthy(gpu.port, timeout)
 
 
 def wait_healthy(port: int, timeout: float = 30.0) -> None:

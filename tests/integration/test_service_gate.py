@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import paramiko
 import pytest
 
 from deploy.sandbox import gpu_host
@@ -136,23 +135,7 @@ def start_eagle3_server_by_hand(gpu: GpuHost) -> None:
         f"PYTHONPATH={shlex.quote(str(gpu.python_path))} setsid nohup {shlex.join(args)} "
         f"> {shlex.quote(str(log))} 2>&1 < /dev/null &"
     )
-    client = paramiko.SSHClient()
-    client.load_host_keys(str(gpu.ssh.known_hosts))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(
-        gpu.ssh.address,
-        gpu.ssh.port,
-        username=gpu.ssh.user,
-        key_filename=str(gpu.ssh.identity_file),
-        allow_agent=False,
-        look_for_keys=False,
-        timeout=10,
-    )
-    try:
-        _, stdout, _ = client.exec_command(command)
-        stdout.channel.recv_exit_status()
-    finally:
-        client.close()
+    gpu_host.run_by_hand(gpu, command)
     gpu_host.wait_healthy(gpu.port, 30.0)
 
 

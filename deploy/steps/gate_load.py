@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from deploy.checks.throughput import Level, rate
 from deploy.config.steps import GateThroughputArgs
 from deploy.errors import CheckFailed
-from deploy.remote import http
 from deploy.steps.service_control import ServiceControl
 
 
@@ -42,19 +41,12 @@ def completion_tokens(svc: ServiceControl, args: GateThroughputArgs) -> int:
     Raises:
         CheckFailed: not a 200, or no ``meta_info.completion_tokens`` in the answer.
     """
+    data, raw = svc.post_generate(request_body(args), args.timeout)
     try:
-        response = svc.post("/generate", request_body(args), timeout=args.timeout)
-    except http.ServerUnavailable as exc:
-        raise CheckFailed(f"POST /generate failed: {exc}") from exc
-    if response.status != 200:
+        tokens = data["meta_info"]["completion_tokens"]
+    except (KeyError, TypeError) as exc:
         raise CheckFailed(
-            f"POST /generate answered HTTP {response.status}: {response.body[:200]!r}"
-        )
-    try:
-        tokens = response.json()["meta_info"]["completion_tokens"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckFailed(
-            f"POST /generate gave no meta_info.completion_tokens: {response.body[:200]!r}"
+            f"POST /generate gave no meta_info.completion_tokens: {raw[:200]!r}"
         ) from exc
     if type(tokens) is not int or tokens < 0:
         raise CheckFailed(f"POST /generate gave completion_tokens {tokens!r}, not a count")

@@ -355,6 +355,25 @@ class ServiceControl:
 
     # -- generation ----------------------------------------------------------------------------
 
+    def post_generate(self, body: dict[str, Any], timeout: float) -> tuple[Any, bytes]:
+        """One POST /generate, the one way smoke and gate send it: (parsed JSON, raw body).
+
+        Raises:
+            CheckFailed: unreachable, not a 200, or not JSON.
+        """
+        try:
+            response = self.post("/generate", body, timeout=timeout)
+        except http.ServerUnavailable as exc:
+            raise CheckFailed(f"POST /generate failed: {exc}") from exc
+        if response.status != 200:
+            raise CheckFailed(
+                f"POST /generate answered HTTP {response.status}: {response.body[:200]!r}"
+            )
+        try:
+            return response.json(), response.body
+        except ValueError as exc:
+            raise CheckFailed(f"POST /generate gave no JSON: {response.body[:200]!r}") from exc
+
     def generate(self, prompt: str, max_new_tokens: int, timeout: float = 300.0) -> tuple[str, int]:
         """One POST /generate; returns (text, completion_tokens).
 
@@ -365,20 +384,12 @@ class ServiceControl:
             "text": prompt,
             "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
         }
+        data, raw = self.post_generate(body, timeout)
         try:
-            response = self.post("/generate", body, timeout=timeout)
-        except http.ServerUnavailable as exc:
-            raise CheckFailed(f"POST /generate failed: {exc}") from exc
-        if response.status != 200:
-            raise CheckFailed(
-                f"POST /generate answered HTTP {response.status}: {response.body[:200]!r}"
-            )
-        try:
-            data = response.json()
             text = str(data.get("text", ""))
             tokens = int(data.get("meta_info", {}).get("completion_tokens", 0))
         except (ValueError, AttributeError, TypeError) as exc:
             raise CheckFailed(
-                f"POST /generate gave no JSON with text and meta_info: {response.body[:200]!r}"
+                f"POST /generate gave no JSON with text and meta_info: {raw[:200]!r}"
             ) from exc
         return text, tokens

@@ -14,10 +14,11 @@ from deploy.config import load, select, services, steps, template
 from deploy.config.inventory import GroupSpec, HostSpec, Inventory
 from deploy.config.playbook import Playbook
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import STEP_MODELS, InsertAnchor, StepCommon
+from deploy.config.steps import STEP_MODELS, StepCommon
 from deploy.docgen_examples import EXAMPLE_FRAME, INVENTORY_EXAMPLE, SERVICES_EXAMPLE, STEP_EXAMPLES
 from deploy.docgen_markdown import _NOTICE, _cell, _fence, field_table, markdown, model_rules
 from deploy.remote import connect
+from deploy.steps.python_insert import InsertAnchor
 
 # --- docs/playbooks.md ------------------------------------------------------------------------
 

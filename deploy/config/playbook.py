@@ -1,14 +1,26 @@
-"""A playbook (`playbooks/NAME.yaml`): which hosts, which variables, which steps."""
+"""A playbook (`playbooks/NAME.yaml`): which hosts, which variables, which steps.
+
+The steps a playbook may name are the registered step modules' (`deploy.steps`, imported here
+for that catalogue; the step modules load nothing of the remote layer until a step runs).
+When a step is registered later, `Playbook` is rebuilt with the new union.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import deploy.steps  # noqa: F401  (the step catalogue: each step module declares its action)
+from deploy.config import steps as catalogue
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import StepEntry
+from deploy.config.steps import StepCommon
+
+if TYPE_CHECKING:  # to the type checker a step is its common part; to pydantic, the union
+    StepEntry = StepCommon
+else:
+    StepEntry = catalogue.step_entry()
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
 
@@ -78,3 +90,13 @@ class Playbook(BaseModel):
     @classmethod
     def _max_fail(cls, value: Any) -> Any:
         return None if value is None else _host_count(value, 0)
+
+
+def _steps_changed() -> None:
+    """Rebuild `Playbook` with the union of the actions registered now."""
+    union = catalogue.step_entry()
+    Playbook.model_fields["steps"].annotation = list[union]  # type: ignore[valid-type]
+    Playbook.model_rebuild(force=True)
+
+
+catalogue.on_change(_steps_changed)

@@ -24,7 +24,7 @@ from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import STEP_MODELS, StepCommon, StepEntry, args_of, step_kind
+from deploy.config.steps import STEP_MODELS, StepCommon, args_of, on_change, step_entry, step_kind
 from deploy.config.template import BUILTIN_VARS, Origin, Variables
 from deploy.config.yamlpos import KeyPath, Positions, format_path
 from deploy.errors import InputError, SourcePosition
@@ -38,7 +38,10 @@ T = TypeVar("T")
 @functools.cache
 def _step_adapter() -> TypeAdapter[StepCommon]:
     """The whole step union, built only to word an error (it costs ~40 ms to build)."""
-    return TypeAdapter(StepEntry)
+    return TypeAdapter(step_entry())
+
+
+on_change(_step_adapter.cache_clear)
 
 
 def _validate_step(data: Any) -> StepCommon:
@@ -189,7 +192,7 @@ def _step(
     if isinstance(rendered.get("patch"), dict):
         rendered["patch"] = dict(rendered["patch"])
         _read_diff(pb, index, rendered["patch"], diffs)
-    return _validated(_validate_step, StepEntry, rendered, pb.positions, ("steps", index))
+    return _validated(_validate_step, step_entry(), rendered, pb.positions, ("steps", index))
 
 
 def _services(

@@ -22,9 +22,10 @@ from deploy.engine.results import HostResult
 from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFailed
 from deploy.remote.host import RemoteHost
 from deploy.remote.lock import acquire
-from deploy.statedir.records import End, RollbackBegin, RollbackEnd, UndoFailed, Undone
+from deploy.statedir.records import End, RollbackBegin, RollbackEnd, UndoFailed
 from deploy.statedir.runs import decide_rollback
-from deploy.steps.files import check_undoable, undo_write
+from deploy.steps import undo_for
+from deploy.steps.base import RecordUndo
 
 Note = Any  # Callable[[str], None] | None, kept loose for the progress hooks
 
@@ -47,6 +48,41 @@ def _refuse(remote: RemoteHost, run_id: str, why: str) -> RollbackRefused:
     return RollbackRefused(f"{remote.name}: run {run_id} not undone: {why}; nothing was changed")
 
 
+def _handlers(
+    remote: RemoteHost,
+    state_dir: str,
+    run_id: str,
+    pending: list[dict[str, Any]],
+    *,
+    force: bool,
+    note: Note,
+) -> list[tuple[RecordUndo, list[dict[str, Any]]]]:
+    """The undo handler of each ``op`` among the pending intents, with its records, in the
+    order their ``restore`` runs (`RecordUndo.phase`, files before services).
+
+    Raises:
+        RollbackRefused: an intent no registered step undoes (a newer deploy's change).
+    """
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for event in pending:
+        by_op.setdefault(str(event.get("op")), []).append(event)
+    handlers: list[tuple[RecordUndo, list[dict[str, Any]]]] = []
+    for op, events in by_op.items():
+        kind = undo_for(op)
+        if kind is None:
+            raise _refuse(remote, run_id, f"it has a change this version cannot undo: {events[0]}")
+        handler = kind(
+            remote,
+            state_dir,
+            run_id,
+            force=force,
+            saved_copy=lambda digest: read_copy(remote, state_dir, run_id, digest),
+            note=note,
+        )
+        handlers.append((handler, events))
+    return sorted(handlers, key=lambda pair: pair[0].phase)
+
+
 def preflight(
     remote: RemoteHost,
     state_dir: str,
@@ -54,54 +90,26 @@ def preflight(
     pending: list[dict[str, Any]],
     *,
     force: bool,
-) -> dict[str, bytes]:
-    """Check everything the undo needs before it touches anything; the saved copies by sha.
+    note: Note = None,
+) -> list[tuple[RecordUndo, list[dict[str, Any]]]]:
+    """Check everything the undo needs before it touches anything; the checked handlers.
+
+    Each handler checks its own records (`RecordUndo.check`): the file handler reads every
+    saved copy and checks its sha256 and that each file is as the run left it (unless
+    ``force``); the service handler that the old server's executable and cwd still exist.
 
     Raises:
         RollbackRefused: a copy is missing or corrupt, a file changed since (without
             ``force``), the old server's executable or working directory is gone, or the
             journal holds a change this version cannot undo.
     """
-    unknown = [e for e in pending if e.get("op") not in ("write", "service")]
-    if unknown:
-        raise _refuse(remote, run_id, f"it has a change this version cannot undo: {unknown[0]}")
-    copies: dict[str, bytes] = {}
-    written: dict[str, set[str]] = {}
-    newest: dict[str, dict[str, Any]] = {}
-    for event in pending:
-        if event.get("op") == "write":
-            path = str(event["path"])
-            newest[path] = event
-            written.setdefault(path, set()).add(str(event.get("after")))
-            digest = str(event["original"])
-            if digest not in copies:
-                try:
-                    copies[digest] = read_copy(remote, state_dir, run_id, digest)
-                except RollbackFailed as exc:
-                    raise _refuse(remote, run_id, str(exc)) from exc
-    if not force:
-        for path, event in newest.items():
-            try:
-                check_undoable(remote, event, written[path])
-            except RollbackFailed as exc:
-                raise _refuse(remote, run_id, str(exc)) from exc
-    for event in pending:
-        if event.get("op") != "service":
-            continue
-        before = event.get("before") or {}
-        if not before.get("running") or (event.get("spec") or {}).get("manager") == "systemd":
-            continue
-        argv = before.get("argv") or []
-        places = (("executable", argv[0] if argv else None), ("cwd", before.get("cwd")))
-        for label, place in places:
-            if isinstance(place, str) and place.startswith("/") and remote.stat(place) is None:
-                raise _refuse(
-                    remote,
-                    run_id,
-                    f"the old {event.get('service')} server's {label} {place} no longer exists, "
-                    "so it could not be started again",
-                )
-    return copies
+    handlers = _handlers(remote, state_dir, run_id, pending, force=force, note=note)
+    for handler, events in handlers:
+        try:
+            handler.check(events)
+        except RollbackFailed as exc:
+            raise _refuse(remote, run_id, str(exc)) from exc
+    return handlers
 
 
 def undo_run(
@@ -134,37 +142,19 @@ def undo_run(
         journal = attach(remote, state_dir, read_journal(remote, state_dir, run_id), run_id)
     try:
         pending = pending_changes(journal.events)
-        copies = preflight(remote, state_dir, run_id, pending, force=force)
+        handlers = preflight(remote, state_dir, run_id, pending, force=force, note=note)
     except BaseException:
         journal.close()
         raise
     journal.write(RollbackBegin(reason=reason[:500], force=force, by=by))
-    services: dict[str, dict[str, Any]] = {}
-    written: dict[str, set[str]] = {}
-    for event in pending:  # the earliest record of each service holds its state before the run
-        if event.get("op") == "service":
-            services.setdefault(str(event["service"]), event)
-        else:
-            written.setdefault(str(event["path"]), set()).add(str(event.get("after")))
     lines: list[str] = []
+    # Each pending intent went to the handler its step declared for its op (`_handlers`); the
+    # phases below are `RecordUndo`'s: release everything, then restore files, then services.
     try:
-        if services:  # the service machinery (~10 ms of imports) only when a run touched one
-            from deploy.steps.service_undo import restore_previous, stop_current
-        for name, event in services.items():
-            lines.append(stop_current(remote, state_dir, name, event))
-        for event in reversed([e for e in pending if e.get("op") == "write"]):
-            path = str(event["path"])
-            outcome = undo_write(
-                remote, event, copies[str(event["original"])], force=force, written=written[path]
-            )
-            journal.write(Undone(op="write", path=outcome.path, action=outcome.action))
-            lines.append(
-                f"{outcome.action} {outcome.path}"
-                + (f" ({outcome.detail})" if outcome.detail else "")
-            )
-        for name, event in services.items():
-            lines.append(restore_previous(remote, state_dir, name, event, note=note))
-            journal.write(Undone(op="service", service=name, action="restored"))
+        for handler, events in handlers:
+            lines.extend(handler.release(events))
+        for handler, events in handlers:
+            lines.extend(handler.restore(events, journal))
     except DeployError as exc:
         failure = (
             exc if isinstance(exc, RollbackFailed) else RollbackFailed(f"{remote.name}: {exc}")

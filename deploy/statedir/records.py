@@ -182,6 +182,27 @@ _KINDS: dict[tuple[str, str | None], type[Record]] = {
         RollbackEnd,
     )
 }
+_BUILTIN = frozenset(_KINDS.values())
+
+
+def register(kind: type[Record]) -> type[Record]:
+    """Make a record kind readable (a step module's own kind; `deploy.steps.register` calls
+    this for every record a step declares). The kinds above are always known, so that
+    reading a journal never depends on which step modules are loaded.
+
+    Raises:
+        ValueError: another class already has the same ``EVENT`` and ``OP``.
+    """
+    key = (kind.EVENT, kind.OP)
+    if _KINDS.setdefault(key, kind) is not kind:
+        raise ValueError(f"record {kind.EVENT!r} op {kind.OP!r} is already {_KINDS[key].__name__}")
+    return kind
+
+
+def unregister(kind: type[Record]) -> None:
+    """Forget a registered kind (a test's throwaway step); the built-in kinds stay."""
+    if _KINDS.get((kind.EVENT, kind.OP)) is kind and kind not in _BUILTIN:
+        del _KINDS[(kind.EVENT, kind.OP)]
 
 
 def from_fields(data: Mapping[str, Any]) -> Record:

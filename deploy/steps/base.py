@@ -12,21 +12,35 @@ Lifecycle (the engine drives it, one step at a time, on one host):
 ``verify(ctx, planned)``
     Prove the post-condition on the host. Raise `CheckFailed` when it does not hold.
 undo
-    Not a method: undo is driven by journal records (see `deploy.steps.files.undo_write`), so
-    that a rollback after a crash, in another process, undoes exactly what happened.
+    Driven by journal records, not by the step object: a rollback after a crash, in another
+    process, undoes exactly what happened. A step declares the intent records it writes
+    (``records``) and the `RecordUndo` that reverses them (``undo_handler``); the rollback
+    dispatches each pending intent to the handler of its ``op`` (`deploy.steps.undo_for`).
+
+A step type is one module: its arguments model (the class is generic over it, so ``self.args``
+is typed), its documented ``example``, the lifecycle above, ``reads`` (the files it will read,
+which the engine hands to the host to fetch ahead) and its journal records. `deploy.steps`
+lists the modules and derives the config union, the docs and the JSON Schema from them.
 """
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from deploy.config.steps import StepCommon, action_of, args_of
-from deploy.remote.host import RemoteHost
-from deploy.remote.session import Call
-from deploy.remote.sftpfile import FileStat
+from deploy.config.steps import StepCommon, args_of
+from deploy.statedir.records import Record
+
+if TYPE_CHECKING:  # the remote layer is heavy to import: validation never needs it
+    from deploy.remote.host import RemoteHost
+    from deploy.remote.session import Call
+    from deploy.remote.sftpfile import FileStat
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
 
 class Recorder(Protocol):
@@ -34,7 +48,7 @@ class Recorder(Protocol):
 
     run_id: str
 
-    def write(self, event: dict[str, Any]) -> None: ...
+    def write(self, event: Record | Mapping[str, Any]) -> None: ...
 
     def save_copy(self, content: bytes) -> str: ...
 
@@ -116,21 +130,118 @@ class StepContext:
         return self.changed or any(f.content != f.original for f in self.files.values())
 
 
-class Step:
-    """Base of every step: holds the validated arguments; subclasses implement the lifecycle."""
+class RecordUndo:
+    """Undo of one kind of change (one intent ``op``), from its journal records alone.
 
-    #: The action's key (``python_insert``...): a class default, set from the entry per step.
-    kind: str = ""
+    One instance per rollback of one run on one host. The rollback calls, for every handler
+    of the run's pending intents: ``check`` (all of them, before anything is touched: a
+    refusal leaves the host as it was), then ``release`` (all of them: e.g. stop the server
+    that runs the new code), then ``restore`` in ascending ``phase`` (files before services:
+    the old server must start on the old files). ``records`` are the pending intents of this
+    handler's ``op``, oldest first.
+    """
+
+    #: The intent ``op`` this handler undoes (``write``, ``service``).
+    op: ClassVar[str] = ""
+    #: Order of ``restore`` among handlers: lower first.
+    phase: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        remote: RemoteHost,
+        state_dir: str,
+        run_id: str,
+        *,
+        force: bool,
+        saved_copy: Callable[[str], bytes],
+        note: Callable[[str], None] | None = None,
+    ) -> None:
+        self.remote, self.state_dir, self.run_id = remote, state_dir, run_id
+        #: The run's saved copy with that sha256, checked (`RollbackFailed` if it is not).
+        self.saved_copy = saved_copy
+        self.force, self.note = force, note
+
+    def check(self, records: list[dict[str, Any]]) -> None:
+        """Raise `RollbackFailed` if these changes cannot be undone; touch nothing."""
+
+    def release(self, records: list[dict[str, Any]]) -> list[str]:
+        """What must go before anything is restored; one line per action."""
+        return []
+
+    def restore(self, records: list[dict[str, Any]], journal: Recorder) -> list[str]:
+        """Put back what ``records`` changed, journaling an ``undone`` record per target."""
+        return []
+
+
+def _args_model(cls: type) -> type[BaseModel] | None:
+    """The ``X`` of ``class S(Step[X])`` (or of any generic step base), if concrete."""
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Step):
+            for arg in typing.get_args(base):
+                if isinstance(arg, type) and issubclass(arg, BaseModel):
+                    return arg
+    return None
+
+
+class Step(Generic[ArgsT]):
+    """Base of every step: holds the validated arguments; subclasses implement the lifecycle.
+
+    A concrete step names its action and its arguments model once::
+
+        class PatchStep(EditStep[PatchArgs]):
+            kind = "patch"
+            example = '''- patch: {path: /etc/x.conf, diff: ...}'''
+
+    and registers with `deploy.steps.register` (the built-in modules are listed there).
+    """
+
+    #: The action's key (``python_insert``...).
+    kind: ClassVar[str] = ""
+    #: The arguments model, taken from the generic parameter (``Step[PatchArgs]``).
+    args_model: ClassVar[type[BaseModel] | None] = None
+    #: A YAML list of one or more steps using the action, shown in docs/playbooks.md and loaded
+    #: by the tests in the documentation's example playbook (`deploy.docgen_examples`).
+    example: ClassVar[str] = ""
+    #: Journal record types this step writes (`deploy.statedir.records`); the intents among
+    #: them are undone by ``undo_handler()``.
+    records: ClassVar[tuple[type[Record], ...]] = ()
     #: Whether the step may change the host (so a failure after it triggers rollback).
     mutating: ClassVar[bool] = False
     #: Whether ``verify`` may run under ``--check`` (read-only checks do; commands do not).
     runs_in_check_mode: ClassVar[bool] = False
+    #: Whether the step touches nothing on the host but the files ``reads()`` names (and runs
+    #: only its own ``speculate()`` commands). The run's leading such steps have their reads
+    #: fetched with the lock; any other step may change files behind the cache, so before it
+    #: runs, whatever was fetched ahead and not yet used is dropped.
+    confined: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        model = _args_model(cls)
+        if model is not None:
+            cls.args_model = model
 
     def __init__(self, entry: StepCommon, index: int) -> None:
         self.entry = entry
         self.index = index
-        self.args: BaseModel = args_of(entry)
-        self.kind = action_of(entry)
+        args = args_of(entry)
+        if self.args_model is not None and not isinstance(args, self.args_model):
+            raise TypeError(f"{type(self).__name__} takes {self.args_model.__name__}")
+        self.args: ArgsT = args  # type: ignore[assignment]  # checked against args_model
+
+    @classmethod
+    def undo_handler(cls) -> type[RecordUndo] | None:
+        """The handler that undoes this step's intent records (None: it writes none)."""
+        return None
+
+    def reads(self) -> list[str]:
+        """Absolute paths of the files this step will read (default: none)."""
+        return []
+
+    def speculate(self, state_dir: str) -> list[str]:
+        """Read-only commands whose answers this step can use if run ahead with the lock."""
+        return []
 
     @property
     def title(self) -> str:

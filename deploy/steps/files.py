@@ -1,5 +1,10 @@
 """File mechanics shared by every step that reads or changes a file, and their undo.
 
+The edit steps (``python_insert``, ``patch``, ``append``) are `EditStep` subclasses: each
+module declares only its arguments (a `FileWriteOptions`) and its pure ``edit``; reading,
+writing, journaling (`WriteIntent`) and undo (`FileUndo`, the handler of ``write`` intents)
+live here once.
+
 Reads go through the run's cache, so a file is fetched once per run however many steps look at
 it. A change is: save the original (once per run, content-addressed under ``state_dir``, never
 beside the file), journal the intent with both checksums and the file's mode and owner, write
@@ -9,14 +14,60 @@ content is no longer what we wrote.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
+from pydantic import Field
+
+from deploy.config.inventory import StrictModel
 from deploy.edits.text import unified_diff
 from deploy.errors import ForeignChange, RollbackFailed, StepFailed
-from deploy.remote.host import RemoteHost, sha256
-from deploy.steps.base import FileChange, FileState, Planned, Step, StepContext
+from deploy.statedir.records import Backup, Done, Record, Undone, WriteIntent
+from deploy.steps.base import (
+    FileChange,
+    FileState,
+    Planned,
+    Recorder,
+    RecordUndo,
+    Step,
+    StepContext,
+)
+
+if TYPE_CHECKING:
+    from deploy.remote.host import RemoteHost
+
+
+def sha256(data: bytes) -> str:
+    """Hex sha256 of content, as `deploy.remote.host.sha256` (without importing the remote
+    layer, which validation never needs)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class FileWriteOptions(StrictModel):
+    """How far a step that writes a file may go where the host is shared (issue 14)."""
+
+    #: Listed after the step's own keys in "allowed:" messages (`deploy.config.errors`).
+    KEYS_LAST: ClassVar[bool] = True
+
+    if TYPE_CHECKING:  # every writing step's own model declares it, first among its keys
+        path: str
+
+    unsafe_dir: bool = Field(
+        default=False,
+        description="Write even when the file's directory is writable by group or others, or "
+        "owned by someone other than root or the login user (refused by default, as OpenSSH's "
+        "StrictModes refuses: another user could swap names in it).",
+    )
+    hardlinks: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="'allow': replace a file that has other hard links (its other names keep "
+        "the old content); refused by default.",
+    )
+
+
+EditArgsT = TypeVar("EditArgsT", bound=FileWriteOptions)
 
 
 def read_file(ctx: StepContext, path: str) -> FileState:
@@ -121,15 +172,23 @@ def write_file(
     state.stat = replace(state.stat, size=len(content))
 
 
-class EditStep(Step):
+class EditStep(Step[EditArgsT]):
     """A step that computes a file's new content from its current content (pure) and writes it."""
 
     mutating = True
+    confined = True
+    records: ClassVar[tuple[type[Record], ...]] = (Backup, WriteIntent, Done)
+
+    @classmethod
+    def undo_handler(cls) -> type[RecordUndo]:
+        return FileUndo
 
     @property
     def path(self) -> str:
-        # Every edit step's arguments model has a path; BaseModel does not say so.
-        return str(self.args.path)  # type: ignore[attr-defined]
+        return self.args.path
+
+    def reads(self) -> list[str]:
+        return [self.path]
 
     def describe(self) -> str:
         return f"{self.kind} {self.path}"
@@ -152,8 +211,8 @@ class EditStep(Step):
                 ctx,
                 change.path,
                 change.after,
-                unsafe_dir=bool(getattr(self.args, "unsafe_dir", False)),
-                hardlinks=str(getattr(self.args, "hardlinks", "refuse")),
+                unsafe_dir=self.args.unsafe_dir,
+                hardlinks=self.args.hardlinks,
             )
 
 
@@ -269,3 +328,46 @@ def undo_write(
             f"{remote.name}: restored {path} but its sha256 does not match the saved copy"
         )
     return UndoOutcome(path, "restored", f"sha256 {want[:12]}")
+
+
+class FileUndo(RecordUndo):
+    """Undo of ``write`` intents: every saved copy checked, then the files restored newest
+    first, each only if it holds what the run wrote (or ``force``)."""
+
+    op = "write"
+    phase = 0
+
+    def check(self, records: list[dict[str, Any]]) -> None:
+        """Read and check every saved copy; refuse a file someone changed since (unless
+        ``force``), judged by the newest record of each path."""
+        self.copies: dict[str, bytes] = {}
+        self.written: dict[str, set[str]] = {}
+        newest: dict[str, dict[str, Any]] = {}
+        for event in records:
+            path = str(event["path"])
+            newest[path] = event
+            self.written.setdefault(path, set()).add(str(event.get("after")))
+            digest = str(event["original"])
+            if digest not in self.copies:
+                self.copies[digest] = self.saved_copy(digest)
+        if not self.force:
+            for path, event in newest.items():
+                check_undoable(self.remote, event, self.written[path])
+
+    def restore(self, records: list[dict[str, Any]], journal: Recorder) -> list[str]:
+        lines = []
+        for event in reversed(records):
+            path = str(event["path"])
+            outcome = undo_write(
+                self.remote,
+                event,
+                self.copies[str(event["original"])],
+                force=self.force,
+                written=self.written[path],
+            )
+            journal.write(Undone(op="write", path=outcome.path, action=outcome.action))
+            lines.append(
+                f"{outcome.action} {outcome.path}"
+                + (f" ({outcome.detail})" if outcome.detail else "")
+            )
+        return lines

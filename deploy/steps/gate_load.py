@@ -16,11 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from deploy.checks.throughput import Level, rate
-from deploy.config.steps import GateThroughputArgs
 from deploy.errors import CheckFailed
 from deploy.steps.service_control import ServiceControl
+
+if TYPE_CHECKING:
+    from deploy.steps.gate_throughput import GateThroughputArgs
 
 
 def request_body(args: GateThroughputArgs) -> dict[str, object]:

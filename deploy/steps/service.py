@@ -25,26 +25,92 @@ alone, up to the service's ``drain_timeout`` for its requests in flight, then th
 from __future__ import annotations
 
 import shlex
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from pydantic import Field
+
+from deploy.config.inventory import StrictModel
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import (
-    GateThroughputArgs,
-    RestartArgs,
-    ServiceArgs,
-    action_of,
-    args_of,
-)
+from deploy.config.steps import action_of, args_of
 from deploy.errors import CheckFailed, StepFailed
-from deploy.remote import http
-from deploy.steps.base import Planned, Step, StepContext
+from deploy.statedir.records import Done, ServiceIntent
+from deploy.steps import register
+from deploy.steps.base import Planned, RecordUndo, Step, StepContext
 from deploy.steps.files import before_change
-from deploy.steps.gate_load import measure
-from deploy.steps.service_control import ServiceControl, ServiceState
 from deploy.steps.service_desired import Desired, desired, imports_problem
+
+if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP) loads when a service step runs
+    from deploy.steps.service_control import ServiceControl, ServiceState
+
+
+class ServiceArgs(StrictModel):
+    """Name of a service defined under the playbook's ``services:``."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    timeout: float | None = Field(
+        default=None, gt=0, description="Seconds to wait for the stop (default: the service's)."
+    )
+    only_if_changed: bool = Field(
+        default=True,
+        description="Act only if an earlier step of this run changed something (like a handler).",
+    )
+
+
+class ArgChanges(StrictModel):
+    """Changes to the running server's command line, read as SGLang's argparse reads it."""
+
+    set: dict[str, str | int | float | bool | list[str | int | float] | None] = Field(
+        default_factory=dict,
+        description="Flag -> value: replaces every occurrence (any spelling: `--tp` is "
+        "`--tp-size`, `--x=y` is `--x y`) or is added at the end; true is a bare flag "
+        "(store_true), false or null removes it, a list gives several values.",
+    )
+    remove: list[str] = Field(
+        default_factory=list, description="Flags removed with their values, in any spelling."
+    )
+
+
+class EnvChanges(StrictModel):
+    """Changes to the running server's environment (the rest of it is kept as it is)."""
+
+    set: dict[str, str] = Field(
+        default_factory=dict,
+        description='Variable -> value; an empty value (a template left at "") changes nothing.',
+    )
+    unset: list[str] = Field(default_factory=list, description="Variables removed.")
+
+
+class RestartArgs(ServiceArgs):
+    """Restart the server as it runs now, plus the declared changes (or from `command:`)."""
+
+    only_if_changed: bool = Field(
+        default=True,
+        description="Restart only if an earlier step of this run changed something or the "
+        "running server differs from the desired one (its argv/env plus `args`/`env`); false: "
+        "always.",
+    )
+    args: ArgChanges | None = Field(
+        default=None,
+        description="Changes to the running server's command line: `set` (flag -> value; "
+        "replaces every occurrence in any spelling, `--tp` being `--tp-size` and `--x=y` "
+        "`--x y`, or is added at the end; true is a bare flag, false or null removes it, a "
+        "list gives several values) and `remove` (flags removed with their values).",
+    )
+    env: EnvChanges | None = Field(
+        default=None,
+        description="Changes to its environment: `set` (an empty value changes nothing: a "
+        'template left at "" never wipes an inherited variable) and `unset`.',
+    )
+    imports: dict[str, str] = Field(
+        default_factory=dict,
+        description="Module -> file: before anything is stopped or changed, the server's own "
+        "interpreter (with its environment and cwd) must resolve each module to that file.",
+    )
 
 
 def control(ctx: StepContext, name: str) -> ServiceControl:
+    from deploy.steps.service_control import ServiceControl
+
     spec = ctx.services.get(name)
     if not isinstance(spec, ServiceSpec):
         raise StepFailed(f"service {name!r} is not defined in the playbook's services")
@@ -55,23 +121,31 @@ def runtime(ctx: StepContext, name: str) -> dict[str, object]:
     return ctx.runtime.setdefault(name, {})
 
 
-class ServiceStep(Step):
+ServiceArgsT = TypeVar("ServiceArgsT", bound=ServiceArgs)
+
+
+class ServiceStep(Step[ServiceArgsT]):
     """Shared by restart, stop and start: probe, journal, act."""
 
     mutating = True
+    records = (ServiceIntent, Done)
     stops: ClassVar[bool] = True
     starts: ClassVar[bool] = True
 
+    @classmethod
+    def undo_handler(cls) -> type[RecordUndo]:
+        from deploy.steps.service_undo import ServiceUndo
+
+        return ServiceUndo
+
     @property
     def service(self) -> str:
-        assert isinstance(self.args, ServiceArgs)
         return self.args.service
 
     def describe(self) -> str:
         return f"{self.kind} {self.service}"
 
     def plan(self, ctx: StepContext) -> Planned:
-        assert isinstance(self.args, ServiceArgs)
         if self.args.only_if_changed and not ctx.anything_changed() and self.kind != "restart":
             return Planned(
                 summary=f"nothing changed in this run: {self.service} not {self.kind}ed",
@@ -80,8 +154,7 @@ class ServiceStep(Step):
             )
         svc = control(ctx, self.service)
         state = svc.current()
-        if self.kind == "restart":
-            assert isinstance(self.args, RestartArgs)
+        if isinstance(self.args, RestartArgs):
             want = desired(state, self.args, svc.spec)
             if self.args.only_if_changed and not ctx.anything_changed():
                 if not state.running:
@@ -109,7 +182,7 @@ class ServiceStep(Step):
         planned = Planned(
             summary=f"{verb} {self.service}; now {state.describe()}", data={"state": state}
         )
-        if self.kind == "restart":
+        if isinstance(self.args, RestartArgs):
             planned.data["desired"] = want
             planned.diff = want.diff
             planned.data["why"] = (
@@ -174,13 +247,12 @@ class ServiceStep(Step):
                     f"draining {self.service} (pid {state.pid}): up to "
                     f"{svc.spec.drain_timeout:g} s for its requests in flight"
                 )
-            parts.append(svc.stop(state, timeout=getattr(self.args, "timeout", None)))
+            parts.append(svc.stop(state, timeout=self.args.timeout))
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":
                 started = svc.start(argv=want.argv, env=want.env, cwd=want.cwd, run_id=ctx.run_id)
-            elif want is not None:
-                assert isinstance(self.args, RestartArgs)
+            elif want is not None and isinstance(self.args, RestartArgs):
                 started = svc.start(
                     run_id=ctx.run_id,
                     command=want.command,
@@ -205,6 +277,10 @@ class ServiceStep(Step):
 
     def _baseline(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
         """Measure the old server now if a later gate compares against 'before'."""
+        from deploy.remote import http
+        from deploy.steps.gate_load import measure
+        from deploy.steps.gate_throughput import GateThroughputArgs
+
         gates = [
             args_of(entry)
             for entry in ctx.upcoming
@@ -231,15 +307,37 @@ class ServiceStep(Step):
             facts["baseline_note"] = f"old server could not be measured: {exc}"
 
 
-class RestartStep(ServiceStep):
+@register
+class RestartStep(ServiceStep[RestartArgs]):
     kind = "restart"
+    example = """\
+- name: Restart SGLang with EAGLE-3 (if a file changed above or the server runs without it)
+  tags: [service]
+  restart:
+    service: sglang
+    args:
+      set: {--speculative-algorithm: EAGLE3, --speculative-draft-model-path: /models/draft}
+      remove: [--disable-cuda-graph]
+    env: {set: {SGLANG_ENABLE_JIT_DEEPGEMM: "0"}, unset: [SGLANG_DEBUG]}
+    imports: {sglang.srt.models.kimi_k25: "{{ model_file }}"}
+"""
 
 
-class StopStep(ServiceStep):
+@register
+class StopStep(ServiceStep[ServiceArgs]):
     kind = "stop"
+    example = """\
+- name: Stop SGLang before the weights are replaced
+  stop: {service: sglang, timeout: 120, only_if_changed: false}
+"""
     starts = False
 
 
-class StartStep(ServiceStep):
+@register
+class StartStep(ServiceStep[ServiceArgs]):
     kind = "start"
+    example = """\
+- name: Start SGLang if it is not running
+  start: {service: sglang, only_if_changed: false}
+"""
     stops = False

@@ -20,7 +20,6 @@ from typing import Any
 
 from deploy.checks.loglines import newest_line
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import POLL_INTERVAL
 from deploy.edits.cmdline import masked_argv
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
@@ -28,6 +27,7 @@ from deploy.remote.host import RemoteHost, quote
 from deploy.statedir.layout import Layout
 from deploy.steps.service_gpus import wait_gpus_released
 from deploy.steps.service_state import ServiceState
+from deploy.steps.wait_healthy import POLL_INTERVAL
 
 __all__ = ["AGENT_SOURCE", "ServiceControl", "ServiceState"]
 

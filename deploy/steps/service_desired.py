@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import RestartArgs
 from deploy.edits.cmdline import canonical, derive_argv, derive_env, describe_change, same_argv
 from deploy.steps.service_state import ServiceState
+
+if TYPE_CHECKING:
+    from deploy.steps.service import RestartArgs
 
 
 @dataclass

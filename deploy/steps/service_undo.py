@@ -3,7 +3,8 @@
 A service record carries the service's definition and its state before the run. Undo is two
 halves that the rollback runs around the file restores: first stop whatever serves now (the new
 code), then — once the old files are back — start the old server exactly as it ran before and
-wait until it is healthy again.
+wait until it is healthy again. `ServiceUndo` is the handler the rollback dispatches the
+``service`` intents of `deploy.steps.service` to.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import POLL_INTERVAL
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.host import RemoteHost
+from deploy.statedir.records import Undone
+from deploy.steps.base import Recorder, RecordUndo
 from deploy.steps.service_control import ServiceControl, ServiceState
+from deploy.steps.wait_healthy import POLL_INTERVAL
 
 
 def _control(
@@ -75,3 +78,54 @@ def restore_previous(
         ) from exc
     total = time.monotonic() - began
     return f"{name}: old server (pid {started.get('pid')}) healthy in {total:.0f} s ({seconds:.1f} s to ready)"
+
+
+class ServiceUndo(RecordUndo):
+    """Undo of ``service`` intents: the earliest record of each service holds its state
+    before the run; stop what serves now first, start the old server after the files."""
+
+    op = "service"
+    phase = 1  # after the files: the old server must start on the old code
+
+    @staticmethod
+    def _first(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        services: dict[str, dict[str, Any]] = {}
+        for event in records:
+            services.setdefault(str(event["service"]), event)
+        return services
+
+    def check(self, records: list[dict[str, Any]]) -> None:
+        """The old server's executable and working directory must still exist.
+
+        Raises:
+            RollbackFailed: one is gone, so the old server could not be started again.
+        """
+        for event in records:
+            before = event.get("before") or {}
+            if not before.get("running") or (event.get("spec") or {}).get("manager") == "systemd":
+                continue
+            argv = before.get("argv") or []
+            places = (("executable", argv[0] if argv else None), ("cwd", before.get("cwd")))
+            for label, place in places:
+                if (
+                    isinstance(place, str)
+                    and place.startswith("/")
+                    and self.remote.stat(place) is None
+                ):
+                    raise RollbackFailed(
+                        f"the old {event.get('service')} server's {label} {place} no longer "
+                        "exists, so it could not be started again"
+                    )
+
+    def release(self, records: list[dict[str, Any]]) -> list[str]:
+        return [
+            stop_current(self.remote, self.state_dir, name, event)
+            for name, event in self._first(records).items()
+        ]
+
+    def restore(self, records: list[dict[str, Any]], journal: Recorder) -> list[str]:
+        lines = []
+        for name, event in self._first(records).items():
+            lines.append(restore_previous(self.remote, self.state_dir, name, event, note=self.note))
+            journal.write(Undone(op="service", service=name, action="restored"))
+        return lines

@@ -4,22 +4,38 @@ from __future__ import annotations
 
 import re
 
-from deploy.config.steps import SmokeArgs
+from pydantic import Field
+
+from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
+from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service import control, runtime
 
 
-class SmokeStep(Step):
+class SmokeArgs(StrictModel):
+    """One POST /generate: non-empty text and completion_tokens > 0, optional regex."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    prompt: str = Field(default="The capital of France is", description="Prompt text.")
+    expect: str | None = Field(default=None, description="Regular expression the text must match.")
+    max_new_tokens: int = Field(default=16, ge=1)
+    timeout: float = Field(default=300.0, gt=0)
+
+
+@register
+class SmokeStep(Step[SmokeArgs]):
     kind = "smoke"
+    example = """\
+- name: One real generation
+  smoke: {service: sglang, prompt: "The capital of France is", expect: "(?i)paris"}
+"""
 
     def describe(self) -> str:
-        assert isinstance(self.args, SmokeArgs)
         return f"smoke test {self.args.service}"
 
     def plan(self, ctx: StepContext) -> Planned:
         args = self.args
-        assert isinstance(args, SmokeArgs)
         if not runtime(ctx, args.service).get("started"):
             return Planned(
                 summary=f"skipped: {args.service} was not started in this run",
@@ -30,7 +46,6 @@ class SmokeStep(Step):
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
         args = self.args
-        assert isinstance(args, SmokeArgs)
         if planned.noop:
             return
         text, tokens = control(ctx, args.service).generate(

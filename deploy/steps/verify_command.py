@@ -8,27 +8,47 @@ from __future__ import annotations
 
 import re
 
-from deploy.config.steps import VerifyCommandArgs
+from pydantic import Field
+
+from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
-from deploy.remote.host import quote
+from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 
 
-class VerifyCommandStep(Step):
+class VerifyCommandArgs(StrictModel):
+    """Run a shell command on the host and check its exit status and output."""
+
+    run: str = Field(description="Shell command, run as written (the one unquoted string).")
+    expect_exit: int = Field(default=0, description="Required exit status.")
+    expect_stdout: str | None = Field(
+        default=None, description="Regular expression that must match somewhere in stdout."
+    )
+    timeout: float = Field(default=300.0, gt=0, description="Seconds before the command is killed.")
+
+
+@register
+class VerifyCommandStep(Step[VerifyCommandArgs]):
     kind = "verify_command"
+    example = """\
+- name: The draft model is on the host
+  verify_command:
+    run: test -f /models/kimi-eagle3-draft/config.json && echo present
+    expect_stdout: present
+    timeout: 30
+"""
     runs_in_check_mode = False  # an arbitrary command may have side effects
 
     def describe(self) -> str:
-        assert isinstance(self.args, VerifyCommandArgs)
         return f"verify_command {self.args.run[:50]}"
 
     def plan(self, ctx: StepContext) -> Planned:
-        assert isinstance(self.args, VerifyCommandArgs)
         return Planned(summary=f"run `{self.args.run}`, expect exit {self.args.expect_exit}")
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
+        from deploy.remote.host import quote  # the remote layer loads only when a step runs
+
         args = self.args
-        assert isinstance(args, VerifyCommandArgs)
         seconds = max(1, round(args.timeout))
         command = f"timeout -k 5 {seconds} sh -c {quote(args.run)}"
         result = ctx.remote.run(command, timeout=args.timeout + 10)

@@ -13,6 +13,8 @@ trip of its own.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from deploy.checks.compile import (
     compile_command,
     compile_problem,
@@ -21,12 +23,38 @@ from deploy.checks.compile import (
     was_reused,
 )
 from deploy.checks.python_ast import check_python
-from deploy.config.steps import VerifyPythonArgs
+from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
-from deploy.remote.host import sha256
 from deploy.statedir.layout import Layout
+from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.files import read_file
+from deploy.steps.files import read_file, sha256
+
+
+class VerifyPythonArgs(StrictModel):
+    """Check a Python file's structure, and that it compiles with the host's interpreter."""
+
+    path: str = Field(description="Absolute path of the Python file on the host.")
+    python: str = Field(
+        default="python3", description="Interpreter on the host used for 'compiles'."
+    )
+    compiles: bool = Field(default=False, description="Compile the file with 'python' on the host.")
+    compile_cache: bool = Field(
+        default=True,
+        description=(
+            "Reuse a passed compile of the same file bytes by the same interpreter binary "
+            "(recorded in state_dir/compiled); false compiles on every run."
+        ),
+    )
+    class_has: dict[str, list[str]] = Field(
+        default_factory=dict, description="Class -> names that must be defined in its body."
+    )
+    not_module_level: list[str] = Field(
+        default_factory=list, description="Names that must not be defined at module level."
+    )
+    last_statement: str | None = Field(
+        default=None, description="Source of the statement that must come last in the module."
+    )
 
 
 def speculative_command(args: VerifyPythonArgs, state_dir: str) -> str | None:
@@ -42,17 +70,37 @@ def speculative_command(args: VerifyPythonArgs, state_dir: str) -> str | None:
     return compile_command(args.python, args.path, cache=Layout(state_dir).compiled)
 
 
-class VerifyPythonStep(Step):
+@register
+class VerifyPythonStep(Step[VerifyPythonArgs]):
     kind = "verify_python"
+    example = """\
+- name: The methods are members of the class, not of the module
+  verify_python:
+    path: "{{ model_file }}"
+    compiles: true
+    python: /opt/sglang/.venv/bin/python
+    class_has:
+      KimiK25ForConditionalGeneration: [get_embed_and_head, set_embed_and_head]
+    not_module_level: [get_embed_and_head, set_embed_and_head]
+    last_statement: "EntryClass = [KimiK25ForConditionalGeneration]"
+"""
     runs_in_check_mode = True
+    confined = True
+
+    def reads(self) -> list[str]:
+        return [self.args.path]
+
+    def speculate(self, state_dir: str) -> list[str]:
+        if not self.args.path.startswith("/"):
+            return []
+        command = speculative_command(self.args, state_dir)
+        return [command] if command else []
 
     def describe(self) -> str:
-        assert isinstance(self.args, VerifyPythonArgs)
         return f"verify_python {self.args.path}"
 
     def plan(self, ctx: StepContext) -> Planned:
         args = self.args
-        assert isinstance(args, VerifyPythonArgs)
         what = []
         if args.class_has:
             what.append("class members")
@@ -66,7 +114,6 @@ class VerifyPythonStep(Step):
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
         args = self.args
-        assert isinstance(args, VerifyPythonArgs)
         content = read_file(ctx, args.path).content
         problems = check_python(
             content,

@@ -12,11 +12,36 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from deploy.config.steps import WaitHealthyArgs
+from pydantic import Field
+
+from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
+from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service import control, runtime
 from deploy.steps.service_desired import reach_problem
+
+#: Seconds between readiness polls: a ready server is noticed within 0.6 s (plus one request),
+#: and no 1-second window holds more than 2 requests (issue 6's bound for a loading server).
+POLL_INTERVAL = 0.6
+
+
+class WaitHealthyArgs(StrictModel):
+    """Wait until the service answers 200 on its health URL (refused and 503 mean: not yet)."""
+
+    service: str = Field(description="A key of the playbook's 'services'.")
+    url: str | None = Field(
+        default=None,
+        description="Path or http://127.0.0.1:PORT/path on the host (default: the service's).",
+    )
+    timeout: float = Field(
+        default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly)."
+    )
+    interval: float = Field(
+        default=POLL_INTERVAL,
+        ge=0.5,
+        description="Seconds between polls (at least 0.5: at most 2 requests a second).",
+    )
 
 
 def health_path(url: str | None, default: str) -> tuple[str, int | None]:
@@ -29,16 +54,19 @@ def health_path(url: str | None, default: str) -> tuple[str, int | None]:
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), parts.port
 
 
-class WaitHealthyStep(Step):
+@register
+class WaitHealthyStep(Step[WaitHealthyArgs]):
     kind = "wait_healthy"
+    example = """\
+- name: Wait until SGLang serves (refused while loading, 503 while warming up)
+  wait_healthy: {service: sglang, timeout: "{{ sglang_ready_timeout }}"}
+"""
 
     def describe(self) -> str:
-        assert isinstance(self.args, WaitHealthyArgs)
         return f"wait until {self.args.service} is healthy"
 
     def plan(self, ctx: StepContext) -> Planned:
         args = self.args
-        assert isinstance(args, WaitHealthyArgs)
         if not runtime(ctx, args.service).get("started"):
             status = "would wait" if ctx.check_mode and ctx.anything_changed() else "skipped"
             return Planned(
@@ -50,7 +78,6 @@ class WaitHealthyStep(Step):
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
         args = self.args
-        assert isinstance(args, WaitHealthyArgs)
         facts = runtime(ctx, args.service)
         if planned.noop or not facts.get("started"):
             return

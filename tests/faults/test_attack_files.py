@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.config.steps import AppendArgs
+from deploy.steps.append import AppendArgs
 from tests.faults.attacker import Attacker, attacker_dir, describe, record_attack, root_only_file
 from tests.faults.conftest import FaultHost
 

@@ -17,8 +17,11 @@ from deploy.config.load import (
     resolve_hosts,
     validate_all,
 )
-from deploy.config.steps import PatchStep, VerifyCommandStep, action_of, args_of
+from deploy.config.steps import STEP_MODELS, action_of, args_of
 from deploy.errors import InputError
+
+PatchStep = STEP_MODELS["patch"]
+VerifyCommandStep = STEP_MODELS["verify_command"]
 
 INVENTORY = """\
 hosts:

@@ -6,8 +6,9 @@ import pytest
 
 from deploy.config.inventory import Inventory
 from deploy.config.select import check_tags, filter_steps, select_hosts
-from deploy.config.steps import BackupArgs, BackupStep, StepCommon
+from deploy.config.steps import STEP_MODELS, StepCommon
 from deploy.errors import InputError, SourcePosition
+from deploy.steps.backup import BackupArgs
 
 INVENTORY = Inventory.model_validate(
     {
@@ -89,7 +90,7 @@ def test_unknown_names_are_errors(pattern: str, limit: str | None, expected: str
 
 
 def step(*tags: str) -> StepCommon:
-    return BackupStep(backup=BackupArgs(path="/x"), tags=list(tags))
+    return STEP_MODELS["backup"](backup=BackupArgs(path="/x"), tags=list(tags))
 
 
 STEPS = [

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from deploy.checks.python_ast import check_python
-from deploy.config.steps import PythonInsertArgs
 from deploy.edits.pyinsert import ClassNotFound, MemberConflict, insert_into_class
 from deploy.edits.text import append_text
 from deploy.errors import EditError
+from deploy.steps.python_insert import PythonInsertArgs
 
 G = "def g(self):\n    return 2\n"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import RestartArgs
+from deploy.steps.service import RestartArgs
 from deploy.steps.service_desired import desired, imports_problem, reach_problem
 from deploy.steps.service_state import ServiceState
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from deploy.checks.throughput import Level, concurrency_levels, judge, levels_from_records, rate
-from deploy.config.steps import GateThroughputArgs
 from deploy.steps.gate_load import request_body
+from deploy.steps.gate_throughput import GateThroughputArgs
 
 
 def levels(**medians: tuple[float, ...]) -> list[Level]:

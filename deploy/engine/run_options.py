@@ -1,0 +1,91 @@
+"""What a run is told (its options) and who listens to it (progress), shared by the engine.
+
+`RunOptions` carries one run's settings to every host; `Progress` is the listener the terminal
+display and the log file implement; `Cancel` is the one-way switch SIGINT, SIGTERM and
+``--timeout`` flip. `holder_info` says who runs: it goes into the lock and the journal.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from deploy.engine.journal import now_iso
+from deploy.engine.results import StepResult
+
+
+class Progress(Protocol):
+    """Who wants to know as a run goes (the terminal display, a log file)."""
+
+    def host_event(self, host: str, message: str) -> None: ...
+
+    def step_started(self, host: str, index: int, title: str) -> None: ...
+
+    def step_finished(self, host: str, result: StepResult) -> None: ...
+
+
+class NoProgress:
+    def host_event(self, host: str, message: str) -> None:
+        pass
+
+    def step_started(self, host: str, index: int, title: str) -> None:
+        pass
+
+    def step_finished(self, host: str, result: StepResult) -> None:
+        pass
+
+
+class Cancel:
+    """Set once (SIGINT, SIGTERM, ``--timeout``): hosts start no new step, and a host in the
+    middle of its changes is rolled back as if its next step had failed."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        #: Hosts between their lock and their outcome: what an abandon leaves mid-run.
+        self.busy: set[str] = set()
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class RunOptions:
+    run_id: str
+    playbook: str = ""
+    check_mode: bool = False
+    accept_new_host_keys: bool = False
+    force: bool = False
+    progress: Progress = field(default_factory=NoProgress)
+    #: The inventory file, recorded so that ``deploy rollback`` finds this run.
+    inventory: str | None = None
+    #: Called with the run's record before any host is touched (the workstation's history:
+    #: a run killed mid-way is still found by ``deploy rollback``).
+    on_start: Callable[[Any], None] | None = None
+    cancel: Cancel = field(default_factory=Cancel)
+
+
+def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
+    """Who holds a lock: enough for another operator to find the run and its owner."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {
+        "run_id": run_id,
+        "user": user,
+        "workstation": socket.gethostname(),
+        "pid": os.getpid(),
+        "since": now_iso(),
+        "playbook": playbook,
+    }

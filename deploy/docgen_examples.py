@@ -7,6 +7,7 @@ are declared by the step modules themselves (`deploy.steps.examples`).
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator, Mapping
 
 import yaml
 
@@ -29,8 +30,24 @@ services:
     port: "{{ sglang_port }}"
 """
 
+
+
+class _StepExamples(Mapping[str, str]):
+    """Each step's example, read from its step class when asked (`deploy.steps.examples`), so
+    that a step registered after this module was imported is documented too."""
+
+    def __getitem__(self, kind: str) -> str:
+        return examples()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(examples())
+
+    def __len__(self) -> int:
+        return len(examples())
+
+
 #: Each step's example, declared by its step module (`deploy.steps.base.Step.example`).
-STEP_EXAMPLES: dict[str, str] = examples()
+STEP_EXAMPLES: Mapping[str, str] = _StepExamples()
 
 SERVICES_EXAMPLE = """\
 services:

@@ -58,14 +58,17 @@ def _handlers(
     note: Note,
 ) -> list[tuple[RecordUndo, list[dict[str, Any]]]]:
     """The undo handler of each ``op`` among the pending intents, with its records, in the
-    order their ``restore`` runs (`RecordUndo.phase`, files before services).
+    order their ``restore`` runs (`RecordUndo.phase`, files before services; within a phase,
+    the kind of change made last first).
 
     Raises:
         RollbackRefused: an intent no registered step undoes (a newer deploy's change).
     """
     by_op: dict[str, list[dict[str, Any]]] = {}
-    for event in pending:
+    newest: dict[str, int] = {}
+    for position, event in enumerate(pending):
         by_op.setdefault(str(event.get("op")), []).append(event)
+        newest[str(event.get("op"))] = position
     handlers: list[tuple[RecordUndo, list[dict[str, Any]]]] = []
     for op, events in by_op.items():
         kind = undo_for(op)
@@ -80,7 +83,8 @@ def _handlers(
             note=note,
         )
         handlers.append((handler, events))
-    return sorted(handlers, key=lambda pair: pair[0].phase)
+    # Within a phase, the kind of change made last is undone first.
+    return sorted(handlers, key=lambda pair: (pair[0].phase, -newest[pair[0].op]))
 
 
 def preflight(

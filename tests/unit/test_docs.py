@@ -79,7 +79,7 @@ def test_write_schemas_writes_what_docgen_checks(tmp_path: Path, generated: dict
 
 def test_every_step_is_documented_with_a_purpose_and_an_example() -> None:
     assert list(docgen.STEP_EXAMPLES) == list(STEP_MODELS), (
-        "add an example for each step to STEP_EXAMPLES in deploy/docgen_examples.py, in STEP_MODELS order"
+        "declare an example on each step class (Step.example); the registry lists them in STEP_MODELS order"
     )
     for action in STEP_MODELS:
         assert schema.step_purpose(action), f"{action}: give its step model a docstring"

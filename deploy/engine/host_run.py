@@ -36,9 +36,9 @@ from deploy.errors import (
     RollbackFailed,
     StepFailed,
 )
+from deploy.remote.api import Host
 from deploy.remote.become import state_dir_probe
 from deploy.remote.connect import ConnectSettings
-from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire
 from deploy.statedir.records import End
 from deploy.statedir.runs import next_host_seq
@@ -103,6 +103,22 @@ class RunOptions:
     #: a run killed mid-way is still found by ``deploy rollback``).
     on_start: Callable[[Any], None] | None = None
     cancel: Cancel = field(default_factory=Cancel)
+    #: How each host is opened: the one place the engine chooses a `Host` implementation
+    #: (SSH by default; tests give `deploy.remote.local.LocalHost`).
+    open_host: HostOpener = field(
+        default=lambda name, spec, accept_new: ssh_host(name, spec, accept_new)
+    )
+
+
+#: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
+HostOpener = Callable[[str, HostSpec, bool], Host]
+
+
+def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
+    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
+    from deploy.remote.host import RemoteHost
+
+    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
 
 
 def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
@@ -194,7 +210,7 @@ def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
     name, spec = plan.name, plan.spec
     began = time.monotonic()
     result = HostResult(host=name, run_id=options.run_id)
-    remote = RemoteHost(connect_settings(name, spec, accept_new=options.accept_new_host_keys))
+    remote = options.open_host(name, spec, options.accept_new_host_keys)
     progress = options.progress
     if options.cancel.is_set() and not options.check_mode:
         result.outcome, result.error = "skipped", f"never touched: {options.cancel.reason}"
@@ -275,7 +291,7 @@ def prefetch_paths(plan: HostPlan) -> list[str]:
 
 
 def _state_dir_writable(
-    remote: RemoteHost, state_dir: str, result: HostResult, progress: Progress
+    remote: Host, state_dir: str, result: HostResult, progress: Progress
 ) -> bool:
     """Under --check as a non-root user without become: would the real run's lock be refused?
 
@@ -314,7 +330,7 @@ def speculative_commands(plan: HostPlan) -> list[str]:
 
 
 def _run_steps(
-    remote: RemoteHost, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
+    remote: Host, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
 ) -> None:
     name, spec, steps = remote.name, plan.spec, plan.steps
     progress = options.progress
@@ -438,7 +454,7 @@ def _run_steps(
 
 
 def _cancelled(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,
@@ -467,7 +483,7 @@ def _cancelled(
 
 
 def _preflight(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,
@@ -496,7 +512,7 @@ def _preflight(
 
 
 def _fail(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from deploy.config.steps import StepCommon, action_of, args_of
-from deploy.remote.host import RemoteHost
+from deploy.remote.api import Host
 from deploy.remote.session import Call
 from deploy.remote.sftpfile import FileStat
 
@@ -79,7 +79,7 @@ class StepContext:
     """Everything a step may use on one host during one run."""
 
     host: str
-    remote: RemoteHost
+    remote: Host
     journal: Recorder
     check_mode: bool = False
     state_dir: str = "/var/lib/deploy"

@@ -89,6 +89,17 @@ class Cancel:
         return self._event.is_set()
 
 
+#: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
+HostOpener = Callable[[str, HostSpec, bool], Host]
+
+
+def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
+    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
+    from deploy.remote.host import RemoteHost
+
+    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+
+
 @dataclass
 class RunOptions:
     run_id: str
@@ -105,20 +116,7 @@ class RunOptions:
     cancel: Cancel = field(default_factory=Cancel)
     #: How each host is opened: the one place the engine chooses a `Host` implementation
     #: (SSH by default; tests give `deploy.remote.local.LocalHost`).
-    open_host: HostOpener = field(
-        default=lambda name, spec, accept_new: ssh_host(name, spec, accept_new)
-    )
-
-
-#: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
-HostOpener = Callable[[str, HostSpec, bool], Host]
-
-
-def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
-    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
-    from deploy.remote.host import RemoteHost
-
-    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+    open_host: HostOpener = ssh_host
 
 
 def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:

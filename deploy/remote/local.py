@@ -60,6 +60,7 @@ class LocalChannel:
         self._eof = [False, False]
         self._cond = threading.Condition()
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
         self._woken = False
         self._status: int | None = None
         self._closed = False
@@ -107,6 +108,8 @@ class LocalChannel:
 
     def _settle_wake(self) -> None:
         """Drain the self-pipe once nothing is left to report (under the condition)."""
+        if self._closed:
+            return
         if self._woken and not self._out and not self._err and self._status is None:
             self._woken = False
             with contextlib.suppress(BlockingIOError):

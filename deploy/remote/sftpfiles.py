@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import paramiko
 
-from deploy.errors import HostUnreachable, StepFailed
+from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.remote.become import Become
 from deploy.remote.sftpfile import FileStat, file_stat, fsync, raise_write_error, temp_prefix
 
 #: What a failed SFTP request raises.
@@ -29,6 +30,11 @@ class SftpLink(Protocol):
 
     name: str
     ops: dict[str, int]
+    #: Set under become: a refusal then names the become user.
+    become: Become | None
+
+    @property
+    def acting_user(self) -> str: ...
 
     @property
     def sftp(self) -> Any: ...
@@ -45,14 +51,21 @@ class SftpFiles:
         self.link = link
 
     def translate(self, exc: BaseException, doing: str, path: str) -> Exception:
-        """The error for an SFTP failure: a lost connection, or a filesystem error on a live one
-        (``Failure``, SFTP's catch-all, said for what it usually is)."""
-        if self.link.connected():
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        """Map an SFTP failure to a filesystem error (StepFailed) or a lost connection.
+
+        SFTP reports disk-full, read-only filesystems and the like as a bare "Failure" without
+        errno, so the connection's liveness, not the exception type, tells the two apart.
+        """
+        link = self.link
+        alive = link.connected()
+        if isinstance(exc, PermissionError):
+            return PermissionDenied(link.name, path, link.acting_user, link.become is not None)
+        if isinstance(exc, OSError) and alive:
+            reason = exc.strerror or str(exc) or type(exc).__name__
             if reason == "Failure":  # SFTP's catch-all status, in practice ENOSPC or EROFS
                 reason = "Failure (the filesystem may be full or read-only)"
-            return StepFailed(f"{self.link.name}: failed {doing} {path}: {reason}")
-        return self.link.lost(exc, f"{doing} {path}")
+            return StepFailed(f"{link.name}: failed {doing} {path}: {reason}")
+        return link.lost(exc, f"{doing} {path}")
 
     def stat(self, path: str) -> FileStat | None:
         """lstat ``path``; None when it does not exist."""

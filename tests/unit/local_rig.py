@@ -23,6 +23,7 @@ from deploy.engine.fleet import run_apply, run_rollback
 from deploy.engine.host_run import RunOptions
 from deploy.engine.journal import new_run_id
 from deploy.engine.results import RunResult
+from deploy.engine.status import HealthProbe, HostStatus, host_status
 from deploy.remote.api import Host
 from deploy.remote.local import LocalHost
 
@@ -96,6 +97,11 @@ class LocalRig:
             force=force,
             open_host=self.open_host,
         )
+
+    def status(self, health: HealthProbe | None = None) -> HostStatus:
+        """`deploy status` of the host (``health``: e.g. `deploy.engine.status.sglang_health`)."""
+        ((name, spec),) = load.resolve_hosts(load.load_inventory(self.inventory))
+        return host_status(name, spec, health=health, open_host=self.open_host)
 
     def runs(self) -> list[str]:
         runs = self.state_dir / "runs"

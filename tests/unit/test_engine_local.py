@@ -203,6 +203,9 @@ def test_an_interrupted_run_is_recovered_by_the_next_apply(rig: LocalRig, kimi: 
     assert "end" not in rig.events(dead)
     assert b"def doomed" in kimi.read_bytes()
     _wait_for_lock(rig)
+    status = rig.status()
+    assert [r.run_id for r in status.unfinished] == [dead]
+    assert status.lock == "stale", "free, and its holder died mid-run"
 
     run = rig.apply(rig.playbook("next", [_insert("next_method")]))
     assert run.exit_code == 0, run.hosts[0].error
@@ -213,6 +216,9 @@ def test_an_interrupted_run_is_recovered_by_the_next_apply(rig: LocalRig, kimi: 
     assert content.startswith(original[: original.index(b"\n\nEntryClass")])
     assert "undone" in rig.events(dead)
     assert rig.journal(dead)[-1]["event"] in ("end", "rollback_end")
+    after = rig.status()
+    assert after.unfinished == [] and after.lock == "free"
+    assert after.last_run is not None and after.last_run.run_id == run.run_id
 
 
 def _wait_for_lock(rig: LocalRig, seconds: float = 10) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deploy.engine.status import sglang_health
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline, listener_pid
 from tests.unit.local_rig import LocalRig
@@ -79,6 +80,8 @@ def test_restart_with_eagle3_then_healthy(serving: tuple[LocalRig, GpuHost]) -> 
     argv = listener_cmdline(gpu.port) or []
     assert "EAGLE3" in argv and "--speculative-num-draft-tokens" in argv
     assert b"def set_eagle3_layers_to_capture" in gpu.model_file.read_bytes()
+    # `deploy status` asks the server through Host.http, as over SSH.
+    assert rig.status(health=sglang_health).health == f"sglang: healthy on {gpu.port}"
 
 
 def test_a_failure_after_the_restart_restores_file_and_old_server(

@@ -133,21 +133,22 @@ def instrument() -> None:
     import deploy.engine.host_run as host_run
     import deploy.remote.host as host
     import deploy.remote.lock as lock
+    import deploy.remote.ssh as ssh
 
     wrap(load, "load_inventory", "config: load inventory")
     wrap(load, "load_playbook", "config: load playbook")
     wrap(load, "resolve", "config: resolve vars and steps")
     wrap(fleet, "run_apply", "engine: run_apply (all hosts)")
     wrap(history, "save", "workstation: save history")
-    wrap(host, "open_connection", "ssh: connect (all of it)")
+    wrap(ssh, "open_connection", "ssh: connect (all of it)")
     wrap(paramiko.Transport, "start_client", "ssh: banner + key exchange")
     wrap(paramiko.Transport, "auth_publickey", "ssh: public-key auth")
     wrap(host_run, "acquire", "lock: exec until READY")
     wrap(lock.HostLock, "release", "lock: release (EOF, wait exit)")
     wrap(host.RemoteHost, "run", lambda self, command, **_: _exec_label(command))
-    for name in ("stat", "read", "write_atomic", "mkdir", "open_append", "remove", "listdir"):
+    for name in ("stat", "read", "write_atomic", "mkdir", "remove", "listdir"):
         wrap(host.RemoteHost, name, f"sftp: {name}")
-    wrap(host.RemoteHost, "append", "sftp: journal line (+ fsync)")
+    wrap(host.RemoteHost, "append_file", "journal line (+ fsync)")
     wrap(host.RemoteHost, "close", "ssh: close")
     # Pure CPU work on the GIL, done once per host: parsing the ~28 KB model file.
     wrap(ast, "parse", "cpu: ast.parse")

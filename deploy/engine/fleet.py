@@ -34,11 +34,11 @@ from typing import Any
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
-from deploy.engine.host_run import Cancel, RunOptions, apply_host, connect_settings, holder_info
+from deploy.engine.host_run import apply_host
 from deploy.engine.journal import now_precise
 from deploy.engine.results import HostResult, RunResult, StepResult
 from deploy.engine.rollback import rollback_host
-from deploy.remote.host import RemoteHost
+from deploy.engine.run_options import Cancel, HostOpener, RunOptions, holder_info, ssh_host
 
 log = logging.getLogger("deploy.engine")
 
@@ -348,6 +348,7 @@ def run_rollback(
     timeout: float | None = None,
     playbook: str | None = None,
     progress: Any = None,
+    open_host: HostOpener = ssh_host,
 ) -> RunResult:
     """Undo ``target_run`` on every host given (those the run touched).
 
@@ -361,7 +362,7 @@ def run_rollback(
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
-        remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new_host_keys))
+        remote = open_host(name, spec, accept_new_host_keys)
         note = None
         if progress is not None:
             note = partial(progress.host_event, name)

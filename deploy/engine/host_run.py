@@ -12,7 +12,6 @@ import dataclasses
 import time
 from typing import Any
 
-from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.recovery import note_takeover, preview_recovery, recover
 from deploy.engine.results import HostResult, StepResult
@@ -21,7 +20,9 @@ from deploy.engine.run_options import (
     NoProgress,
     Progress,
     RunOptions,
+    connect_settings,
     holder_info,
+    ssh_host,
 )
 from deploy.engine.step_run import run_steps
 from deploy.errors import (
@@ -30,9 +31,8 @@ from deploy.errors import (
     InputError,
     PermissionDenied,
 )
+from deploy.remote.api import Host
 from deploy.remote.become import state_dir_probe
-from deploy.remote.connect import ConnectSettings
-from deploy.remote.host import RemoteHost
 from deploy.remote.lock import HostLock, acquire
 from deploy.statedir.runs import next_host_seq
 from deploy.steps import build_step
@@ -46,25 +46,8 @@ __all__ = [
     "connect_settings",
     "holder_info",
     "read_ahead",
+    "ssh_host",
 ]
-
-
-def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
-    return ConnectSettings(
-        name=name,
-        address=spec.address or name,
-        port=spec.port,
-        user=spec.user,
-        identity_file=spec.identity_file,
-        known_hosts=spec.known_hosts,
-        accept_new_host_keys=spec.accept_new_host_keys or accept_new,
-        password_env=spec.password_env,
-        connect_timeout=spec.connect_timeout,
-        ssh_config=spec.ssh_config,
-        become=bool(spec.become),
-        become_user=spec.become_user or "root",
-        become_password_env=spec.become_password_env,
-    )
 
 
 class _Said:
@@ -122,7 +105,7 @@ def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
     name, spec = plan.name, plan.spec
     began = time.monotonic()
     result = HostResult(host=name, run_id=options.run_id)
-    remote = RemoteHost(connect_settings(name, spec, accept_new=options.accept_new_host_keys))
+    remote = options.open_host(name, spec, options.accept_new_host_keys)
     progress = options.progress
     if options.cancel.is_set() and not options.check_mode:
         result.outcome, result.error = "skipped", f"never touched: {options.cancel.reason}"
@@ -207,7 +190,7 @@ def read_ahead(plan: HostPlan) -> tuple[list[str], list[str]]:
 
 
 def _state_dir_writable(
-    remote: RemoteHost, state_dir: str, result: HostResult, progress: Progress
+    remote: Host, state_dir: str, result: HostResult, progress: Progress
 ) -> bool:
     """Under --check as a non-root user without become: would the real run's lock be refused?
 

@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from deploy.errors import RollbackFailed, StepFailed
-from deploy.remote.host import RemoteHost, sha256
+from deploy.remote.api import Host
+from deploy.remote.host import sha256
 from deploy.remote.session import Call
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import (
@@ -81,7 +82,7 @@ class JournalSink(Protocol):
 
 
 class HelperSink:
-    """`JournalSink` through the host's file helper (`RemoteHost.append_file`, `write_atomic`).
+    """`JournalSink` through the host's file helper (`Host.append_file`, `write_atomic`).
 
     While the lock is held every request rides the run's session without waiting: the helper
     serves them in order (an intent is appended and fsynced before the change it announces),
@@ -89,7 +90,7 @@ class HelperSink:
     created with the first record.
     """
 
-    def __init__(self, remote: RemoteHost, layout: Layout, run_id: str, *, create: bool) -> None:
+    def __init__(self, remote: Host, layout: Layout, run_id: str, *, create: bool) -> None:
         self.remote, self.layout, self.run_id = remote, layout, run_id
         self._create = create
 
@@ -126,7 +127,7 @@ class Journal:
 
     def __init__(
         self,
-        remote: RemoteHost,
+        remote: Host,
         state_dir: str,
         run_id: str,
         meta: Mapping[str, Any],
@@ -242,7 +243,7 @@ class Journal:
         self.sink.close()
 
 
-def read_journal(remote: RemoteHost, state_dir: str, run_id: str) -> ParsedJournal:
+def read_journal(remote: Host, state_dir: str, run_id: str) -> ParsedJournal:
     """Every record of a run's journal, checked (a torn last line from a crash is dropped).
 
     Raises:
@@ -257,7 +258,7 @@ def read_journal(remote: RemoteHost, state_dir: str, run_id: str) -> ParsedJourn
     return parse_journal(raw, f"{remote.name}:{path}")
 
 
-def attach(remote: RemoteHost, state_dir: str, parsed: ParsedJournal, run_id: str) -> Journal:
+def attach(remote: Host, state_dir: str, parsed: ParsedJournal, run_id: str) -> Journal:
     """A `Journal` that appends to an existing run (the undo of an earlier run).
 
     A torn last line is dropped first (the journal is rewritten, atomically, without it), so
@@ -269,7 +270,7 @@ def attach(remote: RemoteHost, state_dir: str, parsed: ParsedJournal, run_id: st
     return journal
 
 
-def read_copy(remote: RemoteHost, state_dir: str, run_id: str, digest: str) -> bytes:
+def read_copy(remote: Host, state_dir: str, run_id: str, digest: str) -> bytes:
     """A saved copy, checked against its name.
 
     Raises:

@@ -15,7 +15,7 @@ from deploy.engine.journal import read_journal
 from deploy.engine.results import HostResult
 from deploy.engine.rollback import undo_run
 from deploy.errors import DeployError
-from deploy.remote.host import RemoteHost
+from deploy.remote.api import Host
 from deploy.remote.lock import HostLock, describe_holder
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import JournalDamaged
@@ -26,7 +26,7 @@ class Progress(Protocol):
     def host_event(self, host: str, message: str) -> None: ...
 
 
-def preview_recovery(remote: RemoteHost, state_dir: str, result: HostResult) -> bool:
+def preview_recovery(remote: Host, state_dir: str, result: HostResult) -> bool:
     """Under --check (and the plan shown before asking): say which unfinished runs the real run
     will undo first (`deploy.statedir.runs.decide_apply`, the decision the real run takes),
     read over SFTP without taking the lock, so the operator is asked first. False when the
@@ -61,7 +61,7 @@ def note_takeover(lock: HostLock, result: HostResult, progress: Progress) -> Non
 
 
 def recover(
-    remote: RemoteHost, state_dir: str, lock: HostLock, result: HostResult, progress: Progress
+    remote: Host, state_dir: str, lock: HostLock, result: HostResult, progress: Progress
 ) -> bool:
     """Undo runs interrupted mid-change on this host; False if that failed or may not (exit 3).
 

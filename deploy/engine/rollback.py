@@ -20,7 +20,7 @@ from typing import Any
 from deploy.engine.journal import Journal, attach, read_copy, read_journal
 from deploy.engine.results import HostResult
 from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFailed
-from deploy.remote.host import RemoteHost
+from deploy.remote.api import Host
 from deploy.remote.lock import acquire
 from deploy.statedir.records import End, RollbackBegin, RollbackEnd, UndoFailed
 from deploy.statedir.runs import decide_rollback
@@ -44,12 +44,12 @@ def pending_changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("event") == "intent" and _key(e) not in undone]
 
 
-def _refuse(remote: RemoteHost, run_id: str, why: str) -> RollbackRefused:
+def _refuse(remote: Host, run_id: str, why: str) -> RollbackRefused:
     return RollbackRefused(f"{remote.name}: run {run_id} not undone: {why}; nothing was changed")
 
 
 def _handlers(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     run_id: str,
     pending: list[dict[str, Any]],
@@ -88,7 +88,7 @@ def _handlers(
 
 
 def preflight(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     run_id: str,
     pending: list[dict[str, Any]],
@@ -117,7 +117,7 @@ def preflight(
 
 
 def undo_run(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     run_id: str,
     *,
@@ -171,7 +171,7 @@ def undo_run(
 
 
 def rollback_host(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     run_id: str,
     *,

@@ -15,8 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from deploy.config.inventory import HostSpec
 from deploy.engine.journal import now_iso
 from deploy.engine.results import StepResult
+from deploy.remote.api import Host
+from deploy.remote.connect import ConnectSettings
 
 
 class Progress(Protocol):
@@ -59,6 +62,36 @@ class Cancel:
         return self._event.is_set()
 
 
+def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
+    """The SSH settings of an inventory host (``accept_new``: the run's --accept-new-host-keys)."""
+    return ConnectSettings(
+        name=name,
+        address=spec.address or name,
+        port=spec.port,
+        user=spec.user,
+        identity_file=spec.identity_file,
+        known_hosts=spec.known_hosts,
+        accept_new_host_keys=spec.accept_new_host_keys or accept_new,
+        password_env=spec.password_env,
+        connect_timeout=spec.connect_timeout,
+        ssh_config=spec.ssh_config,
+        become=bool(spec.become),
+        become_user=spec.become_user or "root",
+        become_password_env=spec.become_password_env,
+    )
+
+
+#: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
+HostOpener = Callable[[str, HostSpec, bool], Host]
+
+
+def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
+    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
+    from deploy.remote.host import RemoteHost
+
+    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+
+
 @dataclass
 class RunOptions:
     run_id: str
@@ -73,6 +106,9 @@ class RunOptions:
     #: a run killed mid-way is still found by ``deploy rollback``).
     on_start: Callable[[Any], None] | None = None
     cancel: Cancel = field(default_factory=Cancel)
+    #: How each host is opened: the one place the engine chooses a `Host` implementation
+    #: (SSH by default; tests give `deploy.remote.local.LocalHost`).
+    open_host: HostOpener = ssh_host
 
 
 def holder_info(run_id: str, playbook: str) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploy.config.inventory import HostSpec
-from deploy.engine.host_run import connect_settings
+from deploy.engine.run_options import HostOpener, ssh_host
 from deploy.errors import EXIT_NOT_ATTEMPTED, EXIT_OK, DeployError
-from deploy.remote.host import RemoteHost, quote
+from deploy.remote.api import Host
+from deploy.remote.host import quote
 from deploy.remote.lock import describe_holder
 from deploy.statedir.layout import parse_scan, scan_script
 from deploy.statedir.runs import RunState, ordered
@@ -46,7 +47,7 @@ printf 'LOCK\t%s\t%s\n' "$held" "$(head -n 1 "$S/lock" 2>/dev/null)"
 """
 
 #: A service health probe: (open host, its name, its settings) -> one short word or line.
-HealthProbe = Callable[[RemoteHost, str, HostSpec], str]
+HealthProbe = Callable[[Host, str, HostSpec], str]
 
 
 @dataclass
@@ -135,10 +136,15 @@ def parse(name: str, output: str) -> HostStatus:
 
 
 def host_status(
-    name: str, spec: HostSpec, *, accept_new: bool = False, health: HealthProbe | None = None
+    name: str,
+    spec: HostSpec,
+    *,
+    accept_new: bool = False,
+    health: HealthProbe | None = None,
+    open_host: HostOpener = ssh_host,
 ) -> HostStatus:
     """Look at one host; an unreachable host is reported, never raised."""
-    remote = RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+    remote = open_host(name, spec, accept_new)
     try:
         remote.open()
         script = _SCRIPT.format(state=quote(spec.state_dir), scan=scan_script("S"))
@@ -166,11 +172,14 @@ def fleet_status(
     forks: int = 10,
     accept_new: bool = False,
     health: HealthProbe | None = None,
+    open_host: HostOpener = ssh_host,
 ) -> list[HostStatus]:
     """`host_status` for every host, in parallel, in inventory order."""
 
     def one(item: tuple[str, HostSpec]) -> HostStatus:
-        return host_status(item[0], item[1], accept_new=accept_new, health=health)
+        return host_status(
+            item[0], item[1], accept_new=accept_new, health=health, open_host=open_host
+        )
 
     if len(hosts) <= 1:
         return [one(item) for item in hosts]
@@ -183,13 +192,13 @@ def exit_code(statuses: list[HostStatus]) -> int:
     return EXIT_NOT_ATTEMPTED if any(s.error for s in statuses) else EXIT_OK
 
 
-def sglang_health(remote: RemoteHost, name: str, spec: HostSpec) -> str:
+def sglang_health(remote: Host, name: str, spec: HostSpec) -> str:
     """The SGLang server's health on the host's loopback: ``/health`` through the SSH connection.
 
     The port is the host's ``sglang_port`` variable (default 30000, SGLang's own default), the
     same variable the kimi-eagle3 playbook uses. One forwarded request; no exec.
     """
-    from deploy.remote import http
+    from deploy.remote.http import ServerUnavailable
 
     raw = spec.vars.get("sglang_port", 30000)
     try:
@@ -197,8 +206,8 @@ def sglang_health(remote: RemoteHost, name: str, spec: HostSpec) -> str:
     except (TypeError, ValueError):
         return f"sglang: port {raw!r} is a template; not probed"
     try:
-        response = http.request(remote.transport, "127.0.0.1", port, "GET", "/health", timeout=10)
-    except http.ServerUnavailable:
+        response = remote.http("127.0.0.1", port, "GET", "/health", timeout=10)
+    except ServerUnavailable:
         return f"sglang: nothing listening on {port}"
     if response.status == 200:
         return f"sglang: healthy on {port}"

@@ -21,7 +21,7 @@ from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.engine.run_options import Progress, RunOptions, holder_info
 from deploy.errors import DeployError, HostUnreachable, RollbackFailed, StepFailed
-from deploy.remote.host import RemoteHost
+from deploy.remote.api import Host
 from deploy.statedir.records import End
 from deploy.steps import build_step
 from deploy.steps.base import Planned, StepContext
@@ -30,7 +30,7 @@ log = logging.getLogger("deploy.engine")
 
 
 def run_steps(
-    remote: RemoteHost, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
+    remote: Host, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
 ) -> None:
     name, spec, steps = remote.name, plan.spec, plan.steps
     progress = options.progress
@@ -154,7 +154,7 @@ def run_steps(
 
 
 def _cancelled(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,
@@ -183,7 +183,7 @@ def _cancelled(
 
 
 def _preflight(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,
@@ -212,7 +212,7 @@ def _preflight(
 
 
 def fail(
-    remote: RemoteHost,
+    remote: Host,
     spec: HostSpec,
     ctx: StepContext,
     journal: Journal,

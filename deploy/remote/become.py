@@ -27,9 +27,8 @@ import shlex
 import time
 from dataclasses import dataclass
 
-import paramiko
-
 from deploy.errors import BecomeFailed, InputError
+from deploy.remote.transport import Channel
 
 #: Where Debian/Ubuntu, RHEL/Fedora, Arch and Alpine keep OpenSSH's sftp-server.
 SFTP_SERVERS = (
@@ -104,9 +103,7 @@ def sftp_command() -> str:
     )
 
 
-def handshake(
-    channel: paramiko.Channel, how: Become, marker: str, nonce: str, timeout: float
-) -> bytes:
+def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: float) -> bytes:
     """Wait until sudo starts the command, answering its password prompt once.
 
     Returns what the command already wrote to stderr after the nonce (the caller keeps it).

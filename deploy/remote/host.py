@@ -9,7 +9,12 @@ Cost model (see docs/performance.md): an exec starts the user's login shell on t
 (``.bashrc`` included, ~100 ms on some hosts), an SFTP request does not. So a run starts one
 login shell per host, the lock's, and runs its other commands in it (`deploy.remote.session`).
 This module is the connection and the commands; the file operations are its other half,
-`deploy.remote.hostfiles.HostFiles`, mixed in so that callers keep one door.
+`deploy.remote.hostfiles.HostFiles`, held by composition (``self.files``) and exposed here so
+that callers keep one door. `RemoteHost` implements `deploy.remote.api.Host`.
+
+The connection is a `deploy.remote.transport.Transport`, made by a *connector* (by default
+`deploy.remote.ssh.SshTransport.connect`); `deploy.remote.local.LocalHost` gives a local one,
+and everything in this class runs unchanged on it.
 """
 
 from __future__ import annotations
@@ -20,32 +25,47 @@ import logging
 import select
 import shlex
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
-from deploy.remote.connect import ConnectSettings, open_connection
-from deploy.remote.hostfiles import HostFiles
-from deploy.remote.session import CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.connect import ConnectSettings
+from deploy.remote.hostfiles import HostFiles, helper_error
+from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sshauth import provided_secret
+from deploy.remote.transport import Channel, Transport
 
 log = logging.getLogger("deploy.remote")
 
 if TYPE_CHECKING:
-    from fabric import Connection
+    from deploy.remote.http import HttpResponse
+
+#: How a host's connection is opened: settings in, an open transport out.
+Connector = Callable[[ConnectSettings], Transport]
 
 
-class RemoteHost(HostFiles):
-    """One host, one SSH connection, for one run. Not thread-safe: one thread per host."""
+def ssh_connector(settings: ConnectSettings) -> Transport:
+    """The default `Connector`: one SSH connection (`deploy.remote.ssh`)."""
+    from deploy.remote.ssh import SshTransport
 
-    def __init__(self, settings: ConnectSettings) -> None:
+    return SshTransport.connect(settings)
+
+
+class RemoteHost:
+    """One host, one connection, for one run. Not thread-safe: one thread per host."""
+
+    def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
         self.settings = settings
         self.name = settings.name
-        self._conn: Connection | None = None
-        self._sftp: paramiko.SFTPClient | None = None
+        self._connector = connector or ssh_connector
+        self._conn: Transport | None = None
+        self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
+        #: The file operations (`deploy.remote.hostfiles`), exposed below as our own.
+        self.files = HostFiles(self)
         #: While the lock is held, commands go to its shell instead of new execs (see
         #: `deploy.remote.session`); set and cleared by `deploy.remote.lock`.
         self.session: Session | None = None
@@ -73,7 +93,7 @@ class RemoteHost(HostFiles):
                 password = become_password(
                     settings.name, settings.become_password_env, provided_secret("become")
                 )
-            self._conn = open_connection(settings)
+            self._conn = self._connector(settings)
             if settings.become:
                 self.become = Become(settings.name, self.login_user, settings.become_user, password)
         return self
@@ -105,16 +125,20 @@ class RemoteHost(HostFiles):
         self.close()
 
     @property
-    def transport(self) -> paramiko.Transport:
+    def transport(self) -> Transport:
+        """The open connection (`deploy.remote.transport`).
+
+        Raises:
+            HostUnreachable: it was lost.
+        """
         if self._conn is None:
             raise RuntimeError("RemoteHost used before open()")
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
+        if not self._conn.is_active():
             raise HostUnreachable(f"{self.name}: the SSH connection was lost")
-        return transport
+        return self._conn
 
     @property
-    def sftp(self) -> paramiko.SFTPClient:
+    def sftp(self) -> Any:
         """SFTP, opened on first use; under become the host's sftp-server run through sudo,
         so that no file operation runs as the login user."""
         if self._sftp is None:
@@ -124,26 +148,26 @@ class RemoteHost(HostFiles):
                     self._early_stderr.pop(id(channel), None)
                     self._sftp = paramiko.SFTPClient(channel)
                 else:
-                    self._sftp = paramiko.SFTPClient.from_transport(self.transport)
+                    self._sftp = self.transport.open_sftp()
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise HostUnreachable(f"{self.name}: cannot open SFTP: {exc}") from exc
             if self._sftp is None:
                 raise HostUnreachable(f"{self.name}: the server refused the SFTP subsystem")
         return self._sftp
 
-    def _lost(self, exc: BaseException, doing: str) -> HostUnreachable:
+    def lost(self, exc: BaseException, doing: str) -> HostUnreachable:
+        """The error for a connection lost while ``doing``."""
         return HostUnreachable(
             f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}"
         )
 
-    def _connected(self) -> bool:
-        conn = self._conn
-        transport = conn.client.get_transport() if conn is not None else None
-        return transport is not None and transport.is_active()
+    def connected(self) -> bool:
+        """Whether the connection is still up (tells a full disk from a lost host)."""
+        return self._conn is not None and self._conn.is_active()
 
     # -- commands -----------------------------------------------------------------------------
 
-    def start(self, command: str) -> paramiko.Channel:
+    def start(self, command: str) -> Channel:
         """Start ``command`` on a new exec channel and return the channel (caller reads it).
 
         Under become the command runs through sudo, and this returns once sudo has started
@@ -158,8 +182,7 @@ class RemoteHost(HostFiles):
         if self.become is not None:
             line, marker, nonce = self.become.wrap(command)
         try:
-            channel = self.transport.open_session(timeout=self.settings.connect_timeout)
-            channel.exec_command(line)
+            channel = self.transport.open_exec(line, self.settings.connect_timeout)
             if self.become is not None:
                 early = handshake(
                     channel, self.become, marker, nonce, self.settings.connect_timeout
@@ -167,7 +190,7 @@ class RemoteHost(HostFiles):
                 if early:
                     self._early_stderr[id(channel)] = early
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._lost(exc, f"starting {command[:60]!r}") from exc
+            raise self.lost(exc, f"starting {command[:60]!r}") from exc
         return channel
 
     def run(
@@ -220,7 +243,7 @@ class RemoteHost(HostFiles):
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
         except (CallFailed, NoHelper, SessionLost) as exc:
             # CallFailed: a write sent earlier failed; the command was not run.
-            raise self._helper("running", command[:60], exc) from exc
+            raise helper_error(self, "running", command[:60], exc) from exc
 
     def _run_on_exec(
         self, command: str, stdin: bytes | None, timeout: float | None
@@ -258,10 +281,93 @@ class RemoteHost(HostFiles):
                 select.select([channel], [], [], wait)
             status = -1 if timed_out else channel.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._lost(exc, f"running {command[:60]!r}") from exc
+            raise self.lost(exc, f"running {command[:60]!r}") from exc
         finally:
             channel.close()
         return status, b"".join(out), b"".join(err), timed_out
+
+    def exec_collect(
+        self, command: str, stdin: bytes | None, timeout: float | None
+    ) -> tuple[int, bytes, bytes, bool]:
+        """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
+        timed out). For what must not go to the lock's shell (`HostFiles.read_ahead`)."""
+        return self._run_on_exec(command, stdin, timeout)
+
+    # -- services -----------------------------------------------------------------------------
+
+    def http(
+        self,
+        address: str,
+        port: int,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        timeout: float = 30.0,
+    ) -> HttpResponse:
+        """One HTTP request to ``address:port`` as the host sees it (`deploy.remote.http`)."""
+        from deploy.remote import http  # not loaded by a run without services
+
+        return http.request(self.transport, address, port, method, path, body=body, timeout=timeout)
+
+    # -- files (`deploy.remote.hostfiles`) ----------------------------------------------------
+
+    def stat(self, path: str) -> FileStat | None:
+        return self.files.stat(path)
+
+    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
+        return self.files.fetch(path)
+
+    def read(self, path: str) -> bytes:
+        return self.files.read(path)
+
+    def write_atomic(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        xattrs: dict[str, str] | None = None,
+        expect_sha256: str | None = None,
+        unsafe_dir: bool = False,
+        hardlinks: str = "refuse",
+        wait: bool = False,
+    ) -> Call | None:
+        return self.files.write_atomic(
+            path,
+            data,
+            mode=mode,
+            uid=uid,
+            gid=gid,
+            xattrs=xattrs,
+            expect_sha256=expect_sha256,
+            unsafe_dir=unsafe_dir,
+            hardlinks=hardlinks,
+            wait=wait,
+        )
+
+    def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
+        return self.files.append_file(path, data, durable=durable)
+
+    def mkdir(self, path: str, mode: int = 0o700) -> None:
+        self.files.mkdir(path, mode)
+
+    def listdir(self, path: str) -> list[str]:
+        return self.files.listdir(path)
+
+    def remove(self, path: str) -> None:
+        self.files.remove(path)
+
+    def remove_temp_leftovers(self, path: str) -> list[str]:
+        return self.files.remove_temp_leftovers(path)
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def read_ahead(self, paths: list[str]) -> None:
+        self.files.read_ahead(paths)
 
 
 def sha256(data: bytes) -> str:

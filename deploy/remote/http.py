@@ -1,7 +1,9 @@
-"""HTTP to a server on the host's own loopback, through the SSH connection (direct-tcpip).
+"""HTTP to a server on the host's own loopback, through the host's connection.
 
 Health and load checks never need the server exposed to the network, nor an extra exec per
-request: each request is one forwarded TCP channel on the connection we already have. A refused
+request: each request is one TCP stream the transport opens as seen from the host
+(`Transport.open_stream`: a direct-tcpip channel on the SSH connection we already have, or a
+local socket for `deploy.remote.local`). Callers use `Host.http`. A refused
 connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`, which
 callers treat as "not yet".
 """
@@ -16,6 +18,7 @@ from typing import Any
 import paramiko
 
 from deploy.errors import HostUnreachable
+from deploy.remote.transport import Transport
 
 
 class ServerUnavailable(Exception):
@@ -34,7 +37,7 @@ class HttpResponse:
 
 
 def request(
-    transport: paramiko.Transport,
+    transport: Transport,
     address: str,
     port: int,
     method: str,
@@ -43,7 +46,7 @@ def request(
     body: Any = None,
     timeout: float = 30.0,
 ) -> HttpResponse:
-    """One HTTP/1.1 request with ``Connection: close`` over a direct-tcpip channel.
+    """One HTTP/1.1 request with ``Connection: close`` over one stream of ``transport``.
 
     Raises:
         ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
@@ -58,11 +61,9 @@ def request(
     if body is not None:
         head += "Content-Type: application/json\r\n"
     try:
-        channel = transport.open_channel(
-            "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=min(timeout, 30.0)
-        )
-    except paramiko.ChannelException as exc:
-        raise ServerUnavailable(f"{address}:{port}: {exc.text or 'connect failed'}") from exc
+        channel = transport.open_stream(address, port, min(timeout, 30.0))
+    except ConnectionRefusedError as exc:
+        raise ServerUnavailable(f"{address}:{port}: {exc or 'connect failed'}") from exc
     except (paramiko.SSHException, EOFError, OSError) as exc:
         if not transport.is_active():
             raise HostUnreachable(f"connection lost while calling {path}: {exc}") from exc

@@ -31,10 +31,12 @@ from deploy.errors import (
     StateDirUntrusted,
     StepFailed,
 )
-from deploy.remote.host import RemoteHost, quote
+from deploy.remote.api import Host
+from deploy.remote.host import quote
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
+from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan, scan_script
 from deploy.statedir.runs import RunInfo, ordered
 
@@ -101,8 +103,8 @@ class HostLock:
     While it is held, the remote's commands run in its shell (`RemoteHost.session`).
     """
 
-    remote: RemoteHost
-    channel: paramiko.Channel
+    remote: Host
+    channel: Channel
     previous_holder: dict[str, object] | None
     #: Every run kept on the host, oldest first (`deploy.statedir.runs.ordered`).
     runs: list[RunInfo]
@@ -152,7 +154,7 @@ def describe_holder(holder: dict[str, object] | None) -> str:
 
 
 def acquire(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     holder: dict[str, object],
     timeout: float = 30.0,
@@ -267,7 +269,7 @@ def acquire(
 
 
 def _prefetched(
-    remote: RemoteHost,
+    remote: Host,
     session: Session,
     paths: list[str],
     calls: list[Any],
@@ -294,5 +296,5 @@ def _prefetched(
     }
 
 
-def _wait_readable(channel: paramiko.Channel, seconds: float) -> None:
+def _wait_readable(channel: Channel, seconds: float) -> None:
     select.select([channel], [], [], seconds)

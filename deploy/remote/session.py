@@ -33,6 +33,8 @@ from typing import Any
 
 import paramiko
 
+from deploy.remote.transport import Channel
+
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 #: login shell's umask. Each command gets its own scratch files in the 0700 state directory
@@ -142,7 +144,7 @@ class Session:
     was sent after a failed write — its ``done`` record, a restart — never happens.
     """
 
-    def __init__(self, channel: paramiko.Channel, ops: dict[str, int] | None = None) -> None:
+    def __init__(self, channel: Channel, ops: dict[str, int] | None = None) -> None:
         self.channel = channel
         # Amortized appends and front deletions: an answer may carry a large file.
         self._buffer = bytearray()

@@ -36,7 +36,7 @@ from deploy.config.steps import StepCommon, args_of
 from deploy.statedir.records import Record
 
 if TYPE_CHECKING:  # the remote layer is heavy to import: validation never needs it
-    from deploy.remote.host import RemoteHost
+    from deploy.remote.api import Host
     from deploy.remote.session import Call
     from deploy.remote.sftpfile import FileStat
 
@@ -93,7 +93,7 @@ class StepContext:
     """Everything a step may use on one host during one run."""
 
     host: str
-    remote: RemoteHost
+    remote: Host
     journal: Recorder
     check_mode: bool = False
     state_dir: str = "/var/lib/deploy"
@@ -148,7 +148,7 @@ class RecordUndo:
 
     def __init__(
         self,
-        remote: RemoteHost,
+        remote: Host,
         state_dir: str,
         run_id: str,
         *,

@@ -36,7 +36,7 @@ from deploy.steps.base import (
 )
 
 if TYPE_CHECKING:
-    from deploy.remote.host import RemoteHost
+    from deploy.remote.api import Host
 
 
 def sha256(data: bytes) -> str:
@@ -131,7 +131,7 @@ def write_file(
     keeps: the saved copy and the intent are fsynced before the write starts. The write itself
     is a compare-and-swap — refused unless the file still holds what this run read, checked on
     the fd the helper opened — so nobody's change made since the read is lost. A failure
-    surfaces at the run's next wait (`RemoteHost.flush`, or a command), and nothing sent after
+    surfaces at the run's next wait (`Host.flush`, or a command), and nothing sent after
     it (the ``done`` record, a restart) happens.
     """
     state = read_file(ctx, path)
@@ -227,7 +227,7 @@ class UndoOutcome:
 
 
 def _refuse_foreign(
-    remote: RemoteHost,
+    remote: Host,
     record: dict[str, Any],
     current_sha: str | None,
     written: Collection[str] = (),
@@ -248,9 +248,7 @@ def _refuse_foreign(
     )
 
 
-def check_undoable(
-    remote: RemoteHost, record: dict[str, Any], written: Collection[str] = ()
-) -> None:
+def check_undoable(remote: Host, record: dict[str, Any], written: Collection[str] = ()) -> None:
     """Refuse (`ForeignChange`) before anything is undone if ``record``'s file changed since.
 
     Undo is all or nothing: checking every file first means a refusal leaves the host exactly
@@ -265,7 +263,7 @@ def check_undoable(
     _refuse_foreign(remote, record, None if current is None else sha256(current), written)
 
 
-def _read_current(remote: RemoteHost, path: str) -> bytes | None:
+def _read_current(remote: Host, path: str) -> bytes | None:
     """The file's content now (None if it is gone), for the undo checks."""
     try:
         return remote.read(path)
@@ -276,7 +274,7 @@ def _read_current(remote: RemoteHost, path: str) -> bytes | None:
 
 
 def undo_write(
-    remote: RemoteHost,
+    remote: Host,
     record: dict[str, Any],
     original: bytes,
     *,

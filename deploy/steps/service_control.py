@@ -2,7 +2,7 @@
 
 Used by the service steps and by undo. The ``process`` manager drives the host-side helper
 (`deploy.remote.agent`, one exec per operation); the ``systemd`` manager drives systemctl.
-Health and load go through the SSH connection to the host's loopback (`deploy.remote.http`).
+Health and load go through the host's connection to its loopback (`Host.http`).
 
 What "stopped" means here is what SGLang needs (DESIGN.md): the whole process group got SIGTERM
 then SIGKILL, orphaned ``sglang::`` children are reaped, the port is free, and — when the service
@@ -23,7 +23,8 @@ from deploy.config.services import ServiceSpec
 from deploy.edits.cmdline import masked_argv
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
-from deploy.remote.host import RemoteHost, quote
+from deploy.remote.api import Host
+from deploy.remote.host import quote
 from deploy.statedir.layout import Layout
 from deploy.steps.service_gpus import wait_gpus_released
 from deploy.steps.service_state import ServiceState
@@ -37,7 +38,7 @@ AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").
 class ServiceControl:
     """One service on one host, for one run."""
 
-    def __init__(self, remote: RemoteHost, state_dir: str, name: str, spec: ServiceSpec) -> None:
+    def __init__(self, remote: Host, state_dir: str, name: str, spec: ServiceSpec) -> None:
         self.remote = remote
         self.name = name
         self.spec = spec
@@ -280,13 +281,10 @@ class ServiceControl:
         return self.remote.stat(f"/proc/{pid}") is not None
 
     def get(self, path: str, timeout: float = 30.0) -> http.HttpResponse:
-        return http.request(
-            self.remote.transport, self.spec.address, self.spec.port, "GET", path, timeout=timeout
-        )
+        return self.remote.http(self.spec.address, self.spec.port, "GET", path, timeout=timeout)
 
     def post(self, path: str, body: Any, timeout: float = 300.0) -> http.HttpResponse:
-        return http.request(
-            self.remote.transport,
+        return self.remote.http(
             self.spec.address,
             self.spec.port,
             "POST",

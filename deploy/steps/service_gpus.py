@@ -16,10 +16,11 @@ from deploy.checks.nvidia_smi import (
 )
 from deploy.config.services import ServiceSpec
 from deploy.errors import CheckFailed, StepFailed
-from deploy.remote.host import RemoteHost, quote
+from deploy.remote.api import Host
+from deploy.remote.host import quote
 
 
-def wait_gpus_released(remote: RemoteHost, spec: ServiceSpec) -> str:
+def wait_gpus_released(remote: Host, spec: ServiceSpec) -> str:
     """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
     if spec.gpus is None:
         return ""

@@ -15,20 +15,18 @@ from typing import Any
 
 from deploy.config.services import ServiceSpec
 from deploy.errors import RollbackFailed, StepFailed
-from deploy.remote.host import RemoteHost
+from deploy.remote.api import Host
 from deploy.statedir.records import Undone
 from deploy.steps.base import Recorder, RecordUndo
 from deploy.steps.service_control import ServiceControl, ServiceState
 from deploy.steps.wait_healthy import POLL_INTERVAL
 
 
-def _control(
-    remote: RemoteHost, state_dir: str, name: str, record: dict[str, Any]
-) -> ServiceControl:
+def _control(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> ServiceControl:
     return ServiceControl(remote, state_dir, name, ServiceSpec.model_validate(record["spec"]))
 
 
-def stop_current(remote: RemoteHost, state_dir: str, name: str, record: dict[str, Any]) -> str:
+def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
     """Stop what serves ``name`` now; one line saying what was stopped."""
     svc = _control(remote, state_dir, name, record)
     try:
@@ -41,7 +39,7 @@ def stop_current(remote: RemoteHost, state_dir: str, name: str, record: dict[str
 
 
 def restore_previous(
-    remote: RemoteHost,
+    remote: Host,
     state_dir: str,
     name: str,
     record: dict[str, Any],

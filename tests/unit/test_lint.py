@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ruff_check_is_clean() -> None:
     # This interpreter's ruff: a venv's bin/ need not be on PATH (`.venv/bin/python -m pytest`).
-    assert importlib.util.find_spec("ruff"), "ruff is part of the [test] extra: pip install -e '.[test]'"
+    assert importlib.util.find_spec("ruff"), (
+        "ruff is part of the [test] extra: pip install -e '.[test]'"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench"],
         cwd=REPO,
@@ -25,7 +27,9 @@ def test_ruff_check_is_clean() -> None:
 
 def test_mypy_strict_is_clean() -> None:
     """The package type-checks under ``mypy --strict`` (configured in pyproject.toml)."""
-    assert importlib.util.find_spec("mypy"), "mypy is part of the [test] extra: pip install -e '.[test]'"
+    assert importlib.util.find_spec("mypy"), (
+        "mypy is part of the [test] extra: pip install -e '.[test]'"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-error-summary"],
         cwd=REPO,

@@ -1,0 +1,141 @@
+"""`Host`: what the engine and the steps may do on a host — the only door they know.
+
+`deploy.remote.host.RemoteHost` implements it over SSH, `deploy.remote.local.LocalHost` over
+local processes (both are the same code above a `deploy.remote.transport.Transport`). Layers
+above `deploy.remote` annotate with `Host`, never with a concrete class, so no paramiko or
+Fabric type leaks out of this package; the lock (`deploy.remote.lock.acquire`) takes any
+`Host` too.
+
+Lifecycle: a host does nothing until `open`; `close` ends its connection and every command
+still running on it. One thread per host.
+
+Costs to keep in mind (docs/performance.md): while the lock is held, `run` and every file call
+go to the lock's shell and its file helper; writes, records and directories are sent without
+waiting, and their failures surface at the next `flush` or command.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from deploy.errors import CommandResult
+from deploy.remote.become import Become
+from deploy.remote.session import Call, Session
+from deploy.remote.sftpfile import FileStat
+from deploy.remote.transport import Channel
+
+if TYPE_CHECKING:
+    from deploy.remote.http import HttpResponse
+
+
+class Host(Protocol):
+    """One host for one run: commands, files, HTTP to its services (see the module docstring)."""
+
+    name: str
+    #: Round trips by kind: ``exec`` (a login shell), ``cmd`` (in the lock's shell), ``sftp``,
+    #: ``call`` (a helper request), ``wait`` (a time the client blocked for answers).
+    ops: dict[str, int]
+    #: The lock's shell while the lock is held (`deploy.remote.lock` sets and clears it).
+    session: Session | None
+    #: Set when every operation runs through sudo (`deploy.remote.become`).
+    become: Become | None
+    #: Files read ahead (by the lock's exec or `read_ahead`), each answered once by `fetch`.
+    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
+    #: Commands the lock's round trip ran ahead: (exit status, stdout, stderr).
+    speculated: dict[str, tuple[int, bytes, str]]
+
+    @property
+    def login_user(self) -> str:
+        """The user the connection logged in as."""
+        ...
+
+    @property
+    def acting_user(self) -> str:
+        """Whom the host's operations run as: the become user, else the login user."""
+        ...
+
+    # -- lifecycle
+
+    def open(self) -> Host:
+        """Connect (idempotent). Raises `HostNotAttempted` subclasses, or `InputError`."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- commands
+
+    def start(self, command: str) -> Channel:
+        """Start ``command`` on its own channel (a login shell); the caller reads it."""
+        ...
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        """Run a shell command (quoted by the caller); in the lock's shell while it is held."""
+        ...
+
+    # -- files
+
+    def stat(self, path: str) -> FileStat | None: ...
+
+    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]: ...
+
+    def read(self, path: str) -> bytes: ...
+
+    def write_atomic(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        xattrs: dict[str, str] | None = None,
+        expect_sha256: str | None = None,
+        unsafe_dir: bool = False,
+        hardlinks: str = "refuse",
+        wait: bool = False,
+    ) -> Call | None: ...
+
+    def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None: ...
+
+    def mkdir(self, path: str, mode: int = 0o700) -> None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def remove_temp_leftovers(self, path: str) -> list[str]: ...
+
+    def flush(self) -> None:
+        """Wait for every request sent without waiting; raise the first failure."""
+        ...
+
+    def read_ahead(self, paths: list[str]) -> None:
+        """Without the lock: read ``paths`` in one exec, for `fetch` to answer."""
+        ...
+
+    # -- services
+
+    def http(
+        self,
+        address: str,
+        port: int,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        timeout: float = 30.0,
+    ) -> HttpResponse:
+        """One HTTP request to ``address:port`` as seen from the host (its loopback).
+
+        Raises:
+            ServerUnavailable: nothing accepts connections there yet, or the answer was cut.
+            HostUnreachable: the connection to the host itself is gone.
+        """
+        ...

@@ -1,0 +1,113 @@
+"""The transport under `RemoteHost`: exec channels and TCP streams, whatever carries them.
+
+Why the seam is here and not at the `Host` level. Everything deploy does on a host is built
+from two primitives: start a command with stdin/stdout/stderr and an exit status (the lock's
+shell, the session loop and the file helper all ride on one such channel), and open a TCP
+stream to a port on the host's loopback (health and load checks). httpx draws its line at the
+same height (``BaseTransport`` and a ``MockTransport``): the client logic above stays real.
+Faking at the `Host` level instead would mean a second implementation of the lock's shell, the
+session framing and the fd-based file helper — and fast tests of a reimplementation prove
+nothing about the code a real host runs. With the seam here, `deploy.remote.local`'s
+`LocalTransport` runs the very same lock script, `deploy.remote.session.LOOP` and
+`deploy.remote.fileagent` in local processes; only SSH itself (authentication, host keys,
+direct-tcpip, sudo over a pty-less channel) is left to the integration suite.
+
+Two implementations: `deploy.remote.ssh.SshTransport` (paramiko, through Fabric) and
+`deploy.remote.local.LocalTransport` (subprocesses and sockets on this machine). Both raise
+`OSError` (or paramiko's errors, inside `deploy.remote` only) for a failed channel; callers in
+`deploy.remote` translate them into `deploy.errors` classes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+
+class Channel(Protocol):
+    """A started command: the subset of ``paramiko.Channel`` that deploy uses.
+
+    ``fileno()`` is readable whenever stdout or stderr data, or the exit status, arrived (so a
+    ``select`` on the channel wakes for all three, as paramiko's pipe does);
+    ``status_event`` is set when the exit status is known.
+    """
+
+    status_event: threading.Event
+
+    @property
+    def closed(self) -> bool: ...
+
+    def fileno(self) -> int: ...
+
+    def sendall(self, data: bytes | memoryview) -> None: ...
+
+    def send(self, data: bytes | memoryview) -> int: ...
+
+    def recv(self, nbytes: int) -> bytes: ...
+
+    def recv_stderr(self, nbytes: int) -> bytes: ...
+
+    def recv_ready(self) -> bool: ...
+
+    def recv_stderr_ready(self) -> bool: ...
+
+    def exit_status_ready(self) -> bool: ...
+
+    def recv_exit_status(self) -> int: ...
+
+    def shutdown_write(self) -> None: ...
+
+    def settimeout(self, timeout: float | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Stream(Protocol):
+    """A TCP byte stream to a port on the host (a forwarded channel, or a local socket)."""
+
+    def sendall(self, data: bytes) -> Any: ...
+
+    def recv(self, nbytes: int) -> bytes: ...
+
+    def settimeout(self, timeout: float | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """One open connection to a host: the only thing `RemoteHost` needs from SSH.
+
+    Lifecycle: made open by its opener (`deploy.remote.ssh.connect`, `LocalTransport()`),
+    used by one thread, ended by `close`.
+    """
+
+    #: Who the commands run as (the SSH login user; this machine's user locally).
+    user: str
+
+    def is_active(self) -> bool:
+        """Whether the connection still carries traffic (a lost one raises `HostUnreachable`)."""
+        ...
+
+    def open_exec(self, command: str, timeout: float) -> Channel:
+        """Start ``command`` with the login shell, as ``ssh host command`` would.
+
+        Raises:
+            OSError: the channel could not be opened (the connection is gone, usually).
+        """
+        ...
+
+    def open_stream(self, address: str, port: int, timeout: float) -> Stream:
+        """Connect to ``address:port`` as seen from the host (SGLang on its loopback).
+
+        Raises:
+            ConnectionRefusedError: nothing listens there (yet).
+            OSError: another failure; `is_active` tells a lost connection from it.
+        """
+        ...
+
+    def open_sftp(self) -> Any:
+        """A ``paramiko.SFTPClient`` for the files a run reads without the lock (``--check``,
+        status). Typed ``Any`` so that no paramiko type leaves `deploy.remote`."""
+        ...
+
+    def close(self) -> None: ...

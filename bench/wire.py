@@ -24,8 +24,14 @@ import runpy
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from bench.markdown import table
+
+if TYPE_CHECKING:
+    from bench.fleet import Fleet
 
 #: In the child: where to write the log (one JSON line per message).
 _LOG_ENV = "DEPLOY_BENCH_WIRE_LOG"
@@ -106,15 +112,159 @@ def _short(names: list[str]) -> str:
     return ", ".join(out)
 
 
-def report(label: str, log: Path, rtt_ms: float, wall: float) -> int:
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
-    found = waits(lines, rtt_ms / 1000)
-    print(f"\n### {label}: {len(found)} waits after the banners, process {wall:.2f} s\n")
-    print("| # | waited ms | client sent | then received |")
-    print("| --- | --- | --- | --- |")
-    for index, (ms, sent, got) in enumerate(found, 1):
-        print(f"| {index} | {ms:.0f} | {_short(sent)} | {_short(got)} |")
-    return len(found)
+#: What a wait was for, by the first message that ended it (read from the message logs of
+#: deploy at the time of writing; the channel data of deploy's runs by its order).
+_BY_MESSAGE = {
+    "kexinit": "the server's KEXINIT (sent with its banner; a wait only on a slow server)",
+    "kex31": "key exchange (curve25519): the server's reply",
+    "service-accept": "NEWKEYS, then the ssh-userauth service request",
+    "userauth-success": "public-key authentication: one request, the right key first",
+    "userauth-failure": "an authentication attempt refused (a key tried in vain)",
+    "channel-open-success": "channel open",
+    "channel-window-adjust": "the exec's reply: sshd opens a session with a zero window and "
+    "grants it with the reply, so no input can go before it",
+    "channel-success": "the exec's reply",
+}
+_DATA = {
+    "floor": [],
+    "deploy change run": [
+        "the lock's answer: login shell, trust check, flock, run scan, and the file and the "
+        "compile check sent with the lock",
+        "the writes, saved copy and journal records (sent without waiting) and the compile "
+        "check of the new bytes",
+        "commit: the journal's end record, durable",
+    ],
+    "deploy no-change re-run": [
+        "the lock's answer, with the file and the recorded compile check: nothing to do"
+    ],
+}
+
+
+def causes(label: str, found: list[tuple[float, list[str], list[str]]]) -> list[str]:
+    """What each wait of a run was for (empty where the log says something unexpected)."""
+    data = iter(_DATA.get(label, []))
+    out = []
+    for _, _, got in found:
+        first = got[0]
+        if first == "channel-data":
+            out.append(next(data, "more channel data (not expected when this was written)"))
+        elif first in ("channel-eof", "channel-request", "channel-close"):
+            out.append("the command's end: EOF and exit status (`true` ran in the login shell)")
+        else:
+            out.append(_BY_MESSAGE.get(first, ""))
+    return out
+
+
+@dataclass
+class Probe:
+    """One run's waits on the wire (`waits`) and its process wall time."""
+
+    label: str
+    waits: list[tuple[float, list[str], list[str]]]
+    seconds: float
+    exit_status: int
+    #: ms from the instrumented process's start to its first SSH message: client CPU before
+    #: the connection (imports, configuration) plus the TCP connect and the banners.
+    first_message_ms: float
+
+
+def probe(direct: Fleet, rtt_ms: float, base: Path, deploy: list[str] | None = None) -> list[Probe]:
+    """The floor, a change run and a re-run on ``direct``'s first host through a `DelayNetwork`
+    of ``rtt_ms``, each with its SSH messages logged (the host's files are reset first)."""
+    from bench.delay import DelayNetwork
+    from bench.fleet import Fleet as Hosts
+    from bench.fleet import through
+    from bench.runner import run
+    from bench.tools import Command, DeployTool, FloorTool
+    from bench.workload import PLAYBOOK
+
+    repo = Path(__file__).resolve().parents[1]
+    playbook = repo / "playbooks" / f"{PLAYBOOK}.yaml"
+    tool = DeployTool(deploy or [sys.executable, "-m", "deploy.cli"], playbook)
+    floor = FloorTool(sys.executable)
+    found: list[Probe] = []
+    with DelayNetwork(rtt_ms) as net:
+        first = direct.hosts[0]
+        single = Hosts(direct.sandbox, [first], direct.workdir, direct.original, direct.python)
+        fleet = through(single, {first.name: net.forward(first.port)}, base / "wire", repo)
+        floor.prepare(fleet, 1)
+        direct.reset()
+        runs = [
+            ("floor", floor.command(fleet, 1)),
+            ("deploy change run", tool.command(fleet, 1)),
+            ("deploy no-change re-run", tool.command(fleet, 1)),
+        ]
+        for index, (label, command) in enumerate(runs):
+            log = base / f"wire-{index}.jsonl"
+            log.unlink(missing_ok=True)
+            wrapped = [sys.executable, "-m", "bench.wire", "--child", *command.argv[1:]]
+            python_path = os.pathsep.join(
+                p for p in (str(repo), command.env.get("PYTHONPATH", "")) if p
+            )
+            env = {**command.env, _LOG_ENV: str(log), "PYTHONPATH": python_path}
+            outcome = run(Command(wrapped, command.cwd, env))
+            lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+            sends = [x["t"] for x in lines if x["dir"] == ">"]
+            began = lines[0]["t"] if lines else 0.0
+            found.append(
+                Probe(
+                    label,
+                    waits(lines, rtt_ms / 1000),
+                    outcome.seconds,
+                    outcome.exit_status,
+                    (sends[0] - began) * 1000 if sends else 0.0,
+                )
+            )
+        direct.reset()
+    return found
+
+
+def render(probes: list[Probe], rtt_ms: float) -> list[str]:
+    """The "Where the round trips go" section of docs/performance.md."""
+    if not probes:
+        return []
+    lines = [
+        "## Where the round trips go",
+        "",
+        f"Every SSH message of one run of each kind, one host, through the delay proxy at "
+        f"RTT {rtt_ms:g} ms (`python -m bench.wire --rtt {rtt_ms:g}`: paramiko's packetizer "
+        "wrapped in the child process; deploy itself unchanged). A **wait** is a time the "
+        "client had sent everything it could and sat until an answer came: each costs one "
+        "RTT plus whatever the host did meanwhile. The TCP connect and the version banners "
+        'come before the first row, the same for every tool. "before the first message" '
+        "is the client's own start-up (imports, configuration) plus that connect: CPU, not "
+        "round trips.",
+        "",
+    ]
+    for found in probes:
+        status = "" if found.exit_status == 0 else f", **exit status {found.exit_status}**"
+        lines += [
+            f"**{found.label}**: {len(found.waits)} waits, process {found.seconds:.2f} s, "
+            f"{found.first_message_ms:.0f} ms before the first message{status}",
+            "",
+        ]
+        what = causes(found.label, found.waits)
+        rows = [
+            [str(i), f"{ms:.0f}", _short(sent), _short(got), why]
+            for i, ((ms, sent, got), why) in enumerate(zip(found.waits, what, strict=True), 1)
+        ]
+        lines += [
+            *table(["#", "waited ms", "client sent", "then received", "what"], rows),
+            "",
+        ]
+    return lines
+
+
+def report(found: Probe) -> None:
+    print(
+        f"\n### {found.label}: {len(found.waits)} waits after the banners, "
+        f"process {found.seconds:.2f} s, {found.first_message_ms:.0f} ms before the first message\n"
+    )
+    print("| # | waited ms | client sent | then received | what |")
+    print("| --- | --- | --- | --- | --- |")
+    what = causes(found.label, found.waits)
+    for index, ((ms, sent, got), why) in enumerate(zip(found.waits, what, strict=True), 1):
+        print(f"| {index} | {ms:.0f} | {_short(sent)} | {_short(got)} | {why} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,45 +274,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.wire")
     parser.add_argument("--rtt", type=float, default=100.0)
-    parser.add_argument("--keep", action="store_true", help="keep the message logs")
     options = parser.parse_args(arguments)
 
-    from bench.__main__ import REPO, ensure_bytecode
-    from bench.delay import DelayNetwork
-    from bench.fleet import start_fleet, through
-    from bench.runner import run
-    from bench.tools import Command, DeployTool, FloorTool
-    from bench.workload import PLAYBOOK
+    from bench.deploybuild import REPO, ensure_bytecode
+    from bench.fleet import start_fleet
     from deploy.sandbox.sshd import SshdSandbox
     from deploy.sandbox.wheels import PATCH_NEEDED, kimi_k25_source
 
     ensure_bytecode()
-    playbook = REPO / "playbooks" / f"{PLAYBOOK}.yaml"
-    deploy = DeployTool([sys.executable, "-m", "deploy.cli"], playbook)
-    floor = FloorTool(sys.executable)
     base = Path(tempfile.mkdtemp(prefix="deploy-wire-"))
     print(f"## SSH messages at RTT {options.rtt:g} ms, N = 1 (`python -m bench.wire`)")
-    with SshdSandbox(base / "sandbox") as sandbox, DelayNetwork(options.rtt) as net:
+    with SshdSandbox(base / "sandbox") as sandbox:
         direct = start_fleet(sandbox, 1, kimi_k25_source(PATCH_NEEDED), REPO, base / "ws")
-        ports = {h.name: net.forward(h.port) for h in direct.hosts}
-        fleet = through(direct, ports, base / "slow", REPO)
-        floor.prepare(fleet, 1)
-        direct.reset()
-        runs = [
-            ("floor", floor.command(fleet, 1)),
-            ("deploy change run", deploy.command(fleet, 1)),
-            ("deploy no-change re-run", deploy.command(fleet, 1)),
-        ]
-        for index, (label, command) in enumerate(runs):
-            log = base / f"wire-{index}.jsonl"
-            wrapped = [sys.executable, "-m", "bench.wire", "--child", *command.argv[1:]]
-            env = {**command.env, _LOG_ENV: str(log), "PYTHONPATH": str(REPO)}
-            outcome = run(Command(wrapped, command.cwd, env))
-            if outcome.exit_status != 0:
-                print(f"{label}: exit status {outcome.exit_status}", file=sys.stderr)
-            report(label, log, options.rtt, outcome.seconds)
-    if options.keep:
-        print(f"\nlogs kept in {base}")
+        for found in probe(direct, options.rtt, base):
+            if found.exit_status != 0:
+                print(f"{found.label}: exit status {found.exit_status}", file=sys.stderr)
+            report(found)
+    print(f"\nlogs kept in {base}")
     return 0
 
 

@@ -235,6 +235,7 @@ def render(probes: list[Probe], rtt_ms: float) -> list[str]:
         "is the client's own start-up (imports, configuration) plus that connect: CPU, not "
         "round trips.",
         "",
+        *_summary(probes),
     ]
     for found in probes:
         status = "" if found.exit_status == 0 else f", **exit status {found.exit_status}**"
@@ -253,6 +254,34 @@ def render(probes: list[Probe], rtt_ms: float) -> list[str]:
             "",
         ]
     return lines
+
+
+def _summary(probes: list[Probe]) -> list[str]:
+    """How deploy's runs compare with the floor, in waits and in start-up before the wire."""
+    by = {found.label: found for found in probes}
+    floor = by.get("floor")
+    if floor is None:
+        return []
+    said = []
+    for label in ("deploy change run", "deploy no-change re-run"):
+        found = by.get(label)
+        if found is None or found.exit_status != 0:
+            continue
+        extra = len(found.waits) - len(floor.waits)
+        late = found.first_message_ms - floor.first_message_ms
+        said.append(
+            f"the {label.removeprefix('deploy ')} waits {extra:+d} time(s) against the floor "
+            f"and sends its first message {late:+.0f} ms later than the floor does "
+            f"(process {found.seconds - floor.seconds:+.2f} s)"
+        )
+    if not said:
+        return []
+    return [
+        "In this run, " + "; ".join(said) + ". The rest of the gap between the processes is "
+        "the client's CPU and the host's work inside the waits (login shell, file helper, "
+        "compile), not round trips.",
+        "",
+    ]
 
 
 def report(found: Probe) -> None:

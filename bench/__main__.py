@@ -209,9 +209,7 @@ class Bench:
                     if wire_rtt is None:
                         wire_rtt = float(max(self.options.rtt))
                     if wire_rtt > 0:
-                        deploy_extras.wire_probe(
-                            self.deploy, fleet, wire_rtt, base / "wire", self.results
-                        )
+                        deploy_extras.wire_probe(fleet, wire_rtt, base / "wire", self.results)
                     deploy_extras.cli_times(self.deploy, fleet, self.results)
                     fleet.reset()
                     host = fleet.hosts[0]

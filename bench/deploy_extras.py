@@ -82,10 +82,10 @@ def profile(deploy: DeployTool, fleet: Fleet, count: int, results: Results) -> N
         results.profiles[(count, kind)] = document
 
 
-def wire_probe(deploy: DeployTool, fleet: Fleet, rtt: float, base: Path, results: Results) -> None:
+def wire_probe(fleet: Fleet, rtt: float, base: Path, results: Results) -> None:
     """Every SSH message of one run of each kind on one host at ``rtt`` (`bench.wire`)."""
     try:
-        results.wire = wire.probe(fleet, rtt, base, deploy.executable)
+        results.wire = wire.probe(fleet, rtt, base)
         results.wire_rtt = rtt
     except (OSError, ValueError) as exc:
         results.notes.append(f"no SSH message log at RTT {rtt:g} ms: {exc}")

@@ -168,9 +168,12 @@ class Probe:
     first_message_ms: float
 
 
-def probe(direct: Fleet, rtt_ms: float, base: Path, deploy: list[str] | None = None) -> list[Probe]:
+def probe(direct: Fleet, rtt_ms: float, base: Path) -> list[Probe]:
     """The floor, a change run and a re-run on ``direct``'s first host through a `DelayNetwork`
-    of ``rtt_ms``, each with its SSH messages logged (the host's files are reset first)."""
+    of ``rtt_ms``, each with its SSH messages logged (the host's files are reset first).
+
+    deploy runs as ``python -m deploy.cli`` (what its console script runs), in this
+    interpreter, so that the wrapper can load first."""
     from bench.delay import DelayNetwork
     from bench.fleet import Fleet as Hosts
     from bench.fleet import through
@@ -180,7 +183,7 @@ def probe(direct: Fleet, rtt_ms: float, base: Path, deploy: list[str] | None = N
 
     repo = Path(__file__).resolve().parents[1]
     playbook = repo / "playbooks" / f"{PLAYBOOK}.yaml"
-    tool = DeployTool(deploy or [sys.executable, "-m", "deploy.cli"], playbook)
+    tool = DeployTool([sys.executable, "-m", "deploy.cli"], playbook)
     floor = FloorTool(sys.executable)
     found: list[Probe] = []
     with DelayNetwork(rtt_ms) as net:

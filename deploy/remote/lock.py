@@ -30,6 +30,7 @@ from typing import Any
 
 import paramiko
 
+from deploy.checks.compile import AHEAD_VARIABLE
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -177,7 +178,9 @@ def acquire(
 
     ``speculate``: commands whose answers the run may use if nothing changed first (the
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
-    the prefetch in the same round trip.
+    the prefetch in the same round trip, with the shell variable
+    `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
+    recorded only, rather than do work a change run would throw away.
 
     ``prefetch``: files the run will read. Their reads are sent to the host's file helper
     with the lock's exec (served once the lock is held), and their status and bytes kept for
@@ -204,7 +207,10 @@ def acquire(
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
         calls = [session.call({"op": "read", "path": path}) for path in paths]
-        ahead = [(command, session.send_run(command, timeout=120)) for command in speculate]
+        ahead = [
+            (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
+            for command in speculate
+        ]
     except SessionLost as exc:
         channel.close()
         raise HostUnreachable(

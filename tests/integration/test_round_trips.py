@@ -16,6 +16,7 @@ of every command an operator types, and the SSH stack alone costs ~0.1 s to impo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
@@ -96,6 +97,12 @@ def test_change_run_and_rerun_stay_within_the_round_trip_budget(
         f"the change run makes more SSH operations than budgeted {CHANGE_RUN_BUDGET}: "
         f"{_over(change, CHANGE_RUN_BUDGET)}"
     )
+    for kimi in hosts:
+        # The compile check sent with the lock found no record of the original bytes and
+        # compiled nothing (deploy.checks.compile.AHEAD_VARIABLE): only the new bytes were
+        # compiled, and recorded, by the run.
+        records = {p.name for p in (kimi.host.state_dir / "compiled").iterdir()}
+        assert records == {hashlib.sha256(kimi.model_file.read_bytes()).hexdigest()}, records
 
     second = deploy(*APPLY)
     assert second.exit_code == 0, second.output

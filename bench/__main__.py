@@ -15,8 +15,13 @@ no-change re-run, check nothing moved. One untimed warm-up round (at the first s
 only: after it the caches stay warm) fills the page cache and the ``.pyc`` files of every
 tool, so no tool pays for a cold disk. Then, on loopback, it records deploy's SSH operation
 counts (``--json``) and profiles one deploy run of each kind, and finally times ``deploy
---help`` and ``deploy validate``. Before any of it, a ping-pong through the proxy proves that
-it adds at least the RTT asked for.
+--help`` and ``deploy validate``; at the largest RTT it logs every SSH message of one run
+of each kind (`bench.wire`: "Where the round trips go"). Before any of it, a ping-pong through
+the proxy proves that it adds at least the RTT asked for.
+
+``--baseline-ref REV`` times deploy as of REV too, in the same rounds (`bench.deploybuild`),
+so that "no worse than before" is read from one run. The command line is `bench.options`;
+what is measured of deploy alone after the rounds, `bench.deploy_extras`.
 
 The benchmark stops by itself: every process has a timeout, a fleet size whose estimated cost
 exceeds what is left of ``--time-limit`` is skipped (and the report says so), and every sshd
@@ -26,7 +31,6 @@ daemon is stopped on the way out, Ctrl-C and SIGTERM included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -36,19 +40,28 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from bench import budget, machine, toolchain
+from bench import budget, deploy_extras, machine, toolchain
 from bench.costs import unit_prices
-from bench.delay import DelayNetwork, ping_pong
+from bench.delay import DelayNetwork
+from bench.deploybuild import (
+    BASELINE,
+    REPO,
+    BaselineError,
+    baseline_tool,
+    baseline_worktree,
+    deploy_executable,
+    ensure_bytecode,
+    remove_worktree,
+)
 from bench.fleet import Fleet, start_fleet, through
+from bench.options import parse
 from bench.plot import draw
 from bench.report import render
 from bench.results import Results
-from bench.runner import Attempt, Series, measure, run
+from bench.runner import Attempt, Series, measure
 from bench.tools import (
     AnsibleTool,
-    Command,
     DeployTool,
     FabricTool,
     FloorNoDelayTool,
@@ -61,92 +74,8 @@ from deploy.sandbox.sshd import SshdSandbox
 from deploy.sandbox.sshd_setup import SandboxError
 from deploy.sandbox.wheels import PATCH_NEEDED, kimi_k25_source
 
-REPO = Path(__file__).resolve().parents[1]
-TOOLS = ("deploy", "ansible", "pyinfra", "fabric", "floor", "floor-nodelay")
-CLI_REPEAT = 10
+#: Fleet sizes from which the time of a larger one is predicted.
 SCALABLE = 10
-
-
-def _sizes(text: str) -> list[int]:
-    sizes = sorted({int(part) for part in text.split(",") if part.strip()})
-    if not sizes or sizes[0] < 1:
-        raise argparse.ArgumentTypeError("--hosts wants positive integers, e.g. 1,20,50")
-    return sizes
-
-
-def _rtts(text: str) -> list[int]:
-    try:
-        rtts = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        rtts = []
-    if not rtts or rtts[0] < 0:
-        raise argparse.ArgumentTypeError("--rtt wants milliseconds >= 0, e.g. 0,50,100")
-    return rtts
-
-
-def _tools(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = sorted(set(names) - set(TOOLS))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"--tools: choose among {', '.join(TOOLS)}")
-    return [name for name in TOOLS if name in names]
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--hosts", type=_sizes, default=_sizes("1,20,50"), help="fleet sizes")
-    parser.add_argument(
-        "--rtt",
-        type=_rtts,
-        default=[0],
-        help="round-trip times in ms, e.g. 0,50,100 (0: straight to the hosts on loopback)",
-    )
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per tool and size")
-    parser.add_argument("--tools", type=_tools, default=list(TOOLS), help=",".join(TOOLS))
-    parser.add_argument("--out", type=Path, default=REPO / "docs/performance.md")
-    parser.add_argument(
-        "--time-limit", type=float, default=1500.0, help="seconds for the whole benchmark"
-    )
-    parser.add_argument("--venv", type=Path, default=None, help="the anchors' venv (cached)")
-    parser.add_argument(
-        "--settle",
-        type=float,
-        default=60.0,
-        help="before each fleet size, wait up to this many seconds for a quiet machine",
-    )
-    parser.add_argument(
-        "--sftp",
-        default="internal-sftp",
-        help="the hosts' sshd SFTP subsystem: internal-sftp (default), or a program such as "
-        "/usr/lib/openssh/sftp-server, which sshd starts through the login shell as on a "
-        "stock Debian host",
-    )
-    return parser.parse_args(argv)
-
-
-def deploy_executable() -> list[str]:
-    """The installed ``deploy`` console script beside this interpreter, as operators run it;
-    ``python -m deploy.cli`` if it is not installed."""
-    script = Path(sys.executable).parent / "deploy"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "deploy.cli"]
-
-
-def ensure_bytecode() -> str:
-    """Compile deploy's modules to bytecode, as a regular ``pip install`` would have (untimed).
-
-    An editable install (``pip install -e .``) leaves the sources uncompiled, and where
-    ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it) nothing is ever cached: every
-    ``deploy`` process then compiles its ~70 modules from source, ~40 ms that no installed copy
-    pays — while the anchors in their venv were byte-compiled by pip. Measuring installed
-    tools against installed tools is the only fair comparison.
-    """
-    package = REPO / "deploy"
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(package)],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return f"`deploy`'s modules were byte-compiled before timing (`python -m compileall {package.relative_to(REPO)}`), as `pip install` does for the anchors"
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -172,10 +101,22 @@ class Bench:
         self.toolchain = toolchain.ensure(options.venv) if anchors else None
         self.deploy = DeployTool(deploy_executable(), playbook)
         bytecode = ensure_bytecode()
+        self.base = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
+        #: ``--baseline-ref``: the older build, run in the same rounds (`bench.deploybuild`).
+        self.baseline: DeployTool | None = None
+        tools = list(options.tools)
+        if options.baseline_ref:
+            where = baseline_worktree(options.baseline_ref, self.base / "baseline")
+            self.baseline = baseline_tool(where, playbook)
+            if "deploy" in tools:
+                tools.insert(tools.index("deploy") + 1, BASELINE)
+            else:
+                tools.append(BASELINE)
+        self.tool_names = tools
         self.results = Results(
             sizes=[],
             rtts=options.rtt,
-            tools=options.tools,
+            tools=tools,
             repeat=options.repeat,
             command=" ".join(["python -m bench", *argv]),
             budget=budget.load(),
@@ -188,6 +129,13 @@ class Bench:
             ),
         )
         self.results.notes.append(bytecode)
+        if options.baseline_ref:
+            self.results.baseline_ref = options.baseline_ref
+            self.results.notes.append(
+                f"`{BASELINE}` is deploy as of `{options.baseline_ref}` (a git worktree of it, "
+                "byte-compiled, run with `python -m deploy.cli` and PYTHONPATH on it), timed in "
+                "the same rounds as this checkout's deploy"
+            )
         if options.sftp != "internal-sftp":
             self.results.notes.append(
                 f"the hosts' sshd runs `Subsystem sftp {options.sftp}`: every SFTP session "
@@ -210,7 +158,9 @@ class Bench:
         if self.toolchain is not None:
             made["ansible"] = AnsibleTool(self.toolchain, self.methods)
             made["pyinfra"] = PyinfraTool(self.toolchain, self.methods)
-        return [made[name] for name in self.options.tools]
+        if self.baseline is not None:
+            made[BASELINE] = self.baseline
+        return [made[name] for name in self.tool_names]
 
     def settle(self, count: int) -> None:
         """Wait (up to ``--settle`` s) until the 1-minute load average is below half the cores.
@@ -252,10 +202,15 @@ class Bench:
                             f"{len(network.errors)} connection(s): {network.errors[0]}"
                         )
             if "deploy" in self.options.tools:
-                self.round_trips(fleet, count)
-                self.profile(fleet, count)
+                deploy_extras.op_counts(self.deploy, fleet, count, self.results)
+                deploy_extras.profile(self.deploy, fleet, count, self.results)
                 if count == self.options.hosts[0]:
-                    self.cli_times(fleet)
+                    wire_rtt = self.options.wire_rtt
+                    if wire_rtt is None:
+                        wire_rtt = float(max(self.options.rtt))
+                    if wire_rtt > 0:
+                        deploy_extras.wire_probe(fleet, wire_rtt, base / "wire", self.results)
+                    deploy_extras.cli_times(self.deploy, fleet, self.results)
                     fleet.reset()
                     host = fleet.hosts[0]
                     self.results.prices = unit_prices(host, str(fleet.model_file(host)))
@@ -320,30 +275,6 @@ class Bench:
                 )
             last = time.monotonic() - began
 
-    def check_delay(self) -> None:
-        """A ping-pong through the proxy must take at least each RTT asked for (else the
-        bench measures nothing): the measured values go into the report.
-
-        Raises:
-            OSError: the proxy adds less than the RTT.
-        """
-        measured = []
-        for rtt in self.options.rtt:
-            if rtt == 0:
-                continue
-            seconds = ping_pong(rtt)
-            if seconds < rtt / 1000:
-                raise OSError(
-                    f"the delay proxy's ping-pong took {seconds * 1000:.1f} ms < {rtt} ms"
-                )
-            measured.append(f"{rtt} ms → {seconds * 1000:.1f} ms")
-        if measured:
-            self.results.notes.append(
-                "the delay proxy (`bench/delay.py`, listening on 127.0.0.1 only) was checked "
-                "before timing: a one-byte ping-pong through it took (fastest of 3) "
-                + ", ".join(measured)
-            )
-
     def keep_log(self, tool: str, count: int, label: str, attempt: Attempt) -> None:
         """Save a bad run's whole output under the cache, for whoever investigates it."""
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -359,57 +290,10 @@ class Bench:
                 f"the output of every failed or wrong run is in `{self.logs}`"
             )
 
-    def round_trips(self, fleet: Fleet, count: int) -> None:
-        """deploy's own per-host operation counts for a change run and a re-run (``--json``)."""
-        fleet.reset()
-        for kind in ("change", "rerun"):
-            outcome = run(self.deploy.json_command(fleet, count))
-            try:
-                report = json.loads(outcome.stdout)
-                self.results.ops[(count, kind)] = [
-                    {"host": h["host"], "outcome": h["outcome"], **h.get("ops", {})}
-                    for h in report["hosts"]
-                ]
-            except (ValueError, KeyError, TypeError):
-                self.results.notes.append(
-                    f"N={count} {kind}: no ops from `deploy --json` ({outcome.reason()})"
-                )
-
-    def profile(self, fleet: Fleet, count: int) -> None:
-        """One instrumented deploy run of each kind (see bench/profile.py), with its wall time."""
-        fleet.reset()
-        for kind in ("change", "rerun"):
-            args = self.deploy.command(fleet, count).argv[len(self.deploy.executable) :]
-            command = Command(
-                [sys.executable, "-m", "bench.profile", str(fleet.workdir), *args],
-                REPO,
-                fleet.env(),
-            )
-            outcome = run(command)
-            try:
-                document: dict[str, Any] = json.loads(outcome.stdout.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                self.results.notes.append(f"N={count} {kind}: profile failed ({outcome.reason()})")
-                continue
-            document["wall"] = outcome.seconds
-            self.results.profiles[(count, kind)] = document
-
-    def cli_times(self, fleet: Fleet) -> None:
-        """``deploy --help`` and ``deploy validate``: start-up cost, no host contacted."""
-        for label, args in (("--help", ["--help"]), ("validate", ["validate", "-i", "hosts.yaml"])):
-            series = Series("deploy", 0, label)
-            for _ in range(CLI_REPEAT):
-                command = Command([*self.deploy.executable, *args], fleet.workdir, fleet.env())
-                outcome = run(command, timeout=60)
-                series.seconds.append(outcome.seconds)
-                if outcome.exit_status != 0:
-                    series.failures.append(f"exit status {outcome.exit_status}: {outcome.reason()}")
-            self.results.cli[label] = series
-
     def main(self) -> int:
         spent: dict[int, float] = {}
-        base = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
-        self.check_delay()
+        base = self.base
+        deploy_extras.check_delay(self.options.rtt, self.results)
         try:
             for count in self.options.hosts:
                 # Small fleets cost mostly start-up, so only sizes >= 10 predict larger ones
@@ -440,6 +324,8 @@ class Bench:
                 spent[count] = time.monotonic() - began
                 self.log(f"N={count} done in {spent[count]:.0f} s")
         finally:
+            if self.baseline is not None:
+                remove_worktree(base / "baseline")
             shutil.rmtree(base, ignore_errors=True)
         if self.interrupted:
             self.results.skipped[0] = self.interrupted
@@ -470,7 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("SSH_AUTH_SOCK", None)
     try:
         return Bench(options, argv).main()
-    except (toolchain.ToolchainError, SandboxError, subprocess.SubprocessError, OSError) as exc:
+    except (
+        toolchain.ToolchainError,
+        SandboxError,
+        BaselineError,
+        subprocess.SubprocessError,
+        OSError,
+    ) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
 

@@ -12,7 +12,8 @@ import os
 import statistics
 from collections import defaultdict
 
-from bench import targets
+from bench import targets, wire
+from bench.deploybuild import BASELINE
 from bench.markdown import KIND_LABEL, table
 from bench.report_deploy import profiles, round_trips
 from bench.results import Results
@@ -29,6 +30,12 @@ TOOL_LABEL = {
 }
 #: A 1-minute load average above this share of the cores makes the page say it was loaded.
 LOADED = 0.5
+
+
+def _label(results: Results, tool: str) -> str:
+    if tool == BASELINE:
+        return f"`deploy` at `{results.baseline_ref}` (baseline)"
+    return TOOL_LABEL.get(tool, f"`{tool}`")
 
 
 def _cell(series: Series | None) -> str:
@@ -61,7 +68,7 @@ def _seconds(results: Results) -> list[str]:
         kinds = ("connect",) if tool.startswith("floor") else ("change", "rerun")
         for kind in kinds:
             cells = [_cell(results.series.get((tool, n, rtt, kind))) for rtt, n in columns]
-            rows.append([TOOL_LABEL.get(tool, f"`{tool}`"), KIND_LABEL[kind], *cells])
+            rows.append([_label(results, tool), KIND_LABEL[kind], *cells])
     header = ["tool", "run", *[_column(r, n) for r, n in columns]]
     picture = []
     if results.plot:
@@ -129,6 +136,10 @@ def _ratios(results: Results) -> list[str]:
         ("`deploy` re-run ÷ Fabric script re-run", "deploy", "rerun", "fabric", "rerun"),
         ("Fabric script change ÷ floor", "fabric", "change", "floor", "connect"),
         ("Fabric script re-run ÷ floor", "fabric", "rerun", "floor", "connect"),
+        ("`deploy` change ÷ baseline change", "deploy", "change", BASELINE, "change"),
+        ("`deploy` re-run ÷ baseline re-run", "deploy", "rerun", BASELINE, "rerun"),
+        ("baseline change ÷ floor", BASELINE, "change", "floor", "connect"),
+        ("baseline re-run ÷ floor", BASELINE, "rerun", "floor", "connect"),
         ("ansible change ÷ `deploy` change", "ansible", "change", "deploy", "change"),
         ("ansible re-run ÷ `deploy` re-run", "ansible", "rerun", "deploy", "rerun"),
         ("pyinfra change ÷ `deploy` change", "pyinfra", "change", "deploy", "change"),
@@ -348,6 +359,7 @@ def render(results: Results) -> str:
     lines += _failures(results)
     lines += _startup(results)
     lines += round_trips(results)
+    lines += wire.render(results.wire, results.wire_rtt)
     lines += profiles(results)
     lines += _facts(results)
     lines += _method(results)

@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.__main__ import REPO, deploy_executable, ensure_bytecode
+from bench.deploybuild import REPO, deploy_executable, ensure_bytecode
 from bench.fleet import Fleet, start_fleet
 from bench.runner import run
 from bench.tools import Command, DeployTool, FloorTool

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.runner import Series
+from bench.wire import Probe
 
 #: A series' key: (tool, hosts, RTT in ms, kind of run: "change", "rerun" or "connect").
 Key = tuple[str, int, int, str]
@@ -38,6 +39,11 @@ class Results:
     load: dict[int, str] = field(default_factory=dict)
     #: The picture beside the tables (a path relative to the page), if it was drawn.
     plot: str | None = None
+    #: ``--baseline-ref``: the revision the ``deploy-baseline`` tool runs.
+    baseline_ref: str | None = None
+    #: Every SSH wait of one run of each kind at ``wire_rtt`` ms (`bench.wire`).
+    wire: list[Probe] = field(default_factory=list)
+    wire_rtt: float = 0.0
 
     def all_ok(self) -> bool:
         """No wrong result, no failed run, nothing missing: the exit status of the bench."""

@@ -51,6 +51,18 @@ _FLAGS = ("-B", "-I", "-S")
 #: file's sha256; a check that compiled prints the sha256 of what it compiled instead.
 CACHED = "deploy-compile: reused"
 
+#: Set (to any value) by the lock for the commands it sends ahead (`deploy.remote.lock`): the
+#: cached check then answers from its record only, and on a miss exits `AHEAD_STATUS` saying
+#: `NOT_RECORDED` instead of compiling. A check sent ahead is wasted whenever the run changes
+#: the file first — a change run's — and compiling for nothing delayed the lock's answer by
+#: the interpreter's start-up and took the host's CPU. The step runs the real check when the
+#: answer is not a pass for its bytes, so a miss costs a round trip only to a run that
+#: changes nothing and finds no record (state_dir emptied). A real check never reads it as
+#: a pass: set by mistake, it makes the check fail, saying why.
+AHEAD_VARIABLE = "DEPLOY_SENT_AHEAD"
+AHEAD_STATUS = 3
+NOT_RECORDED = "deploy-compile: not recorded (a check sent ahead compiles nothing)"
+
 #: When more than `CACHE_KEEP` checks are recorded, those older than `CACHE_DAYS` days are
 #: removed as a new one is recorded (one record is ~300 bytes; a host sees few versions).
 CACHE_KEEP = 64
@@ -114,6 +126,7 @@ if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
 fi
 [ -n "$k" ] && [ -n "$f" ] && [ -f "$c/$k" ] && IFS= read -r r < "$c/$k"
 if [ -n "$r" ] && [ "$r" = "$f" ]; then printf '%s %s\n' {marker} "$k"; exit 0; fi
+if [ -n "${{{ahead}-}}" ]; then echo {not_recorded} >&2; exit {ahead_status}; fi
 h=$({compile}) || exit $?
 case "$h" in *[!0-9a-f]*|'') h= ;; esac
 [ -n "$h" ] && printf '%s\n' "$h"
@@ -153,6 +166,9 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
         keep=CACHE_KEEP,
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
+        ahead=AHEAD_VARIABLE,
+        not_recorded=shlex.quote(NOT_RECORDED),
+        ahead_status=AHEAD_STATUS,
     )
 
 

@@ -9,6 +9,13 @@ run) until its stdin ends — so the lock is released by the kernel the moment o
 ends, cleanly or because the workstation died. A lock can therefore never be left behind by a
 dead run (a command still running when the connection dropped keeps it until that command
 ends); the holder's description stays in the file for the next run to report.
+
+Round trips: taking the lock waits for the channel, the exec's reply (OpenSSH's sshd opens a
+session channel with a zero window, so no input can be sent before it) and the lock's answer,
+which brings the prefetched files and the speculated commands sent with it; releasing it waits
+for nothing (`HostLock.release`).
+A run finding the lock held waits up to a second for it (a run that has just released it is
+still ending its shell) before it reports the holder.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 import paramiko
 
+from deploy.checks.compile import AHEAD_VARIABLE
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -84,7 +92,7 @@ _dA={agent}
 {trust}_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
-if flock -n 9; then
+if flock -w 1 9; then
   _dP=$(cat "$_dS/lock" 2>/dev/null)
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
@@ -110,7 +118,15 @@ class HostLock:
     runs: list[RunInfo]
 
     def release(self) -> None:
-        """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
+        """End the command loop (EOF on its stdin) and close the channel, without waiting.
+
+        The run's outcome is already durable when this is called (a run waits for its
+        answers at commit; anything still pending is waited for here), so the shell's exit
+        status would tell nothing: waiting for it cost one round trip per host (issue 17).
+        The shell exits on the EOF, and the kernel frees the flock with it, a moment after
+        this returns; a run that takes the lock right away waits for that moment
+        (``flock -w 1`` in the lock script) rather than reporting it held.
+        """
         session = self.remote.session
         if session is not None and session.channel is self.channel:
             self.remote.session = None
@@ -124,7 +140,6 @@ class HostLock:
                 with contextlib.suppress(CallFailed, NoHelper, SessionLost):
                     session.wait(timeout=30)
             self.channel.shutdown_write()
-            self.channel.status_event.wait(5)  # set by paramiko when the exit status arrives
         except (paramiko.SSHException, OSError, EOFError):
             pass
         finally:
@@ -165,7 +180,9 @@ def acquire(
 
     ``speculate``: commands whose answers the run may use if nothing changed first (the
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
-    the prefetch in the same round trip.
+    the prefetch in the same round trip, with the shell variable
+    `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
+    recorded only, rather than do work a change run would throw away.
 
     ``prefetch``: files the run will read. Their reads are sent to the host's file helper
     with the lock's exec (served once the lock is held), and their status and bytes kept for
@@ -192,7 +209,10 @@ def acquire(
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
         calls = [session.call({"op": "read", "path": path}) for path in paths]
-        ahead = [(command, session.send_run(command, timeout=120)) for command in speculate]
+        ahead = [
+            (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
+            for command in speculate
+        ]
     except SessionLost as exc:
         channel.close()
         raise HostUnreachable(

@@ -16,13 +16,18 @@ of every command an operator types, and the SSH stack alone costs ~0.1 s to impo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from bench.delay import DelayNetwork
+from deploy.remote.lock import acquire
 from deploy.sandbox.sshd import SshHost
 from tests.integration.conftest import Deploy, KimiHost, open_remote
 
@@ -45,6 +50,10 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: network charges one round trip each.
 #: cmd 1 -> 2 (wait unchanged): the compile check is also sent with the lock, so that a re-run
 #: waits for nothing after it; the change run changed the file first, so it checks again.
+#: Not counted in ``wait`` (the same for every tool, the floor included): the channel's open
+#: and the exec's reply. The release's wait for the shell's exit status is gone (issue 17: one
+#: round trip per host at the end of every run); `test_releasing_the_lock_waits_for_no_round_trip`
+#: fails if it comes back. `python -m bench.wire` lists every wait on the wire.
 CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0, "wait": 3}
 #: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
 #: compile check, answered from the record of the change run's (state_dir/compiled).
@@ -88,6 +97,12 @@ def test_change_run_and_rerun_stay_within_the_round_trip_budget(
         f"the change run makes more SSH operations than budgeted {CHANGE_RUN_BUDGET}: "
         f"{_over(change, CHANGE_RUN_BUDGET)}"
     )
+    for kimi in hosts:
+        # The compile check sent with the lock found no record of the original bytes and
+        # compiled nothing (deploy.checks.compile.AHEAD_VARIABLE): only the new bytes were
+        # compiled, and recorded, by the run.
+        records = {p.name for p in (kimi.host.state_dir / "compiled").iterdir()}
+        assert records == {hashlib.sha256(kimi.model_file.read_bytes()).hexdigest()}, records
 
     second = deploy(*APPLY)
     assert second.exit_code == 0, second.output
@@ -121,6 +136,37 @@ def test_only_files_read_before_any_command_come_with_the_lock(
     # cmd: the command; call: kimi_k25.py, read with the lock (no wait of its own, read once),
     # then other.txt's read after the command; wait: the lock, the command, that read.
     assert (ops["exec"], ops["cmd"], ops["call"], ops["wait"], ops["sftp"]) == (1, 1, 2, 3, 0), ops
+
+
+#: A slow link for the tests that time round trips: a lower bound a wait cannot beat, so these
+#: tests cannot pass by luck on a loaded machine (they could only fail by load, not pass).
+SLOW_RTT_MS = 400.0
+
+
+def test_releasing_the_lock_waits_for_no_round_trip(ssh_host: SshHost, tmp_path: Path) -> None:
+    """The release sends EOF and closes; it used to wait for the shell's exit status, one round
+    trip per host at the end of every run (issue 17: 100 ms at 100 ms RTT). Through a 400 ms
+    link, a release that waits for anything from the host takes at least 400 ms. The next run
+    takes the lock at once all the same (the lock script waits for the ending shell)."""
+    with DelayNetwork(SLOW_RTT_MS) as net:
+        slow = replace(
+            ssh_host, port=net.forward(ssh_host.port), known_hosts=tmp_path / "known_hosts"
+        )
+        (tmp_path / "known_hosts").write_text(slow.host_key_line() + "\n")
+        remote = open_remote(slow)
+        try:
+            lock = acquire(remote, str(ssh_host.state_dir), {"run_id": "first"})
+            began = time.monotonic()
+            lock.release()
+            took = time.monotonic() - began
+        finally:
+            remote.close()
+    assert took < SLOW_RTT_MS / 2000, f"release took {took * 1000:.0f} ms: it waited for the host"
+    again = open_remote(ssh_host)
+    try:
+        acquire(again, str(ssh_host.state_dir), {"run_id": "next"}).release()
+    finally:
+        again.close()
 
 
 def test_help_imports_no_ssh_or_yaml() -> None:

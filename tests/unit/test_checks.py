@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from deploy.checks.compile import compile_command, compile_problem, compiled_sha256, was_reused
+from deploy.checks.compile import (
+    AHEAD_STATUS,
+    AHEAD_VARIABLE,
+    NOT_RECORDED,
+    compile_command,
+    compile_problem,
+    compiled_sha256,
+    was_reused,
+)
 from deploy.checks.python_ast import check_python, module_level_definitions
 from deploy.checks.tail import check_tail
 
@@ -281,6 +289,24 @@ def test_a_passed_compile_is_reused_while_bytes_and_interpreter_stay(tmp_path: P
     assert was_reused(_compile(python, target, cache).stdout)
     os.utime(python.parent.parent / "lib" / "libpython3.so.1.0", (1_000_000_000, 1_000_000_000))
     assert not was_reused(_compile(python, target, cache).stdout)
+
+
+def test_a_check_sent_ahead_answers_from_the_record_only(tmp_path: Path) -> None:
+    """With AHEAD_VARIABLE set (the lock's commands sent ahead) a miss compiles nothing and says
+    so with a failure, never a pass: a stray variable cannot turn a real check into a pass."""
+    python, target, cache = _interpreter(tmp_path), tmp_path / "m.py", tmp_path / "compiled"
+    target.write_bytes(b"x = (\n")
+    command = compile_command(str(python), str(target), cache=str(cache))
+    ahead = f"{AHEAD_VARIABLE}=1; {command}"
+    miss = subprocess.run(["sh", "-c", ahead], capture_output=True, text=True, check=False)
+    assert (miss.returncode, miss.stdout) == (AHEAD_STATUS, "")
+    assert compile_problem(miss.returncode, miss.stderr) == f"does not compile: {NOT_RECORDED}"
+    assert not cache.exists(), "nothing compiled, nothing recorded"
+    target.write_bytes(b"x = 1\n")
+    assert _compile(python, target, cache).returncode == 0
+    hit = subprocess.run(["sh", "-c", ahead], capture_output=True, text=True, check=False)
+    assert hit.returncode == 0 and was_reused(hit.stdout)
+    assert compiled_sha256(hit.stdout) == hashlib.sha256(b"x = 1\n").hexdigest()
 
 
 def test_a_failed_compile_is_never_recorded(tmp_path: Path) -> None:

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from deploy.config.template import Origin, Variables, _compile, bare_names, is_template
+from deploy.config.template import (
+    Origin,
+    Variables,
+    _compile,
+    bare_names,
+    fast_parts,
+    is_template,
+)
 from deploy.config.yamlpos import load_yaml_text
 from deploy.errors import InputError
 
@@ -251,6 +258,38 @@ def test_bare_names_render_exactly_as_jinja(
     assert variables.render_string(source, Origin(None)) == template.render(given)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    st.lists(
+        st.tuples(
+            _LITERALS,
+            st.sampled_from(["v1", "v2", "v3"]),
+            st.sampled_from(["", " ", "  "]),
+            st.sampled_from(["", "|quote", " | quote", "| quote ", " |quote"]),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    _LITERALS,
+    st.tuples(_VALUES, _VALUES, _VALUES),
+)
+def test_quoted_names_render_exactly_as_jinja(
+    pieces: list[tuple[str, str, str, str]], tail: str, values: tuple[Any, Any, Any]
+) -> None:
+    """``{{ name | quote }}`` without Jinja gives deploy's Jinja filter's output exactly."""
+    source = (
+        "".join(f"{text}{{{{{pad}{name}{filt}{pad}}}}}" for text, name, pad, filt in pieces) + tail
+    )
+    parts = fast_parts(source)
+    assume(parts is not None)
+    assert parts is not None
+    given_values = dict(zip(["v1", "v2", "v3"], values, strict=True))
+    given_values.update({name: "" for name in parts[1::3] if name not in given_values})
+    variables = Variables(given_values, {})
+    template, _ = _compile(source)
+    assert variables.render_string(source, Origin(None)) == template.render(given_values)
+
+
 def test_only_strings_that_need_jinja_import_it() -> None:
     code = (
         "import sys\n"
@@ -258,7 +297,9 @@ def test_only_strings_that_need_jinja_import_it() -> None:
         "v = Variables({'a': 'x', 'n': 8}, {})\n"
         "assert v.render_string('{{ a }}/{{n}} and more', Origin(None)) == 'x/8 and more'\n"
         "assert 'jinja2' not in sys.modules\n"
-        "assert v.render_string('{{ a | quote }}', Origin(None)) == 'x'\n"
+        "assert v.render_string('{{ a | quote }} {{n|quote}}', Origin(None)) == 'x 8'\n"
+        "assert 'jinja2' not in sys.modules\n"
+        "assert v.render_string('{{ a | upper }}', Origin(None)) == 'X'\n"
         "assert 'jinja2' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

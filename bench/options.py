@@ -1,0 +1,84 @@
+"""``python -m bench``'s command line: fleet sizes, round-trip times, tools, limits."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench.deploybuild import REPO
+
+TOOLS = ("deploy", "ansible", "pyinfra", "fabric", "floor", "floor-nodelay")
+#: The module docstring of `bench.__main__` gives the description (set by `parse`'s caller).
+DESCRIPTION = "time deploy against ansible-core, pyinfra, a Fabric script and the floor"
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError("--hosts wants positive integers, e.g. 1,20,50")
+    return sizes
+
+
+def _rtts(text: str) -> list[int]:
+    try:
+        rtts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        rtts = []
+    if not rtts or rtts[0] < 0:
+        raise argparse.ArgumentTypeError("--rtt wants milliseconds >= 0, e.g. 0,50,100")
+    return rtts
+
+
+def _tools(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(names) - set(TOOLS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"--tools: choose among {', '.join(TOOLS)}")
+    return [name for name in TOOLS if name in names]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
+    parser.add_argument("--hosts", type=_sizes, default=_sizes("1,20,50"), help="fleet sizes")
+    parser.add_argument(
+        "--rtt",
+        type=_rtts,
+        default=[0],
+        help="round-trip times in ms, e.g. 0,50,100 (0: straight to the hosts on loopback)",
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per tool and size")
+    parser.add_argument("--tools", type=_tools, default=list(TOOLS), help=",".join(TOOLS))
+    parser.add_argument("--out", type=Path, default=REPO / "docs/performance.md")
+    parser.add_argument(
+        "--time-limit", type=float, default=1500.0, help="seconds for the whole benchmark"
+    )
+    parser.add_argument("--venv", type=Path, default=None, help="the anchors' venv (cached)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=60.0,
+        help="before each fleet size, wait up to this many seconds for a quiet machine",
+    )
+    parser.add_argument(
+        "--sftp",
+        default="internal-sftp",
+        help="the hosts' sshd SFTP subsystem: internal-sftp (default), or a program such as "
+        "/usr/lib/openssh/sftp-server, which sshd starts through the login shell as on a "
+        "stock Debian host",
+    )
+    parser.add_argument(
+        "--baseline-ref",
+        default=None,
+        metavar="REV",
+        help="also time deploy as of git revision REV (a temporary worktree, run with "
+        "PYTHONPATH on it) in the same rounds: before/after ratios from one run",
+    )
+    parser.add_argument(
+        "--wire-rtt",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="the RTT at which every SSH message of one run of each kind is logged for "
+        "'Where the round trips go' (default: the largest --rtt; 0: skip)",
+    )
+    return parser.parse_args(argv)

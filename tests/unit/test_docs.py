@@ -1,7 +1,7 @@
 """Generated docs and JSON Schemas: up to date, their examples real, the schemas faithful.
 
 The reference pages and schemas are generated from the models and docstrings
-(`deploy.docgen`, `deploy.schema`), so the only way they can be wrong is by not having been
+(`tools.docgen`, `deploy.schema`), so the only way they can be wrong is by not having been
 regenerated, or by an example or a schema saying something the loader disagrees with. Each
 of those is a test here.
 """
@@ -17,12 +17,13 @@ import jsonschema
 import pytest
 import yaml
 
-from deploy import docgen, schema
+from deploy import schema
 from deploy.config.load import load_inventory, load_playbook
 from deploy.config.steps import STEP_MODELS
+from tools import docgen
 
 REPO = Path(__file__).resolve().parents[2]
-HINT = "run python -m deploy.docgen (and commit the result)"
+HINT = "run python -m tools.docgen (and commit the result)"
 _YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
@@ -79,7 +80,7 @@ def test_write_schemas_writes_what_docgen_checks(tmp_path: Path, generated: dict
 
 def test_every_step_is_documented_with_a_purpose_and_an_example() -> None:
     assert list(docgen.STEP_EXAMPLES) == list(STEP_MODELS), (
-        "add an example for each step to STEP_EXAMPLES in deploy/docgen_examples.py, in STEP_MODELS order"
+        "add an example for each step to STEP_EXAMPLES in tools/docgen_examples.py, in STEP_MODELS order"
     )
     for action in STEP_MODELS:
         assert schema.step_purpose(action), f"{action}: give its step model a docstring"

@@ -14,7 +14,7 @@ def test_ruff_check_is_clean() -> None:
     # This interpreter's ruff: a venv's bin/ need not be on PATH (`.venv/bin/python -m pytest`).
     assert importlib.util.find_spec("ruff"), "ruff is part of the [test] extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench"],
+        [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench", "tools"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from deploy import trace
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.config.steps import VerifyPythonArgs, action_of, args_of
@@ -359,10 +360,13 @@ def _run_steps(
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
         planned: Planned | None = None
         try:
-            planned = step.plan(ctx)
-            step.apply(ctx, planned)
+            with trace.span("step.plan", step.kind):
+                planned = step.plan(ctx)
+            with trace.span("step.apply", step.kind):
+                step.apply(ctx, planned)
             if not options.check_mode or step.runs_in_check_mode:
-                step.verify(ctx, planned)
+                with trace.span("step.verify", step.kind):
+                    step.verify(ctx, planned)
             step_result.summary = planned.summary
             step_result.figures = planned.figures
             step_result.diff = "".join(change.diff for change in planned.changes) + planned.diff

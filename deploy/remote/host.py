@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
+from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.connect import ConnectSettings, open_connection
@@ -88,6 +89,7 @@ class RemoteHost(HostFiles):
         """Whom the host's operations run as: the become user, else the login user."""
         return self.become.user if self.become is not None else self.login_user
 
+    @trace.spanned("host.close")
     def close(self) -> None:
         if self._sftp is not None:
             with contextlib.suppress(Exception):
@@ -170,6 +172,7 @@ class RemoteHost(HostFiles):
             raise self._lost(exc, f"starting {command[:60]!r}") from exc
         return channel
 
+    @trace.spanned("host.run", lambda self, command, **_: command)
     def run(
         self,
         command: str,

@@ -23,6 +23,7 @@ from typing import Any
 
 import paramiko
 
+from deploy import trace
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -107,6 +108,7 @@ class HostLock:
     #: Every run kept on the host, oldest first (`deploy.statedir.runs.ordered`).
     runs: list[RunInfo]
 
+    @trace.spanned("lock.release")
     def release(self) -> None:
         """End the command loop (EOF on its stdin); wait briefly so the lock is free on return."""
         session = self.remote.session
@@ -151,6 +153,7 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
+@trace.spanned("lock.acquire")
 def acquire(
     remote: RemoteHost,
     state_dir: str,

@@ -33,6 +33,8 @@ from typing import Any
 
 import paramiko
 
+from deploy import trace
+
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 #: login shell's umask. Each command gets its own scratch files in the 0700 state directory
@@ -191,6 +193,7 @@ class Session:
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
         return call
 
+    @trace.spanned("session.wait")
     def wait(self, timeout: float | None = None) -> None:
         """Collect every outstanding answer (one round trip; none if nothing is outstanding).
 

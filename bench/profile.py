@@ -3,18 +3,19 @@
 Run as its own process (``python -m bench.profile WORKDIR ARG...``, from the repository root,
 where ``ARG...`` is a ``deploy`` command line without the executable) so
 that it pays the same interpreter start and imports as the real command. It imports the
-modules ``deploy apply`` needs one by one, timing each, then wraps — at runtime, without
-editing ``deploy`` — the functions that touch the network (connect, key exchange,
-authentication, each exec and SFTP call, lock, release), runs the command in-process exactly
-as the console script would, and prints one JSON document on stdout:
+modules ``deploy apply`` needs one by one, timing each, then subscribes to the spans deploy
+emits at its own wire and phase boundaries (`deploy.trace`: connect, lock, release, each
+command on the host, each wait for the file helper, each step's plan/apply/verify), wraps
+paramiko's public API for the key exchange, authentication and what crossed the wire, runs
+the command in-process exactly as the console script would, and prints one JSON document on
+stdout:
 
 ``{"spans": [[thread, label, start, end], ...], "wire": {...}, "elapsed": s}``
 
 Times are seconds since this module started. ``wire`` counts what really crossed the
 connection, from paramiko itself: channels opened (each exec is one, SFTP is one per
-connection) and SFTP requests by type (a pipelined read of a large file is several READs),
-and how many of those requests were waited for one at a time (each a full round trip, which
-is what a slow network multiplies). Those are the numbers to compare with deploy's own
+connection) and SFTP requests by method, each waited for (a full round trip, which is what
+a slow network multiplies). Those are the numbers to compare with deploy's own
 ``ops`` counters.
 """
 
@@ -35,14 +36,16 @@ import importlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import pkgutil  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 #: What ``deploy apply`` imports, in the order it does (cli first, then inside the command,
-#: then what the first connection imports lazily). Each is timed as a span.
+#: then what the first connection imports lazily). Each is timed as a span. ``deploy.steps``
+#: stands for every module of that package (`deploy.steps.build_step` imports them lazily,
+#: inside the first host's thread): found by walking the package, not listed here.
 IMPORTS = (
     "deploy.cli",
     "deploy.config.load",
@@ -50,28 +53,29 @@ IMPORTS = (
     "deploy.engine.host_run",
     "deploy.engine.journal",
     "fabric",
-    "deploy.steps (every step module, as build_step imports them)",
+    "deploy.steps",
     "deploy.report.human",
     "deploy.engine.history",
 )
-#: What `deploy.steps.build_step` imports on its first call, inside the first host's thread.
-STEP_MODULES = (
-    "files",  # EditStep: plan/apply of every file-editing step
-    "append",
-    "backup",
-    "gate_throughput",
-    "patch",
-    "python_insert",
-    "service",
-    "smoke",
-    "verify_command",
-    "verify_python",
-    "verify_tail",
-    "wait_healthy",
-)
+#: How the spans `deploy.trace` emits are labelled on docs/performance.md (name -> label);
+#: ``host.run`` and ``step.*`` are labelled from their detail (`_label`).
+LABELS = {
+    "config.load_inventory": "config: load inventory",
+    "config.load_playbook": "config: load playbook",
+    "config.resolve": "config: resolve vars and steps",
+    "engine.run_apply": "engine: run_apply (all hosts)",
+    "history.save": "workstation: save history",
+    "ssh.connect": "ssh: connect (all of it)",
+    "lock.acquire": "lock: exec until READY",
+    "lock.release": "lock: release (EOF, wait exit)",
+    "session.wait": "helper: wait for answers",
+    "host.close": "ssh: close",
+}
 
 _lock = threading.Lock()
 spans: list[tuple[str, str, float, float]] = []
+#: The `deploy.trace` span names seen (what the hooks still emit: tests/integration/test_profile.py).
+names: set[str] = set()
 wire: Counter[str] = Counter()
 
 
@@ -93,8 +97,27 @@ def _exec_label(command: str) -> str:
     return "cmd: " + command.split()[0][:30] if command.split() else "cmd"
 
 
-def wrap(owner: Any, attribute: str, label: str | Callable[..., str]) -> None:
-    """Replace ``owner.attribute`` with a version that records a span around each call."""
+def _label(name: str, detail: str) -> str:
+    if name == "host.run":
+        return _exec_label(detail)
+    if name.startswith("step."):
+        return f"step {detail}: {name.removeprefix('step.')}"
+    return LABELS.get(name, name)
+
+
+def on_span(name: str, detail: str, start: float, end: float) -> None:
+    """`deploy.trace` listener: one span, in this module's clock."""
+    with _lock:
+        names.add(name)
+        spans.append(
+            (threading.current_thread().name, _label(name, detail), start - STARTED, end - STARTED)
+        )
+
+
+def wrap(owner: Any, attribute: str, label: str) -> None:
+    """Replace ``owner.attribute`` (a public paramiko or stdlib function) with a version that
+    records a span around each call. Never used on deploy's own code: deploy says where its
+    boundaries are through `deploy.trace`."""
     original = getattr(owner, attribute)
 
     @functools.wraps(original)
@@ -103,69 +126,63 @@ def wrap(owner: Any, attribute: str, label: str | Callable[..., str]) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            _record(label(*args, **kwargs) if callable(label) else label, began)
+            _record(label, began)
 
     setattr(owner, attribute, timed)
 
 
-def count(owner: Any, attribute: str, key: Callable[..., str]) -> None:
-    """Replace ``owner.attribute`` with a version that counts each call under ``key(...)``."""
+def count(owner: Any, attribute: str, keys: tuple[str, ...]) -> None:
+    """Replace ``owner.attribute`` (public paramiko API) with a version that counts each call
+    under every key in ``keys``."""
     original = getattr(owner, attribute)
 
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
         with _lock:
-            wire[key(*args, **kwargs)] += 1
+            for key in keys:
+                wire[key] += 1
         return original(*args, **kwargs)
 
     setattr(owner, attribute, counted)
 
 
+#: The SFTPClient methods that each send one request and wait for its answer (paramiko's
+#: public API). Writes and reads of file contents go through the host's file helper
+#: (`deploy.remote.fileagent`), which the ``helper: wait for answers`` span times.
+SFTP_REQUESTS = (
+    "stat",
+    "lstat",
+    "open",
+    "listdir",
+    "listdir_attr",
+    "remove",
+    "rename",
+    "posix_rename",
+    "mkdir",
+    "rmdir",
+    "chmod",
+    "chown",
+    "utime",
+    "readlink",
+    "symlink",
+    "normalize",
+)
+
+
 def instrument() -> None:
-    """Wrap the network-facing functions of paramiko and deploy (imported by now)."""
+    """Subscribe to deploy's spans; wrap paramiko's public API for what crossed the wire."""
     import paramiko
-    from paramiko.sftp import CMD_NAMES
-    from paramiko.sftp_client import SFTPClient
 
-    import deploy.config.load as load
-    import deploy.engine.fleet as fleet
-    import deploy.engine.history as history
-    import deploy.engine.host_run as host_run
-    import deploy.remote.host as host
-    import deploy.remote.lock as lock
-    import deploy.remote.ssh as ssh
+    from deploy import trace
 
-    wrap(load, "load_inventory", "config: load inventory")
-    wrap(load, "load_playbook", "config: load playbook")
-    wrap(load, "resolve", "config: resolve vars and steps")
-    wrap(fleet, "run_apply", "engine: run_apply (all hosts)")
-    wrap(history, "save", "workstation: save history")
-    wrap(ssh, "open_connection", "ssh: connect (all of it)")
+    trace.subscribe(on_span)
     wrap(paramiko.Transport, "start_client", "ssh: banner + key exchange")
     wrap(paramiko.Transport, "auth_publickey", "ssh: public-key auth")
-    wrap(host_run, "acquire", "lock: exec until READY")
-    wrap(lock.HostLock, "release", "lock: release (EOF, wait exit)")
-    wrap(host.RemoteHost, "run", lambda self, command, **_: _exec_label(command))
-    for name in ("stat", "read", "write_atomic", "mkdir", "remove", "listdir"):
-        wrap(host.RemoteHost, name, f"sftp: {name}")
-    wrap(host.RemoteHost, "append_file", "journal line (+ fsync)")
-    wrap(host.RemoteHost, "close", "ssh: close")
     # Pure CPU work on the GIL, done once per host: parsing the ~28 KB model file.
     wrap(ast, "parse", "cpu: ast.parse")
-    from deploy.steps.base import Step
-
-    for name in STEP_MODULES:
-        module = sys.modules.get(f"deploy.steps.{name}")
-        if module is not None:
-            _wrap_steps(module.__name__, vars(module).values(), Step)
-    count(paramiko.Transport, "open_session", lambda *a, **k: "channel opened")
-    count(
-        SFTPClient,
-        "_async_request",
-        lambda self, fileobj, t, *a: "sftp " + CMD_NAMES.get(t, str(t)),
-    )
-    # A request sent through _request is waited for before the next one: a full round trip.
-    count(SFTPClient, "_request", lambda *a, **k: "waited sftp requests")
+    count(paramiko.Transport, "open_session", ("channel opened",))
+    for name in SFTP_REQUESTS:
+        count(paramiko.SFTPClient, name, (f"sftp {name}", "waited sftp requests"))
 
 
 def cpu_busy_seconds() -> float:
@@ -186,25 +203,14 @@ def own_cpu_seconds() -> float:
     return times.user + times.system
 
 
-def _wrap_steps(module: str, values: Any, base: type) -> None:
-    """Time plan/apply/verify of every step class defined in ``module`` (its own methods)."""
-    for value in values:
-        if isinstance(value, type) and issubclass(value, base) and value.__module__ == module:
-            for phase in ("plan", "apply", "verify"):
-                if phase in vars(value):
-                    wrap(value, phase, lambda step, *_, p=phase, **__: f"step {step.kind}: {p}")
-
-
 def main(argv: list[str]) -> int:
     workdir, command = argv[1], argv[2:]
     for module in IMPORTS:
         began = _now()
-        names = [module]
-        if module.startswith("deploy.steps "):
-            names = [f"deploy.steps.{name}" for name in STEP_MODULES]
-        for name in names:
-            with contextlib.suppress(ImportError):  # the tree moves; a renamed module is fine
-                importlib.import_module(name)
+        imported = importlib.import_module(module)
+        if module == "deploy.steps":
+            for info in pkgutil.iter_modules(imported.__path__, "deploy.steps."):
+                importlib.import_module(info.name)
         _record(f"import {module}", began)
     instrument()
     from deploy.cli import main as deploy_main
@@ -229,6 +235,7 @@ def main(argv: list[str]) -> int:
     document = {
         "spans": spans,
         "wire": dict(wire),
+        "trace": sorted(names),
         "elapsed": _now(),
         "exit_status": status,
         "cpu": cpu,

@@ -108,9 +108,9 @@ def round_trips(results: Results) -> list[str]:
         lines += [
             "What really crossed the connection, per host, counted inside paramiko during the "
             "profiled runs below (`bench/profile.py`): channels opened (one per exec, plus one "
-            "for the SFTP session), SFTP requests by type, and how many of them were waited "
-            "for one by one (a pipelined read or write of the ~50 KB file sends several "
-            "READ/WRITE requests without waiting). On a real network each waited request and "
+            "for the SFTP session), SFTP requests by method, each waited for (file contents "
+            "go through the host's file helper in the lock's session instead, see the "
+            "helper's wait spans below). On a real network each waited request and "
             "each exec costs at least one round-trip time: that column times the RTT is the "
             "latency a remote fleet adds.",
             "",
@@ -194,8 +194,9 @@ def profiles(results: Results) -> list[str]:
         "## Where `deploy`'s time goes",
         "",
         "One instrumented run of each kind (`bench/profile.py`: the same command, in-process, "
-        "with deploy's network calls and paramiko's key exchange and authentication wrapped "
-        "in timers at run time; `deploy` itself is not modified). Nested rows happen inside "
+        "listening to the spans `deploy` emits at its wire and phase boundaries "
+        "(`deploy/trace.py`), with paramiko's key exchange and authentication wrapped in "
+        "timers at run time). Nested rows happen inside "
         "the row above them. Imports are timed one by one in the order the command needs "
         "them; `fabric` is imported lazily by the first connection.",
         "",

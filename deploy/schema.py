@@ -3,7 +3,7 @@
 An editor that knows the schema completes keys, shows each key's meaning on hover and flags a
 typo as it is typed, long before ``deploy validate``. The schemas are generated, never written
 by hand, so they say exactly what the pydantic models accept; ``deploy schema`` writes them
-and ``python -m deploy.docgen`` refreshes the copies in ``schema/`` (a test keeps those equal
+and ``python -m tools.docgen`` refreshes the copies in ``schema/`` (a test keeps those equal
 to what this module produces). Point an editor at them with a first line such as::
 
     # yaml-language-server: $schema=../schema/playbook.schema.json

@@ -3,9 +3,10 @@
 pydantic describes a problem by a ``loc`` through the *model* (``('steps', 0, 'python_insert',
 'python_insert', 'bogus')``: the second ``python_insert`` is the union tag) and in its own
 words ("Extra inputs are not permitted"). Users think in the *file*: ``steps[0].python_insert
-.bogus`` on line 12, "unknown key 'bogus' (allowed: path, class, ...)". This module walks the
-loc alongside the model's type annotations, so that it can drop union labels, list the keys a
-mapping allows, and name what was expected; then it looks the path up in `Positions`.
+.bogus`` on line 12, "unknown key 'bogus' (allowed: path, class, ...)". The loc is walked
+alongside the model's type annotations (`deploy.config.modelpath`), which drops union labels;
+this module then lists the keys a mapping allows, names what was expected, and looks the path
+up in `Positions`.
 
 Union alternatives (``where: end | {after: NAME}``) make pydantic report one error per
 alternative; they are folded into one problem: the alternative the input got furthest in if
@@ -15,14 +16,14 @@ there is one, else "expected 'end' or a mapping, got 'x'".
 from __future__ import annotations
 
 import difflib
-import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, Tag, ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from deploy.config.modelpath import LocWalk, walk_loc
 from deploy.config.steps import COMMON_KEYS, STEP_MODELS
 from deploy.config.yamlpos import KeyPath, Positions, describe_type, one_line, path_item
 from deploy.errors import InputError
@@ -82,114 +83,6 @@ def value_at(data: Any, path: Sequence[Any]) -> Any:
     return data
 
 
-# --- walking a loc through the annotations ----------------------------------------------------
-
-
-def _unwrap(ann: Any) -> tuple[Any, str | None]:
-    """Strip ``Annotated``; return the bare type and its pydantic ``Tag`` if it carries one."""
-    tag = None
-    while get_origin(ann) is Annotated:
-        args = get_args(ann)
-        for meta in args[1:]:
-            if isinstance(meta, Tag):
-                tag = meta.tag
-        ann = args[0]
-    return ann, tag
-
-
-def _union_members(ann: Any) -> list[tuple[Any, str | None]] | None:
-    if get_origin(ann) in (Union, types.UnionType):
-        members = [_unwrap(arg) for arg in get_args(ann)]
-        return [(m, tag) for m, tag in members if m is not type(None)]
-    return None
-
-
-def _label_matches(label: str, member: Any, tag: str | None) -> bool:
-    if tag is not None:
-        return label == tag
-    if isinstance(member, type):
-        name = member.__name__
-        return label == name or label.endswith(f", {name}]")
-    if get_origin(member) is Literal:
-        return label.startswith("literal[")
-    return label == str(member)
-
-
-def _member_words(member: Any) -> str:
-    if isinstance(member, type) and issubclass(member, BaseModel):
-        return "a mapping"
-    if get_origin(member) is Literal:
-        return " or ".join(repr(v) for v in get_args(member))
-    origin = get_origin(member)
-    if origin in (list, tuple, set):
-        return "a list"
-    if origin is dict:
-        return "a mapping"
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
-        member, str(member)
-    )
-
-
-@dataclass
-class _Walk:
-    """What walking one loc found: the path for humans and what the annotations say about it."""
-
-    path: KeyPath
-    parent_model: type[BaseModel] | None = None  # the model whose field is the last path item
-    union_base: KeyPath | None = None  # where an alternatives (non-tagged) union was entered
-    union_words: tuple[str, ...] = ()  # what each alternative expects, in words
-    key_error: bool = False  # the problem is a mapping key itself, not its value
-
-
-def _walk(root: Any, loc: Sequence[int | str]) -> _Walk:
-    """Follow pydantic's ``loc`` through the annotations from ``root``.
-
-    Union labels (a step's action tag, ``literal['end']``, ``GroupSpec``...) are consumed
-    without entering the path; a ``[key]`` item marks an error in a mapping key itself.
-    """
-    ann: Any = root
-    walk = _Walk(())
-    items = list(loc)
-    index = 0
-    while index < len(items):
-        item = items[index]
-        ann, _ = _unwrap(ann)
-        members = _union_members(ann)
-        if members is not None and len(members) == 1:
-            ann = members[0][0]
-            continue
-        if members is not None:
-            label = str(item)
-            chosen = next((m for m, t in members if _label_matches(label, m, t)), Any)
-            is_tagged = any(t is not None for _, t in members)
-            if not is_tagged and walk.union_base is None:
-                walk.union_base = walk.path
-                walk.union_words = tuple(_member_words(m) for m, _ in members)
-            ann = chosen
-            index += 1
-            continue
-        if item == "[key]":
-            walk.key_error = True
-            index += 1
-            continue
-        walk.parent_model = None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            walk.parent_model = ann
-            field = next((f for n, f in ann.model_fields.items() if item in (n, f.alias)), None)
-            ann = field.annotation if field is not None else Any
-        elif get_origin(ann) in (list, tuple, set):
-            args = get_args(ann)
-            ann = args[0] if args else Any
-        elif get_origin(ann) is dict:
-            args = get_args(ann)
-            ann = args[1] if len(args) == 2 else Any
-        else:
-            ann = Any
-        walk.path = (*walk.path, item)
-        index += 1
-    return walk
-
-
 # --- messages ---------------------------------------------------------------------------------
 
 
@@ -224,7 +117,7 @@ def _unknown_step(raw: Any) -> tuple[str, KeyPath]:
     return f"a step needs an action key (steps: {steps})", ()
 
 
-def _message(err: ErrorDetails, walk: _Walk, raw: Any) -> tuple[str, KeyPath, bool]:
+def _message(err: ErrorDetails, walk: LocWalk, raw: Any) -> tuple[str, KeyPath, bool]:
     """Plain words for one error; also any extra path to blame, and whether to point at a key."""
     kind = err["type"]
     value = err.get("input")
@@ -288,10 +181,10 @@ def validation_problems(
     ``StepEntry``), ``data`` the raw input, and ``base`` the key path of that input inside
     the file ``positions`` describes (``("steps", 3)`` when one step was validated).
     """
-    groups: dict[KeyPath, list[tuple[ErrorDetails, _Walk]]] = {}
-    singles: list[tuple[ErrorDetails, _Walk]] = []
+    groups: dict[KeyPath, list[tuple[ErrorDetails, LocWalk]]] = {}
+    singles: list[tuple[ErrorDetails, LocWalk]] = []
     for err in exc.errors(include_url=False):
-        walk = _walk(root, err["loc"])
+        walk = walk_loc(root, err["loc"])
         if walk.key_error and walk.path:  # pydantic writes a True key as 1: use the key itself
             walk.path = (*walk.path[:-1], path_item(err.get("input")))
         if walk.union_base is not None:

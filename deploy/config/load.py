@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from deploy import trace
 from deploy.config.errors import Problems, suggest, validation_error
 from deploy.config.inventory import AS_WRITTEN, Inventory
 from deploy.config.playbook import Playbook
@@ -70,6 +71,7 @@ class LoadedPlaybook:
     positions: Positions
 
 
+@trace.spanned("config.load_inventory")
 def load_inventory(path: Path) -> LoadedInventory:
     """Load and check ``hosts.yaml``.
 
@@ -125,6 +127,7 @@ def find_playbook(name_or_path: str, playbooks_dir: Path) -> Path:
     raise InputError(f"playbook not found: {name_or_path} ({listing}){hint}")
 
 
+@trace.spanned("config.load_playbook")
 def load_playbook(path: Path) -> LoadedPlaybook:
     """Load and check one playbook file.
 

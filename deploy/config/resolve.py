@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from deploy import masking
+from deploy import masking, trace
 from deploy.config.errors import Problems, validation_error
 from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
 from deploy.config.playbook import Playbook
@@ -293,6 +293,7 @@ def resolve_collecting(
     return [plan for plan in plans if plan is not None]
 
 
+@trace.spanned("config.resolve")
 def resolve(
     inv: LoadedInventory,
     pb: LoadedPlaybook,

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from deploy import trace
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
@@ -248,6 +249,7 @@ def _settle(
     return out
 
 
+@trace.spanned("engine.run_apply")
 def run_apply(
     hosts: list[HostPlan],
     options: RunOptions,

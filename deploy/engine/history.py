@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from deploy import trace
 from deploy.engine.results import RunResult
 from deploy.errors import InputError
 
@@ -47,6 +48,7 @@ def write_json_atomic(path: Path, document: object) -> Path:
     return path
 
 
+@trace.spanned("history.save")
 def save(run: RunResult) -> Path:
     """Record the run's report and return its path."""
     return write_json_atomic(history_dir() / f"{run.run_id}.json", run.to_dict())

@@ -14,6 +14,7 @@ import time
 import traceback
 from typing import Any
 
+from deploy import trace
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.journal import Journal
@@ -75,10 +76,13 @@ def run_steps(
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
         planned: Planned | None = None
         try:
-            planned = step.plan(ctx)
-            step.apply(ctx, planned)
+            with trace.span("step.plan", step.kind):
+                planned = step.plan(ctx)
+            with trace.span("step.apply", step.kind):
+                step.apply(ctx, planned)
             if not options.check_mode or step.runs_in_check_mode:
-                step.verify(ctx, planned)
+                with trace.span("step.verify", step.kind):
+                    step.verify(ctx, planned)
             step_result.summary = planned.summary
             step_result.figures = planned.figures
             step_result.diff = "".join(change.diff for change in planned.changes) + planned.diff

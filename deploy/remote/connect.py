@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
+from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
 from deploy.remote.knownhosts import KnownHosts, Verdict
 from deploy.remote.sshauth import auth_kwargs
@@ -220,6 +221,7 @@ def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
     return sock
 
 
+@trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings) -> Connection:
     """Open and return a Fabric `Connection` to the host, with strict host-key checking.
 

@@ -3,22 +3,13 @@
 Started once per run by the lock's shell (`deploy.remote.session`) as ``python3 -c SOURCE``;
 it then serves framed requests for the whole run, so a request costs no process start, and
 requests sent without waiting are served in order (an intent appended and fsynced is durable
-before the write that follows it). Standard library only, no import from ``deploy``, and no
-syntax newer than Python 3.8: it runs on the host's interpreter.
+before the write that follows it). Standard library only, and no syntax newer than Python
+3.8: it runs on the host's interpreter, which has no ``deploy`` (its one import of a part is
+replaced by the part's text before it is sent).
 
-Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
-can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
-binary that way). Here every check and every change of one operation use the same fd, or
-names relative to the same directory fd:
-
-- reads open ``O_NOFOLLOW`` and take ``fstat`` and bytes from that fd;
-- writes create the temp file ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to the target's directory
-  fd, then ``fchown``, then ``fchmod`` (chown clears setuid/setgid, so mode comes after), then
-  the xattrs (POSIX ACLs and file capabilities are xattrs; chown clears a capability, so they
-  come after it), ``fsync``, ``renameat`` within the directory fd, ``fsync`` of the directory;
-- a directory writable by group or others, or owned by someone other than root or us, is
-  refused (as OpenSSH's StrictModes) unless the request says ``unsafe_dir``; a target with
-  other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it would split it).
+The operations themselves, and why each goes through file descriptors (issue 14), are
+`deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
+part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
 the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
@@ -28,291 +19,22 @@ ok, ``1`` failed) on the ``ack`` pipe. After a failure every later request is an
 followed by its ``done`` record, nor by a restart the client sent before it saw the failure.
 """
 
-import base64
-import contextlib
 import errno as errnomod
-import hashlib
 import json
 import os
-import stat as statmod
 import sys
 
-TEMP_SUFFIX = ".tmp"
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-class Refused(Exception):
-    """An operation refused on purpose (unsafe directory, hard link, changed file...)."""
-
-
-def temp_prefix(base):
-    """How temp files for a target called ``base`` are named (see sftpfile.temp_prefix)."""
-    return "." + base + ".deploy-"
-
-
-def _split(path):
-    if not path.startswith("/"):
-        raise Refused(path + " is not an absolute path")
-    directory, _, base = path.rpartition("/")
-    if not base or base in (".", ".."):
-        raise Refused(path + " does not name a file")
-    return directory or "/", base
-
-
-def _stat_dict(st):
-    return {
-        "mode": st.st_mode,
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-        "size": st.st_size,
-        "mtime": st.st_mtime,
-        "nlink": st.st_nlink,
-    }
-
-
-def _xattrs(fd):
-    """Every xattr of the open file, values base64 (ACLs and capabilities included)."""
-    try:
-        names = os.listxattr(fd)
-    except OSError as exc:
-        if exc.errno in (errnomod.ENOTSUP, errnomod.ENOSYS):
-            return {}
-        raise
-    out = {}
-    for name in sorted(names):
-        out[name] = base64.b64encode(os.getxattr(fd, name)).decode("ascii")
-    return out
-
-
-def open_dir(directory, unsafe_dir=False):
-    """An fd on ``directory``, refused when someone other than root or us could write in it."""
-    fd = os.open(directory, _DIR_FLAGS)
-    try:
-        st = os.fstat(fd)
-        if not unsafe_dir:
-            mine = os.geteuid()
-            if st.st_uid not in (0, mine) or st.st_mode & 0o022:
-                raise Refused(
-                    f"{directory} is writable by others (owner uid {st.st_uid}, mode "
-                    f"{statmod.S_IMODE(st.st_mode):04o}): refused, as OpenSSH's StrictModes "
-                    "would; set unsafe_dir: true on the step to write there anyway"
-                )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _read_fd(fd, size_hint):
-    chunks = []  # type: list[bytes]
-    while True:
-        chunk = os.read(fd, max(size_hint, 1 << 16))
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def read(args):
-    """lstat and content of a path: (header, payload). Never through a symlink."""
-    directory, base = _split(args["path"])
-    try:
-        dfd = os.open(directory, _DIR_FLAGS)
-    except FileNotFoundError:
-        return {"missing": True}, b""
-    try:
-        try:
-            fd = os.open(base, _READ_FLAGS, dir_fd=dfd)
-        except FileNotFoundError:
-            return {"missing": True}, b""
-        except OSError as exc:
-            if exc.errno != errnomod.ELOOP:
-                raise
-            st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
-            return {"stat": _stat_dict(st)}, b""  # a symlink: its own status, no content
-        try:
-            st = os.fstat(fd)
-            if not statmod.S_ISREG(st.st_mode):
-                return {"stat": _stat_dict(st)}, b""
-            data = _read_fd(fd, st.st_size)
-            st = os.fstat(fd)
-            header = {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}
-            if args.get("sha256_only"):
-                header["sha256"] = hashlib.sha256(data).hexdigest()
-                return header, b""
-            return header, data
-        finally:
-            os.close(fd)
-    finally:
-        os.close(dfd)
-
-
-def _current(dfd, base, path, args):
-    """The target's metadata through an fd; None when it does not exist."""
-    try:
-        fd = os.open(base, _READ_FLAGS, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errnomod.ELOOP:
-            raise Refused(path + " is a symlink; not replaced") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not statmod.S_ISREG(st.st_mode):
-            raise Refused(path + " is not a regular file; not replaced")
-        if st.st_nlink > 1 and args.get("hardlinks") != "allow":
-            raise Refused(
-                f"{path} has {st.st_nlink} hard links: replacing it would split them; refused "
-                "(set hardlinks: allow on the step to replace this name only)"
-            )
-        expect = args.get("expect_sha256")
-        if expect and hashlib.sha256(_read_fd(fd, st.st_size)).hexdigest() != expect:
-            raise Refused(path + " changed on the host while we were editing it; not written")
-        return {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid, "xattrs": _xattrs(fd)}
-    finally:
-        os.close(fd)
-
-
-def _apply_meta(fd, path, meta, args):
-    """fchown, then fchmod, then the xattrs, in that order (module docstring says why)."""
-    st = os.fstat(fd)
-    uid = st.st_uid if meta.get("uid") is None else int(meta["uid"])
-    gid = st.st_gid if meta.get("gid") is None else int(meta["gid"])
-    if (uid, gid) != (st.st_uid, st.st_gid):
-        os.fchown(fd, uid, gid)
-    os.fchmod(fd, statmod.S_IMODE(int(meta.get("mode", 0o600))))
-    xattrs = meta.get("xattrs") or {}
-    if xattrs and args.get("xattrs") == "refuse":
-        raise Refused(
-            f"{path} carries extended attributes ({', '.join(sorted(xattrs))}) and the step "
-            "does not allow keeping them"
-        )
-    for name in sorted(xattrs):
-        try:
-            os.setxattr(fd, name, base64.b64decode(xattrs[name]))
-        except OSError as exc:
-            raise Refused(
-                f"cannot keep {name} on {path}: {exc.strerror or exc}; nothing was changed"
-            ) from exc
-
-
-def write(args, data):
-    """Replace ``path`` with ``data`` atomically, keeping (or setting) its metadata."""
-    path = args["path"]
-    directory, base = _split(path)
-    dfd = open_dir(directory, bool(args.get("unsafe_dir")))
-    try:
-        current = _current(dfd, base, path, args)
-        if current is None and args.get("expect_sha256"):
-            raise Refused(path + " disappeared on the host while we were editing it; not written")
-        meta = args.get("meta")
-        if meta is None:
-            meta = current or {"mode": 0o600}
-        elif "xattrs" not in meta and current:
-            meta = dict(meta, xattrs=current["xattrs"])  # a record from before xattrs were kept
-        tmp = temp_prefix(base) + os.urandom(4).hex() + TEMP_SUFFIX
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            _apply_meta(fd, path, meta, args)
-            os.fsync(fd)
-            st = os.fstat(fd)
-            if st.st_size != len(data):
-                raise OSError(errnomod.EIO, f"wrote {st.st_size} of {len(data)} bytes")
-            os.rename(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-        finally:
-            os.close(fd)
-        answer = {"stat": _stat_dict(st), "xattrs": sorted(meta.get("xattrs") or {})}
-        try:
-            os.fsync(dfd)
-        except OSError as exc:  # renamed already: a failed answer must mean "not written"
-            answer["warning"] = "fsync of " + directory + ": " + (exc.strerror or str(exc))
-        return answer
-    finally:
-        os.close(dfd)
-
-
-_APPENDS = {}  # type: dict[str, int]
-
-
-def append(args, data):
-    """Append to a file kept open for the run (a journal); fsync when ``durable``."""
-    path = args["path"]
-    fd = _APPENDS.get(path)
-    if fd is None:
-        directory, base = _split(path)
-        dfd = os.open(directory, _DIR_FLAGS)
-        try:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(base, flags, 0o600, dir_fd=dfd)
-            os.fsync(dfd)  # the new name is durable with the file's first fsync
-        finally:
-            os.close(dfd)
-        _APPENDS[path] = fd
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    if args.get("durable"):
-        os.fsync(fd)
-    return {}
-
-
-def mkdir(args, data):
-    """Create one directory level; an existing directory (not a symlink to one) is fine."""
-    directory, base = _split(args["path"])
-    dfd = os.open(directory, _DIR_FLAGS)
-    try:
-        try:
-            os.mkdir(base, int(args.get("mode", 0o700)), dir_fd=dfd)
-        except FileExistsError:
-            st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
-            if not statmod.S_ISDIR(st.st_mode):
-                raise Refused(args["path"] + " exists and is not a directory") from None
-        return {}
-    finally:
-        os.close(dfd)
-
-
-def remove(args, data):
-    """Unlink a name that is not a directory (a symlink itself, never its target)."""
-    directory, base = _split(args["path"])
-    try:
-        dfd = os.open(directory, _DIR_FLAGS)
-    except FileNotFoundError:
-        return {"missing": True}
-    try:
-        os.unlink(base, dir_fd=dfd)
-        return {}
-    except FileNotFoundError:
-        return {"missing": True}
-    finally:
-        os.close(dfd)
-
-
-def remove_temps(args, data):
-    """Remove what an interrupted write of ``path`` left beside it; return the names."""
-    directory, base = _split(args["path"])
-    dfd = os.open(directory, _DIR_FLAGS)
-    try:
-        prefix = temp_prefix(base)
-        removed = []
-        for name in sorted(os.listdir(dfd)):
-            if name.startswith(prefix) and name.endswith(TEMP_SUFFIX):
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                if statmod.S_ISREG(st.st_mode):
-                    os.unlink(name, dir_fd=dfd)
-                    removed.append(name)
-        return {"removed": removed}
-    finally:
-        os.close(dfd)
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.fileagent_ops import (
+    _APPENDS,
+    Refused,
+    append,
+    mkdir,
+    read,
+    remove,
+    remove_temps,
+    write,
+)
 
 
 def handle(header, payload):

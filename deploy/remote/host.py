@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
+from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.connect import ConnectSettings
@@ -108,6 +109,7 @@ class RemoteHost:
         """Whom the host's operations run as: the become user, else the login user."""
         return self.become.user if self.become is not None else self.login_user
 
+    @trace.spanned("host.close")
     def close(self) -> None:
         if self._sftp is not None:
             with contextlib.suppress(Exception):
@@ -193,6 +195,7 @@ class RemoteHost:
             raise self.lost(exc, f"starting {command[:60]!r}") from exc
         return channel
 
+    @trace.spanned("host.run", lambda self, command, **_: command)
     def run(
         self,
         command: str,

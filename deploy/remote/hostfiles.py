@@ -21,17 +21,17 @@ import errno
 import json
 import shlex
 import stat as statmod
-from pathlib import Path
 from typing import Any, Protocol
 
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.remote.become import Become
+from deploy.remote.hostprogram import program
 from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sftpfiles import SftpFiles
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
-HELPER_SOURCE = (Path(__file__).resolve().parent / "fileagent.py").read_text()
+HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import paramiko
 
+from deploy import trace
 from deploy.checks.compile import AHEAD_VARIABLE
 from deploy.errors import (
     HostUnreachable,
@@ -117,6 +118,7 @@ class HostLock:
     #: Every run kept on the host, oldest first (`deploy.statedir.runs.ordered`).
     runs: list[RunInfo]
 
+    @trace.spanned("lock.release")
     def release(self) -> None:
         """End the command loop (EOF on its stdin) and close the channel, without waiting.
 
@@ -168,6 +170,7 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
+@trace.spanned("lock.acquire")
 def acquire(
     remote: Host,
     state_dir: str,

@@ -33,6 +33,7 @@ from typing import Any
 
 import paramiko
 
+from deploy import trace
 from deploy.remote.transport import Channel
 
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
@@ -193,6 +194,7 @@ class Session:
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
         return call
 
+    @trace.spanned("session.wait")
     def wait(self, timeout: float | None = None) -> None:
         """Collect every outstanding answer (one round trip; none if nothing is outstanding).
 

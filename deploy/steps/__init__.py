@@ -4,7 +4,7 @@ This is the registry. Each module in `STEP_MODULES` declares its step classes â€
 model, example, plan/apply/verify, the files it reads, its journal records and their undo â€”
 and registers them with `register`. Everything else is derived from the registered classes:
 the config union playbooks are validated with (`deploy.config.steps`), the reference docs and
-JSON Schema (`deploy.docgen`, `deploy.schema`), the examples, the undo dispatch of the
+JSON Schema (`tools.docgen`, `deploy.schema`), the examples, the undo dispatch of the
 rollback (`undo_for`). A new step type is one new module listed here (or, outside the
 package, any module that calls `register`).
 

@@ -201,7 +201,7 @@ class Step(Generic[ArgsT]):
     #: The arguments model, taken from the generic parameter (``Step[PatchArgs]``).
     args_model: ClassVar[type[BaseModel] | None] = None
     #: A YAML list of one or more steps using the action, shown in docs/playbooks.md and loaded
-    #: by the tests in the documentation's example playbook (`deploy.docgen_examples`).
+    #: by the tests in the documentation's example playbook (`tools.docgen_examples`).
     example: ClassVar[str] = ""
     #: Journal record types this step writes (`deploy.statedir.records`); the intents among
     #: them are undone by ``undo_handler()``.

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from deploy.checks.loglines import newest_line
@@ -25,6 +24,7 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.remote.api import Host
 from deploy.remote.host import quote
+from deploy.remote.hostprogram import program
 from deploy.statedir.layout import Layout
 from deploy.steps.service_gpus import wait_gpus_released
 from deploy.steps.service_state import ServiceState
@@ -32,7 +32,7 @@ from deploy.steps.wait_healthy import POLL_INTERVAL
 
 __all__ = ["AGENT_SOURCE", "ServiceControl", "ServiceState"]
 
-AGENT_SOURCE = (Path(__file__).resolve().parent.parent / "remote" / "agent.py").read_text()
+AGENT_SOURCE = program("agent")  # one program: agent.py with its parts inlined
 
 
 class ServiceControl:

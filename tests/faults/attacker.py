@@ -140,7 +140,7 @@ def describe(path: Path) -> str:
 
 
 def record_attack(name: str, tries: int, successes: int, left: str, note: str = "") -> None:
-    """One row of the attacks table in docs/reliability.md (see deploy.sandbox.reliability)."""
+    """One row of the attacks table in docs/reliability.md (see tools.reliability)."""
     target = os.environ.get("DEPLOY_RELIABILITY_RECORD")
     if not target:
         return

@@ -6,7 +6,7 @@ host that sits behind a NAT or bastion. The oracle never trusts `deploy`: it rea
 file's sha256 from disk and asks the kernel which command line listens on the service port.
 
 Each check is recorded (`Ledger`); with ``DEPLOY_RELIABILITY_RECORD=FILE`` the records are
-appended to FILE as JSON lines, from which ``python -m deploy.sandbox.reliability`` writes
+appended to FILE as JSON lines, from which ``python -m tools.reliability`` writes
 ``docs/reliability.md``.
 """
 
@@ -33,11 +33,11 @@ from deploy.edits.pyinsert import insert_into_class
 from deploy.remote.fileagent import FAULT_ENV
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
-from deploy.sandbox.proxy import CuttingProxy
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
 from tests.faults.attacker import arena, attacker  # noqa: F401 - the attacker suite's fixtures
 from tests.integration.conftest import Deploy
+from tests.support.proxy import CuttingProxy
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """CI runs one fault per boundary; `python -m deploy.sandbox.reliability` runs them all."""
+    """CI runs one fault per boundary; `python -m tools.reliability` runs them all."""
     if os.environ.get(FULL_ENV) == "1":
         return
     skip = pytest.mark.skip(

@@ -15,6 +15,7 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,10 @@ import pytest
 from tests.integration.conftest import REPO, Deploy, KimiHost
 
 pytestmark = pytest.mark.ssh
+
+#: Development tooling kept out of the wheel (issue 16 item 5): doc generators and the
+#: reliability report (tools/), the fault tests' cut proxy (tests/support/).
+TOOLING = ("tools", "tests/support")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -36,11 +41,13 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def _build_wheel(tmp_path: Path, env: dict[str, str]) -> Path:
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "tests/__init__.py"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "deploy", src / "deploy", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    for package in ("deploy", *TOOLING):  # the tooling too: the package list must leave it out
+        shutil.copytree(
+            REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
     out = tmp_path / "wheels"
     # The test extra brings a setuptools that builds wheels by itself: then nothing is fetched.
     no_isolation = ["--no-build-isolation"] if _setuptools_builds_wheels() else []
@@ -107,6 +114,11 @@ def test_wheel_runs_check_from_any_directory(
     _, deploy = make_kimi_hosts(["0.5.9"])
     env = _env(tmp_path)
     wheel = _build_wheel(tmp_path, env)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "deploy/demo.py" in names and "deploy/sandbox/sshd.py" in names  # `deploy demo`'s
+    shipped = [n for n in names if n.startswith(("tools/", "tests/"))]
+    shipped += [n for n in names if "docgen" in n or n.endswith(("/reliability.py", "/proxy.py"))]
+    assert not shipped, f"development tooling in the wheel: {shipped}"
     venv = _venv_with(wheel, tmp_path, env)
     elsewhere = tmp_path / "elsewhere"  # no playbooks/ here: they come from the package
     elsewhere.mkdir()

@@ -1,7 +1,7 @@
 """Generated docs and JSON Schemas: up to date, their examples real, the schemas faithful.
 
 The reference pages and schemas are generated from the models and docstrings
-(`deploy.docgen`, `deploy.schema`), so the only way they can be wrong is by not having been
+(`tools.docgen`, `deploy.schema`), so the only way they can be wrong is by not having been
 regenerated, or by an example or a schema saying something the loader disagrees with. Each
 of those is a test here.
 """
@@ -17,12 +17,13 @@ import jsonschema
 import pytest
 import yaml
 
-from deploy import docgen, schema
+from deploy import schema
 from deploy.config.load import load_inventory, load_playbook
 from deploy.config.steps import STEP_MODELS
+from tools import docgen
 
 REPO = Path(__file__).resolve().parents[2]
-HINT = "run python -m deploy.docgen (and commit the result)"
+HINT = "run python -m tools.docgen (and commit the result)"
 _YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote import fileagent
+from deploy.remote import fileagent, fileagent_ops
 from deploy.remote.fileagent import Refused
+from deploy.remote.hostprogram import program
 
 #: ``cap_net_bind_service=ep`` as the kernel stores it (VFS_CAP_REVISION_2, 20 bytes).
 CAP_NET_BIND = bytes.fromhex("0100000200040000000000000000000000000000")
@@ -137,7 +138,7 @@ def test_the_temp_file_is_created_exclusively(
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep\n")
     monkeypatch.setattr(fileagent.os, "urandom", lambda n: b"\0" * n)
-    planted = tmp_path / (fileagent.temp_prefix("target") + "00000000.tmp")
+    planted = tmp_path / (fileagent_ops.temp_prefix("target") + "00000000.tmp")
     planted.symlink_to(victim)
     with pytest.raises(FileExistsError):
         fileagent.write({"path": str(path)}, b"new\n")
@@ -177,7 +178,7 @@ def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> N
     ]
     go_r, go_w = os.pipe()
     ack_r, ack_w = os.pipe()
-    source = Path(fileagent.__file__).read_text()
+    source = program("fileagent")
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
         stdin=subprocess.PIPE,
@@ -209,7 +210,7 @@ def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> N
 
 def test_the_helper_parses_as_python_3_8() -> None:
     """The host's interpreter may be 3.8: no newer syntax may reach it."""
-    ast.parse(Path(fileagent.__file__).read_text(), feature_version=(3, 8))
+    ast.parse(program("fileagent"), feature_version=(3, 8))
 
 
 def test_once_answers_reads_only(tmp_path: Path) -> None:
@@ -229,7 +230,7 @@ def test_once_answers_reads_only(tmp_path: Path) -> None:
     ):
         head = json.dumps(args).encode()
         frames += f"{len(head)} 0\n".encode() + head
-    source = Path(fileagent.__file__).read_text()
+    source = program("fileagent")
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", source, "once"],
         input=frames,
@@ -273,7 +274,7 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
     )
     go_r, go_w = os.pipe()
     ack_r, ack_w = os.pipe()
-    source = Path(fileagent.__file__).read_text()
+    source = program("fileagent")
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
         stdin=subprocess.PIPE,

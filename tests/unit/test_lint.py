@@ -16,7 +16,7 @@ def test_ruff_check_is_clean() -> None:
         "ruff is part of the [test] extra: pip install -e '.[test]'"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench"],
+        [sys.executable, "-m", "ruff", "check", "--quiet", "deploy", "tests", "bench", "tools"],
         cwd=REPO,
         capture_output=True,
         text=True,

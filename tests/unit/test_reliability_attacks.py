@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.sandbox import reliability
+from tools import reliability
 
 RECORDS = [
     {

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 from pydantic import Field
 
-from deploy import docgen, schema
+from deploy import schema
 from deploy.config.inventory import StrictModel
 from deploy.config.load import load_inventory, load_playbook
 from deploy.config.resolve import resolve
@@ -31,6 +31,7 @@ from deploy.statedir.records import Done, Record, Undone
 from deploy.steps import build_step, register, step_class, undo_for, unregister
 from deploy.steps.base import Planned, Recorder, RecordUndo, Step, StepContext
 from deploy.steps.files import before_change
+from tools import docgen
 
 # --- the throwaway step: everything a step type declares, in one place --------------------------
 

@@ -9,7 +9,6 @@ import pkgutil
 from deploy import errors, masking, schema
 from deploy import schedule as scheduling
 from deploy.config import inventory as inventory_models
-from deploy.docgen_markdown import _NOTICE, _cell, markdown
 from deploy.engine import (
     batches,
     fleet,
@@ -23,6 +22,7 @@ from deploy.engine import (
 from deploy.engine import status as host_status
 from deploy.remote import lock
 from deploy.statedir import layout, records, runs
+from tools.docgen_markdown import _NOTICE, _cell, markdown
 
 # --- docs/operations.md -----------------------------------------------------------------------
 
@@ -35,7 +35,7 @@ def _error_classes() -> list[type[errors.DeployError]]:
     """
     import deploy
 
-    skip = ("deploy.sandbox", "deploy.demo", "deploy.cli", "deploy.docgen")
+    skip = ("deploy.sandbox", "deploy.demo", "deploy.cli")
     for info in pkgutil.walk_packages(deploy.__path__, "deploy."):
         if not info.name.startswith(skip):
             importlib.import_module(info.name)

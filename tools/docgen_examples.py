@@ -1,5 +1,5 @@
 """The hand-written part of the generated docs: YAML examples for ``docs/playbooks.md`` and
-``docs/inventory.md``. Everything else there is taken from the code (`deploy.docgen`); every
+``docs/inventory.md``. Everything else there is taken from the code (`tools.docgen`); every
 example here is loaded by the real loader in ``tests/unit/test_docs.py``. The steps' examples
 are declared by the step modules themselves (`deploy.steps.examples`).
 """

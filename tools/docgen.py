@@ -1,4 +1,4 @@
-"""``python -m deploy.docgen``: regenerate ``docs/`` and ``schema/`` from the code.
+"""``python -m tools.docgen``: regenerate ``docs/`` and ``schema/`` from the code.
 
 Reference pages written by hand drift: a key is added to a model, a default changes, an exit
 code gains a meaning, and the page keeps saying the old thing. Here every fact that code
@@ -6,7 +6,7 @@ already states is taken from it — keys, types, defaults and descriptions from 
 models, rules from their validators, explanations from the docstrings of the modules that
 implement them — and only the examples are written here, each one loaded by the real loader
 in the tests. ``tests/unit/test_docs.py`` compares the files in the repository with what this
-module produces and fails with "run python -m deploy.docgen" when they differ.
+module produces and fails with "run python -m tools.docgen" when they differ.
 
 Generated: ``docs/playbooks.md``, ``docs/inventory.md``, ``docs/operations.md`` and the JSON
 Schemas in ``schema/`` (`deploy.schema`). ``docs/json-report.md`` and ``docs/performance.md``
@@ -22,16 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deploy import schema
-from deploy.docgen_examples import (
+from tools.docgen_examples import (
     EXAMPLE_FRAME,
     INVENTORY_EXAMPLE,
     SERVICES_EXAMPLE,
     STEP_EXAMPLES,
     example_playbook,
 )
-from deploy.docgen_markdown import field_table, markdown, model_rules
-from deploy.docgen_operations import render_operations
-from deploy.docgen_reference import render_inventory, render_playbooks, step_classes
+from tools.docgen_markdown import field_table, markdown, model_rules
+from tools.docgen_operations import render_operations
+from tools.docgen_reference import render_inventory, render_playbooks, step_classes
 
 __all__ = [
     "DOCS",
@@ -103,7 +103,7 @@ def source_root() -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.docgen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.docgen", description=__doc__)
     parser.add_argument("--root", type=Path, help="Repository root (default: this checkout).")
     parser.add_argument("--check", action="store_true", help="Write nothing; exit 1 if stale.")
     args = parser.parse_args(argv)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         out_of_date = stale(root)
         for relative in out_of_date:
-            print(f"out of date: {relative} (run python -m deploy.docgen)", file=sys.stderr)
+            print(f"out of date: {relative} (run python -m tools.docgen)", file=sys.stderr)
         return 1 if out_of_date else 0
     for path in write(root):
         print(f"wrote {path.relative_to(root)}")

@@ -15,10 +15,10 @@ from deploy.config.inventory import GroupSpec, HostSpec, Inventory
 from deploy.config.playbook import Playbook
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import STEP_MODELS, StepCommon
-from deploy.docgen_examples import EXAMPLE_FRAME, INVENTORY_EXAMPLE, SERVICES_EXAMPLE, STEP_EXAMPLES
-from deploy.docgen_markdown import _NOTICE, _cell, _fence, field_table, markdown, model_rules
 from deploy.remote import connect
 from deploy.steps.python_insert import InsertAnchor
+from tools.docgen_examples import EXAMPLE_FRAME, INVENTORY_EXAMPLE, SERVICES_EXAMPLE, STEP_EXAMPLES
+from tools.docgen_markdown import _NOTICE, _cell, _fence, field_table, markdown, model_rules
 
 # --- docs/playbooks.md ------------------------------------------------------------------------
 

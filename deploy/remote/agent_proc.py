@@ -1,0 +1,245 @@
+"""What ``/proc`` says, for the process agent (`deploy.remote.agent`): a part of its program.
+
+Processes (state, group, session, command line, environment, working directory, interpreter),
+who listens on a port (``/proc/net/tcp{,6}`` matched to each process's socket inodes), and
+where a server's own interpreter would import a module from. Runs ON THE HOST, inside the
+agent's one program (`deploy.remote.hostprogram`): standard library only, no annotations.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+TCP_LISTEN = "0A"
+
+
+def _read(path, mode="r"):
+    try:
+        with open(path, mode) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _stat_fields(pid):
+    raw = _read(f"/proc/{pid}/stat")
+    if raw is None:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(")") + 2 :].split()
+    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3])}
+
+
+def _pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _cmdline(pid):
+    raw = _read(f"/proc/{pid}/cmdline", "rb")
+    if not raw:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")]
+
+
+def _environ(pid):
+    raw = _read(f"/proc/{pid}/environ", "rb")
+    env = {}
+    for part in (raw or b"").split(b"\0"):
+        if b"=" in part:
+            key, _, value = part.partition(b"=")
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def _alive(pid):
+    fields = _stat_fields(pid)
+    return fields is not None and fields["state"] not in ("Z", "X")
+
+
+def _describe(pid, with_env=False, table=None):
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = None
+    info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    if with_env:
+        info["env"] = _environ(pid)
+        info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
+        try:
+            info["exe"] = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            info["exe"] = None
+    if table is not None:
+        info["listen"] = _listens_on(pid, table)
+    return info
+
+
+#: Run by the server's interpreter: where each module would be found, by asking every finder
+#: on sys.meta_path level by level (as importlib does), so that no package's __init__ runs and
+#: the model module itself is never imported. Editable installs' finders are honoured.
+_FIND_SPEC = """
+import json, sys, types
+def find(name):
+    parts, path, spec = name.split("."), None, None
+    for i in range(len(parts)):
+        full = ".".join(parts[: i + 1])
+        spec = None
+        for finder in sys.meta_path:
+            method = getattr(finder, "find_spec", None)
+            if method is not None:
+                spec = method(full, path)
+                if spec is not None:
+                    break
+        if spec is None:
+            return {"error": "No module named " + repr(full)}
+        if i < len(parts) - 1:
+            if spec.submodule_search_locations is None:
+                return {"error": full + " is not a package"}
+            locations = spec.submodule_search_locations
+            # A namespace package's _NamespacePath recomputes itself from sys.modules[parent]:
+            # stand an empty module there (this process only exists to answer) whose __path__
+            # is the directories the package was found in; no package code runs.
+            path = list(getattr(locations, "_path", None) or locations)
+            placeholder = types.ModuleType(full)
+            placeholder.__path__ = path
+            placeholder.__spec__ = spec
+            sys.modules[full] = placeholder
+    return {"origin": spec.origin}
+print(json.dumps({name: find(name) for name in json.loads(sys.argv[1])}))
+"""
+
+
+def _interpreter(info):
+    """The server's interpreter as it was invoked (a venv's bin/python, which /proc/PID/exe
+    resolves to the base interpreter and so loses the venv), if that is the same binary."""
+    exe = info.get("exe")
+    argv0 = (info.get("cmdline") or [""])[0]
+    if argv0:
+        if "/" in argv0:
+            candidate = os.path.join(info.get("cwd") or "/", argv0)
+        else:
+            candidate = shutil.which(argv0, path=(info.get("env") or {}).get("PATH", ""))
+        if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
+            return candidate
+    return exe
+
+
+def resolve_imports(imports, python, env, cwd):
+    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file."""
+    results = []
+    try:
+        done = subprocess.run(
+            [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
+            env=env,
+            cwd=cwd or "/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        failure = None if found else (lines[-1] if lines else f"exit {done.returncode}")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        found, failure = None, str(exc)
+    for module, wanted in sorted(imports.items()):
+        entry = {"module": module, "python": python, "cwd": cwd, "expected": wanted}
+        entry["expected_real"] = os.path.realpath(wanted)
+        answer = (found or {}).get(module) or {"error": failure or "no answer"}
+        origin = answer.get("origin")
+        entry["origin"] = origin
+        entry["origin_real"] = os.path.realpath(origin) if origin else None
+        entry["error"] = answer.get("error")
+        entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
+        results.append(entry)
+    return results
+
+
+def _address(hex_address):
+    """/proc/net/tcp's little-endian hex address and port as ``1.2.3.4:80`` / ``[::1]:80``."""
+    host, _, port = hex_address.partition(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        text = socket.inet_ntop(socket.AF_INET, raw[::-1])
+        return f"{text}:{int(port, 16)}"
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{int(port, 16)}"
+
+
+def _listen_table():
+    """socket inode -> address:port of every listening TCP socket on the host."""
+    table = {}
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (_read(path) or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == TCP_LISTEN:
+                table[f"socket:[{cols[9]}]"] = _address(cols[1])
+    return table
+
+
+def _listens_on(pid, table):
+    """The addresses the process listens on (its fds that are listening sockets)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target in table:
+                found.add(table[target])
+    return sorted(found)
+
+
+def _listening_inodes(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (_read(table) or "").splitlines()[1:]:
+            cols = line.split()
+            if (
+                len(cols) > 9
+                and cols[3] == TCP_LISTEN
+                and int(cols[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(cols[9])
+    return inodes
+
+
+def _listeners(port):
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return []
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    found = []
+    for pid in _pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def _titled(prefix):
+    return [pid for pid in _pids() if prefix and (_cmdline(pid) or [""])[0].startswith(prefix)]
+
+
+def _pid_from_file(path):
+    raw = _read(path) if path else None
+    try:
+        pid = int((raw or "").strip())
+    except ValueError:
+        return None
+    return pid if _alive(pid) else None

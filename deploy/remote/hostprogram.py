@@ -1,0 +1,32 @@
+"""Programs that run ON THE HOST, each sent as the text of one ``python3 -I -S -c`` program.
+
+The host has no `deploy` package, so what runs there (the file helper,
+`deploy.remote.fileagent`; the process agent, `deploy.remote.agent`) must arrive as one
+self-contained program. Kept under ~400 lines a file, such a program is a main module plus
+parts it imports: in the main module, the import of a part follows the comment line
+`PART_MARKER`. On the workstation (unit tests, mypy) that is an ordinary import; `program`
+puts the part's text in its place, so the host runs the same names from one program text,
+standard library only. A part must not import `deploy` itself, except its own parts the same
+way, and must have no ``if __name__ == "__main__"`` block: under ``-c`` that would run.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: The comment line that marks the next import as a part to inline.
+PART_MARKER = "# host-program: part (deploy.remote.hostprogram)"
+_PART = re.compile(
+    "^" + re.escape(PART_MARKER) + r"\nfrom deploy\.remote\.(\w+) import (?:\([^)]*\)|[^\n]*)\n",
+    re.MULTILINE,
+)
+
+
+@functools.cache
+def program(name: str) -> str:
+    """The text of ``deploy/remote/<name>.py`` with every marked part import replaced by the
+    part's own (assembled) text."""
+    return _PART.sub(lambda match: program(match.group(1)), (HERE / f"{name}.py").read_text())

@@ -1,0 +1,54 @@
+"""The profiler (`bench/profile.py`) hears every span `deploy.trace` documents, on a real run.
+
+The bench no longer wraps deploy's functions by name: deploy emits spans at its own wire and
+phase boundaries and the profiler subscribes. This run on a sandbox host is what fails when
+a hooked point is renamed or its hook removed (a documented span that never fires), or when
+the profiler labels a span name deploy does not document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from bench import profile
+from deploy import trace
+from tests.integration.conftest import REPO, Deploy, KimiHost
+
+pytestmark = pytest.mark.ssh
+
+
+def test_profiler_records_every_documented_span_of_a_change_run(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]],
+) -> None:
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    before = kimi.model_file.read_bytes()
+    command = ["apply", "kimi-eagle3", "--yes", "--skip-tags", "service"]
+    command += ["-i", str(deploy.inventory)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.profile", str(deploy.workdir), *command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    document = json.loads(proc.stdout)
+    assert kimi.model_file.read_bytes() != before  # a real change run, not a no-op
+    assert set(document["trace"]) == set(trace.SPANS), "a documented span never fired"
+    labels = {label for _, label, _, _ in document["spans"]}
+    assert "step python_insert: plan" in labels and "lock: exec until READY" in labels
+    assert document["wire"]["channel opened"] >= 1  # paramiko's public API, counted
+    host_spans = [s for s in document["spans"] if s[0] != "MainThread"]
+    assert host_spans and all(s[2] <= s[3] for s in host_spans)
+
+
+def test_profiler_labels_only_documented_spans() -> None:
+    assert set(profile.LABELS) <= set(trace.SPANS)

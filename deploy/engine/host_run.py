@@ -145,8 +145,7 @@ def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
             if not recover(remote, spec.state_dir, lock, result, progress):
                 return result
             if result.recovered:
-                remote.prefetched.clear()  # an undo ran: read the files as it left them
-                remote.speculated.clear()
+                remote.forget_read_ahead()  # an undo ran: read the files as it left them
             host_seq = next_host_seq(lock.runs)
         if options.check_mode:
             if not _state_dir_writable(remote, spec.state_dir, result, progress):

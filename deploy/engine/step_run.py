@@ -67,8 +67,7 @@ def run_steps(
             return
         step = build_step(entry, index)
         if not step.confined:  # it may change files behind what was read ahead
-            remote.prefetched.clear()
-            remote.speculated.clear()
+            remote.forget_read_ahead()
         ctx.step_index = index
         ctx.upcoming = [later for _, later in steps[position + 1 :]]
         progress.step_started(name, index, step.title)

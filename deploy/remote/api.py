@@ -39,10 +39,6 @@ class Host(Protocol):
     session: Session | None
     #: Set when every operation runs through sudo (`deploy.remote.become`).
     become: Become | None
-    #: Files read ahead (by the lock's exec or `read_ahead`), each answered once by `fetch`.
-    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
-    #: Commands the lock's round trip ran ahead: (exit status, stdout, stderr).
-    speculated: dict[str, tuple[int, bytes, str]]
 
     @property
     def login_user(self) -> str:
@@ -114,6 +110,24 @@ class Host(Protocol):
 
     def flush(self) -> None:
         """Wait for every request sent without waiting; raise the first failure."""
+        ...
+
+    def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
+        """The answer of ``command`` if it was sent ahead with the lock (exit status, stdout,
+        stderr), handed out once; None if it was not (then run it)."""
+        ...
+
+    def keep_read_ahead(
+        self,
+        files: dict[str, tuple[FileStat | None, bytes | None]],
+        commands: dict[str, tuple[int, bytes, str]],
+    ) -> None:
+        """Hold what the lock's round trip read and ran ahead, for `fetch` and `ran_ahead`."""
+        ...
+
+    def forget_read_ahead(self) -> None:
+        """Drop every file and command answer read ahead and not yet used: something is about
+        to change the host outside the steps that declared those reads (an undo, a command)."""
         ...
 
     def read_ahead(self, paths: list[str]) -> None:

@@ -120,6 +120,23 @@ class RemoteHost:
                 self._conn.close()
             self._conn = None
 
+    def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
+        """See `deploy.remote.api.Host.ran_ahead`."""
+        return self.speculated.pop(command, None)
+
+    def keep_read_ahead(
+        self,
+        files: dict[str, tuple[FileStat | None, bytes | None]],
+        commands: dict[str, tuple[int, bytes, str]],
+    ) -> None:
+        """See `deploy.remote.api.Host.keep_read_ahead`."""
+        self.prefetched, self.speculated = files, commands
+
+    def forget_read_ahead(self) -> None:
+        """See `deploy.remote.api.Host.forget_read_ahead`."""
+        self.prefetched.clear()
+        self.speculated.clear()
+
     def __enter__(self) -> RemoteHost:
         return self.open()
 

@@ -134,8 +134,7 @@ class HostLock:
             self.remote.session = None
         else:
             session = None
-        self.remote.prefetched.clear()
-        self.remote.speculated.clear()
+        self.remote.forget_read_ahead()
         try:
             if session is not None and session.pending and not session.broken:
                 # Normally nothing is left: a run waits for its answers at commit.
@@ -252,16 +251,18 @@ def acquire(
         runs = _scanned(lines[1:])
         session.feed(bytes(rest))
         remote.session = session
-        remote.prefetched = _prefetched(remote, session, paths, calls, timeout)
-        remote.speculated = {
-            command: (
-                int((call.answer or {})["status"]),
-                call.payload,
-                str((call.answer or {})["stderr"]),
-            )
-            for command, call in ahead
-            if call.ok
-        }
+        remote.keep_read_ahead(
+            _prefetched(remote, session, paths, calls, timeout),
+            {
+                command: (
+                    int((call.answer or {})["status"]),
+                    call.payload,
+                    str((call.answer or {})["stderr"]),
+                )
+                for command, call in ahead
+                if call.ok
+            },
+        )
         return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):

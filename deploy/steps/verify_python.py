@@ -132,7 +132,7 @@ class VerifyPythonStep(Step[VerifyPythonArgs]):
                 command = speculative_command(args, ctx.state_dir) or compile_command(
                     args.python, args.path
                 )
-                ahead = ctx.remote.speculated.pop(command, None)
+                ahead = ctx.remote.ran_ahead(command)
                 out = "" if ahead is None else ahead[1].decode("utf-8", "replace")
                 # Run with the lock's round trip, before this run changed anything: a pass
                 # counts only for the very bytes this step checks; a failure is checked again.

@@ -15,7 +15,7 @@ import pytest
 
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.sshd_setup import SandboxError, find_sshd
-from deploy.sandbox.wheels import cache_dir
+from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, cache_dir, sglang_wheel
 
 #: Computed at import, while HOME and XDG_CACHE_HOME are still the developer's.
 WHEEL_CACHE = str(cache_dir())
@@ -31,9 +31,36 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("DEPLOY_WHEEL_CACHE", WHEEL_CACHE)
-    for name in ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "DEPLOY_INVENTORY"):
+    # COLUMNS and LINES: a developer's shell may export them, and pytest-xdist's workers have
+    # them (80x24); either would make deploy fit its tables to a width the test never chose.
+    for name in ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "DEPLOY_INVENTORY", "COLUMNS", "LINES"):
         monkeypatch.delenv(name, raising=False)
     return home
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist declares this mark too; declared here as well so that a run without the
+    # plugin (``-p no:xdist``) does not turn the unknown mark into an error (filterwarnings).
+    config.addinivalue_line(
+        "markers", "xdist_group(name): run on one pytest-xdist worker, one test after another"
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist, fetch the SGLang wheels once, before any worker starts.
+
+    Workers would otherwise all find the cache empty on a fresh machine and run ``pip
+    download`` into the same directory at once, one reading a wheel another is still writing.
+    A failed download is left for the tests that need the wheel to report.
+    """
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
+        return
+    for version in (PATCH_NEEDED, ALREADY_PATCHED):
+        try:
+            sglang_wheel(version)
+        except RuntimeError:
+            return
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

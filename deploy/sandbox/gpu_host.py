@@ -203,6 +203,12 @@ def wait_healthy(port: int, timeout: float = 30.0) -> None:
 
 def listener_pid(port: int) -> int | None:
     """The pid of a process listening on ``port`` on this machine (the tests' oracle)."""
+    pids = listener_pids(port)
+    return pids[0] if pids else None
+
+
+def listener_pids(port: int) -> list[int]:
+    """Every pid holding a socket that listens on ``port``, the process-group leader first."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
@@ -210,7 +216,7 @@ def listener_pid(port: int) -> int | None:
             if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(f"socket:[{cols[9]}]")
     if not inodes:
-        return None
+        return []
     candidates = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -222,7 +228,7 @@ def listener_pid(port: int) -> int | None:
             continue
     # Several processes may share the socket (SGLang's children inherit it): prefer the leader.
     candidates.sort(key=lambda pid: (_pgid(pid) != pid, pid))
-    return candidates[0] if candidates else None
+    return candidates
 
 
 def _pgid(pid: int) -> int:

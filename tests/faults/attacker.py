@@ -72,7 +72,9 @@ def _ensure_user() -> Attacker:
     try:
         entry = pwd.getpwuid(ATTACKER_UID)
     except KeyError:
-        subprocess.run(
+        # Not check=True: another pytest-xdist worker may create the user meanwhile (useradd
+        # then exits 4 or 9); whoever made it, the user must exist now.
+        made = subprocess.run(
             [
                 "useradd",
                 "--uid",
@@ -85,10 +87,13 @@ def _ensure_user() -> Attacker:
                 "--user-group",
                 ATTACKER_NAME,
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
-        entry = pwd.getpwuid(ATTACKER_UID)
+        try:
+            entry = pwd.getpwuid(ATTACKER_UID)
+        except KeyError:
+            raise AssertionError(f"useradd failed: {made.stderr.strip()}") from None
     return Attacker(entry.pw_uid, entry.pw_gid, entry.pw_name)
 
 

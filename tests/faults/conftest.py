@@ -36,7 +36,7 @@ from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
 from tests.faults.attacker import arena, attacker  # noqa: F401 - the attacker suite's fixtures
-from tests.integration.conftest import Deploy
+from tests.integration.conftest import QUICK_HEALTH, Deploy
 from tests.support.proxy import CuttingProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,7 +236,7 @@ def make_fault_host(
         host = sshd_sandbox.start(name, env={FAULT_ENV: str(helper_rule)})
         gpu = None
         if service:
-            gpu = gpu_host.prepare(host, "0.5.9", **standin)
+            gpu = gpu_host.prepare(host, "0.5.9", **{**QUICK_HEALTH, **standin})
             model, host_vars = gpu.model_file, dict(gpu.vars)
         else:
             model = host.root / MODEL_REL

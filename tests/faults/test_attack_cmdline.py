@@ -13,8 +13,14 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.faults.attacker import Attacker, record_attack
 from tests.faults.conftest import REPO, FaultHost
+
+#: Each attacker is a busy loop that keeps a core busy: under pytest-xdist the attacks run on
+#: one worker, one after another, so that two of them never starve a 2-core machine at once.
+pytestmark = pytest.mark.xdist_group("attacker")
 
 TOKEN = "hf_CmdLine-Secret-4c8d91"
 SECONDS = 40.0

@@ -33,6 +33,10 @@ from deploy.steps.append import AppendArgs
 from tests.faults.attacker import Attacker, attacker_dir, describe, record_attack, root_only_file
 from tests.faults.conftest import FaultHost
 
+#: Each attacker is a busy loop that keeps a core busy: under pytest-xdist the attacks run on
+#: one worker, one after another, so that two of them never starve a 2-core machine at once.
+pytestmark = pytest.mark.xdist_group("attacker")
+
 #: A deploy command takes 1-6 s on a loaded CI machine: 25 s gives 2-12 tries per attack.
 SECONDS = 25.0
 TRIES = 12

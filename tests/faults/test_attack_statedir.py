@@ -30,6 +30,10 @@ from tests.faults.attacker import (
 )
 from tests.faults.conftest import FILES_ONLY, FaultHost
 
+#: Each attacker is a busy loop that keeps a core busy: under pytest-xdist the attacks run on
+#: one worker, one after another, so that two of them never starve a 2-core machine at once.
+pytestmark = pytest.mark.xdist_group("attacker")
+
 TRIES = 3
 SECONDS = 10.0
 EVIL = b"# the attacker's bytes, written by root\nimport os; os.system('id > /tmp/pwned')\n"

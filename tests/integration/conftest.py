@@ -26,6 +26,11 @@ from deploy.sandbox.wheels import kimi_k25_source
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"
+#: The stand-in's health check as these fixtures start it: 0.1 s, not SGLang's ~1 s (one token
+#: generated, seen at a 1 s poll). Only a test about readiness timing needs the real second
+#: (test_readiness passes ``health_seconds=1.0``; test_standin_sglang checks the default);
+#: every other start, restart and rollback of a server would pay it for nothing.
+QUICK_HEALTH: dict[str, object] = {"health_seconds": 0.1}
 
 
 def open_remote(host: SshHost) -> RemoteHost:
@@ -148,7 +153,8 @@ def make_gpu_hosts(
 
     def make(versions: list[str | None], **standin: object) -> tuple[list[GpuHost], Deploy]:
         hosts = sshd_sandbox.start_many([f"gpu-{i + 1}" for i in range(len(versions))])
-        gpus = [gpu_host.prepare(h, v, **standin) for h, v in zip(hosts, versions, strict=True)]
+        settings = {**QUICK_HEALTH, **standin}
+        gpus = [gpu_host.prepare(h, v, **settings) for h, v in zip(hosts, versions, strict=True)]
         workdir = tmp_path / "workstation"
         workdir.mkdir(exist_ok=True)
         if not (workdir / "playbooks").exists():

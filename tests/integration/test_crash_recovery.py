@@ -10,7 +10,6 @@ first (reported under "recovered"), then applies again.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -31,31 +30,29 @@ def _wait_for_change(kimi: KimiHost, before: str, seconds: float = 20) -> None:
         time.sleep(0.02)
 
 
-def _wait_for_command(argv: list[str], seconds: float = 20) -> None:
-    """Until a process runs ``argv``: the run's writes are sent without waiting, so the file
-    changes before the client has necessarily sent the command that follows them."""
-    wanted = ("\0".join(argv) + "\0").encode()
+def _wait_for_file(path: Path, seconds: float = 20) -> None:
+    """Until ``path`` exists: the run's writes are sent without waiting, so the file changes
+    before the client has necessarily sent the command that follows them."""
     deadline = time.monotonic() + seconds
-    while True:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if Path(f"/proc/{pid}/cmdline").read_bytes() == wanted:
-                    return
-            except OSError:
-                continue
-        assert time.monotonic() < deadline, f"{argv} never started"
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
         time.sleep(0.02)
 
 
 def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     original = sha256(kimi.model_file)
-    hanging = write_playbook(tmp_path, "hangs", check="sleep 4")
+    # The check runs until the test says go: the dead run's lock is held for as long as the
+    # test needs it, however slow the commands below are on a loaded machine (a `sleep 4`
+    # could end before them).
+    started, go = tmp_path / "check-started", tmp_path / "check-go"
+    hold = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
+    hanging = write_playbook(tmp_path, "hangs", check=hold)
     quick = write_playbook(tmp_path, "hangs-not")
 
     victim = deploy.popen("apply", str(hanging), "--yes")
     _wait_for_change(kimi, original)
-    _wait_for_command(["sleep", "4"])
+    _wait_for_file(started)
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)  # reaps it and closes its pipes
     patched = sha256(kimi.model_file)
@@ -70,7 +67,8 @@ def test_sigkilled_run_is_undone_by_the_next_apply(make_kimi_hosts, tmp_path: Pa
     status = deploy("status", "--json")
     assert status.exit_code == 0, status.output
     (seen,) = json.loads(status.stdout)
-    assert seen["lock"] == "held", "the dead run's `sleep 4` still runs, and keeps the lock"
+    assert seen["lock"] == "held", "the dead run's check still runs, and keeps the lock"
+    go.touch()
     deadline = time.monotonic() + 20
     while seen["lock"] == "held":
         assert time.monotonic() < deadline, "the lock outlived the dead run's last command"

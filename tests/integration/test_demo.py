@@ -7,17 +7,24 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.integration.conftest import REPO
 
 
-def _sshd_pids() -> set[int]:
+def _pids_under(base: Path) -> set[int]:
+    """Processes whose command line names a path in ``base``: the kept host's sshd, say.
+
+    Only this demo's directory counts: another `deploy demo` on the machine (a second worker,
+    or someone else's test run on a shared machine) has its own.
+    """
+    needle = f"{base}/".encode()
     pids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if b"deploy-demo-" in handle.read():
+                    if needle in handle.read():
                         pids.add(int(entry))
             except OSError:
                 continue
@@ -26,7 +33,6 @@ def _sshd_pids() -> set[int]:
 
 def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
     """``--keep`` returns the prompt with the host up; its export line works; ``--stop`` ends it."""
-    before = _sshd_pids()
     proc = subprocess.run(
         [sys.executable, "-m", "deploy.cli", "demo", "--keep"],
         cwd=REPO,
@@ -56,6 +62,9 @@ def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
     assert serving.endswith("--speculative-num-draft-tokens 4"), serving
     # The export line is a command: a shell that runs it reaches the kept host and its history.
     export = next(line.strip() for line in out.splitlines() if line.strip().startswith("export "))
+    exported = dict(pair.split("=", 1) for pair in shlex.split(export)[1:])
+    base = Path(exported["XDG_STATE_HOME"]).parent  # the demo's own directory
+    assert base.name.startswith("deploy-demo-"), export
     script = f"{export}; {shlex.quote(sys.executable)} -m deploy.cli history; " + (
         f"{shlex.quote(sys.executable)} -m deploy.cli apply kimi-eagle3 --check "
         "--detailed-exitcode --skip-tags service"
@@ -68,7 +77,7 @@ def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
     # The rollback put 0.5.9's file back: the patch is pending again, which is drift: exit 5.
     assert used.returncode == 5, used.stdout + used.stderr
     assert "1 host(s) would change" in used.stdout
-    assert _sshd_pids() - before, "the kept host is still running"
+    assert _pids_under(base), "the kept host is still running"
 
     stop = subprocess.run(
         [sys.executable, "-m", "deploy.cli", "demo", "--stop"],
@@ -77,4 +86,4 @@ def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
         timeout=120,
     )
     assert stop.returncode == 0 and "stopped the demo" in stop.stdout, stop.stdout + stop.stderr
-    assert _sshd_pids() <= before, "every daemon and server the demo started is gone"
+    assert not _pids_under(base), "every daemon and server the demo started is gone"

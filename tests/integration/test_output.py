@@ -113,8 +113,9 @@ def test_colour_listings_and_short_flags(
 def test_rollback_reports_progress_while_the_old_server_loads(
     make_gpu_hosts: Callable[..., tuple[list[GpuHost], Deploy]],
 ) -> None:
-    (gpu,), deploy = make_gpu_hosts(["0.5.9"], load_seconds=11.0, warmup_seconds=1.0)
-    gpu_host.start_old_server(gpu, timeout=60)
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"], load_seconds=1.0, warmup_seconds=1.0)
+    gpu_host.start_old_server(gpu, timeout=60)  # by hand: how long it loads is not under test
+    gpu.configure(load_seconds=11.0)  # every start from here on: the apply's and the rollback's
     applied = deploy("apply", "kimi-eagle3", "--yes")
     assert applied.exit_code == 0, applied.output
     waits = [line for line in applied.stderr.splitlines() if "waiting for sglang" in line]

@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from deploy.sandbox import gpu_host
@@ -157,6 +158,12 @@ def test_orphaned_scheduler_holding_the_port_is_reaped(make_gpu_hosts) -> None: 
     gpu = gpus[0]
     gpu_host.start_old_server(gpu)
     gpu.configure(orphan_scheduler=False)
+    # The server sends its listening socket to the schedulers once bound; on a loaded machine
+    # they may not have it yet when it first answers healthy: wait until one holds it too.
+    deadline = time.monotonic() + 10
+    while len(gpu_host.listener_pids(gpu.port)) < 2:
+        assert time.monotonic() < deadline, "no scheduler took the listening socket"
+        time.sleep(0.05)
     # The server dies the way SGLang does: its scheduler survives and keeps the port.
     os.kill(_listener_pid(gpu.port, leader=True), signal.SIGKILL)
     holder = listener_cmdline(gpu.port)

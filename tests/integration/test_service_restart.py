@@ -18,7 +18,7 @@ from typing import Any
 
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline, listener_pid
-from tests.integration.conftest import Deploy, sha256
+from tests.integration.conftest import QUICK_HEALTH, Deploy, sha256
 
 EAGLE3 = [
     "--speculative-algorithm",
@@ -281,7 +281,7 @@ def test_an_empty_templated_pythonpath_keeps_the_inherited_one(
     PYTHONPATH every session inherits; the playbook's "" must not wipe it."""
     python_path = sshd_sandbox.base / "gpu-1" / "root" / "sglang" / "python"
     host = sshd_sandbox.start("gpu-1", env={"PYTHONPATH": str(python_path)})
-    gpu = gpu_host.prepare(host, "0.5.9")
+    gpu = gpu_host.prepare(host, "0.5.9", **QUICK_HEALTH)
     assert gpu.python_path == python_path
     workdir = tmp_path / "workstation"
     workdir.mkdir()

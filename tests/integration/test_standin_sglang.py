@@ -296,8 +296,10 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
             "text": "Tell a story",
             "sampling_params": {"max_new_tokens": 200, "ignore_eos": True},
         }
+        # The "Say hi" request above logged a prefill already: wait for this request's own.
+        prefills = server.log().count("Prefill batch")
         pending = pool.submit(request, server.port, "POST", "/generate", long)
-        poll(lambda: "Prefill batch" in server.log(), "the request to be running")
+        poll(lambda: server.log().count("Prefill batch") > prefills, "the request to be running")
         server.process.send_signal(signal.SIGTERM)
         poll(lambda: health(server.port) == 503, "health 503 while draining")
         assert pending.result()[0] == 200

@@ -16,7 +16,7 @@ from pathlib import Path
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import listener_cmdline
 from deploy.sandbox.sshd import SshdSandbox
-from tests.integration.conftest import REPO, Deploy, sha256
+from tests.integration.conftest import QUICK_HEALTH, REPO, Deploy, sha256
 
 FAKE = REPO / "deploy" / "sandbox" / "fake_systemd"
 
@@ -46,7 +46,7 @@ def test_systemd_unit_restarted_then_rolled_back(sshd_sandbox: SshdSandbox, tmp_
     root = sshd_sandbox.base / "gpu-1" / "root"
     bin_dir = root / "bin"
     host = sshd_sandbox.start("gpu-1", env={"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"})
-    gpu = gpu_host.prepare(host, "0.5.9")
+    gpu = gpu_host.prepare(host, "0.5.9", **QUICK_HEALTH)
     for tool in ("systemctl", "journalctl"):
         shutil.copy2(FAKE / tool, bin_dir / tool)
     units = root / "etc" / "systemd"

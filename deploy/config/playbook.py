@@ -94,8 +94,8 @@ class Playbook(BaseModel):
 
 def _steps_changed() -> None:
     """Rebuild `Playbook` with the union of the actions registered now."""
-    union = Annotated[catalogue.step_entry(), catalogue.OWN_MODEL]
-    Playbook.model_fields["steps"].annotation = list[union]  # type: ignore[valid-type]
+    union: Any = Annotated[catalogue.step_entry(), catalogue.OWN_MODEL]
+    Playbook.model_fields["steps"].annotation = list[union]
     Playbook.model_rebuild(force=True)
 
 

@@ -167,6 +167,7 @@ def test_format_path(path: tuple[str | int, ...], text: str) -> None:
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = [
     "a: 1\r\nb: [x, {y: 2}]\r\n",
+    'm: {a: ü中😀, b: 1}\nl: ["é😀", x, {k: v}]\nü: {ä: [1, 2]}\n',  # columns in characters
     's: \'quoted ü 中文 😀\'\nt: "esc\\t\\u00e9"\nu: "ü: x"\n',
     "base: &b {x: 1, y: [1, 2]}\nother:\n  <<: *b\n  y: 3\nlist: [*b, *b]\n",
     "text: |\n  line one\n    indented\n\nfolded: >-\n  a\n  b\n? complex\n: value\n",

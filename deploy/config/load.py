@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from deploy import trace
 from deploy.config.errors import Problems, suggest, validation_error
-from deploy.config.inventory import AS_WRITTEN, Inventory
+from deploy.config.inventory import AS_WRITTEN, GroupSpec, HostSpec, Inventory
 from deploy.config.playbook import Playbook
 from deploy.config.resolve import (
     HostPlan,
@@ -32,6 +32,7 @@ from deploy.config.resolve import (
     resolve_hosts,
 )
 from deploy.config.select import check_inventory
+from deploy.config.services import ServiceSpec
 from deploy.config.steps import action_of, args_of
 from deploy.config.template import (
     BUILTIN_VARS,
@@ -45,6 +46,20 @@ from deploy.errors import InputError
 
 INVENTORY_ENV = "DEPLOY_INVENTORY"
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
+
+
+def _build_parts_first(*parts: type[BaseModel]) -> None:
+    """Build the models a file model contains before the file model itself.
+
+    Every model is built (pydantic's schema generation, the start-up's largest CPU cost) on
+    first use. A file model built first generates its parts' schemas inline, and a part that
+    is also validated on its own (`HostSpec` per host once rendered, `GroupSpec` for a group
+    written as a list, `ServiceSpec` per used service) is then generated a second time. Built
+    first, the part's schema is reused by the file model: ~10 ms of every command that loads
+    the files. A model already built returns at once.
+    """
+    for part in parts:
+        part.model_rebuild()
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,7 @@ def load_inventory(path: Path) -> LoadedInventory:
     if not path.is_file():
         raise InputError(f"inventory not found: {path} (use -i FILE or set {INVENTORY_ENV})")
     doc = load_yaml(path)
+    _build_parts_first(HostSpec, GroupSpec)
     try:
         inventory = Inventory.model_validate(doc.data, context={AS_WRITTEN: True})
     except ValidationError as exc:
@@ -137,6 +153,7 @@ def load_playbook(path: Path) -> LoadedPlaybook:
     if not path.is_file():
         raise InputError(f"playbook not found: {path}")
     doc = load_yaml(path)
+    _build_parts_first(ServiceSpec)
     try:
         playbook = Playbook.model_validate(doc.data, context={AS_WRITTEN: True})
     except ValidationError as exc:

@@ -8,7 +8,7 @@ When a step is registered later, `Playbook` is rebuilt with the new union.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,8 +19,8 @@ from deploy.config.steps import StepCommon
 
 if TYPE_CHECKING:  # to the type checker a step is its common part; to pydantic, the union
     StepEntry = StepCommon
-else:
-    StepEntry = catalogue.step_entry()
+else:  # validated by each step's own model (`catalogue.OwnModel`), described as the union
+    StepEntry = Annotated[catalogue.step_entry(), catalogue.OWN_MODEL]
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
 
@@ -94,8 +94,8 @@ class Playbook(BaseModel):
 
 def _steps_changed() -> None:
     """Rebuild `Playbook` with the union of the actions registered now."""
-    union = catalogue.step_entry()
-    Playbook.model_fields["steps"].annotation = list[union]  # type: ignore[valid-type]
+    union: Any = Annotated[catalogue.step_entry(), catalogue.OWN_MODEL]
+    Playbook.model_fields["steps"].annotation = list[union]
     Playbook.model_rebuild(force=True)
 
 

@@ -10,13 +10,12 @@ by ``--tags`` is not an error. Nothing here touches the network or any host.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from deploy import masking, trace
 from deploy.config.errors import Problems, validation_error
@@ -24,7 +23,7 @@ from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import STEP_MODELS, StepCommon, args_of, on_change, step_entry, step_kind
+from deploy.config.steps import StepCommon, args_of, step_entry, validate_step
 from deploy.config.template import BUILTIN_VARS, Origin, Variables
 from deploy.config.yamlpos import KeyPath, Positions, format_path
 from deploy.errors import InputError, SourcePosition
@@ -33,28 +32,6 @@ if TYPE_CHECKING:
     from deploy.config.load import LoadedInventory, LoadedPlaybook
 
 T = TypeVar("T")
-
-
-@functools.cache
-def _step_adapter() -> TypeAdapter[StepCommon]:
-    """The whole step union, built only to word an error (it costs ~40 ms to build)."""
-    return TypeAdapter(step_entry())
-
-
-on_change(_step_adapter.cache_clear)
-
-
-def _validate_step(data: Any) -> StepCommon:
-    """Validate a step with its own model only: with ``defer_build`` the models a playbook
-    does not use are never built. A failure is re-validated by the union, so its message is
-    the one the union's discriminator gives (unknown action, two actions, ...)."""
-    kind = step_kind(data)
-    if kind is not None:
-        try:
-            return STEP_MODELS[kind].model_validate(data)
-        except ValidationError:
-            pass
-    return _step_adapter().validate_python(data)
 
 
 @dataclass(frozen=True)
@@ -192,7 +169,7 @@ def _step(
     if isinstance(rendered.get("patch"), dict):
         rendered["patch"] = dict(rendered["patch"])
         _read_diff(pb, index, rendered["patch"], diffs)
-    return _validated(_validate_step, step_entry(), rendered, pb.positions, ("steps", index))
+    return _validated(validate_step, step_entry(), rendered, pb.positions, ("steps", index))
 
 
 def _services(

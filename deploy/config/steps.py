@@ -15,6 +15,13 @@ discriminated by which action key is present, so that pydantic reports errors un
 key and the JSON Schema (``deploy schema``) offers completion per action. Whoever holds a
 derived object (the `Playbook` model, a cached adapter) subscribes with `on_change` and is told
 when an action is added or removed.
+
+The union is what the schema and error messages describe, but not what validates a step that
+is right: `validate_step` checks a step with its own action's entry model, and builds the
+union's validator (~40 ms of pydantic schema building, every action's model inlined) only to
+word the error of a step that its own model refuses. `Playbook` validates its steps through
+`validate_step` too (`OWN_MODEL`), so a run builds only the models of the actions it uses,
+each once.
 """
 
 from __future__ import annotations
@@ -23,7 +30,20 @@ import functools
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Discriminator, Field, Tag, create_model
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from deploy.config.inventory import StrictModel
 
@@ -81,6 +101,7 @@ def on_change(listener: Callable[[], None]) -> None:
 
 def _changed() -> None:
     step_entry.cache_clear()
+    step_adapter.cache_clear()
     for listener in list(_listeners):
         listener()
 
@@ -127,3 +148,48 @@ def step_entry() -> Any:
             custom_error_message="a step needs exactly one action key: " + ", ".join(STEP_MODELS),
         ),
     ]
+
+
+@functools.cache
+def step_adapter() -> TypeAdapter[StepCommon]:
+    """The whole step union as one validator; `validate_step` builds it only to word an error."""
+    return TypeAdapter(step_entry())
+
+
+def validate_step(data: Any, context: Any = None) -> StepCommon:
+    """Validate one step with its own action's model only (with ``defer_build``, the models of
+    actions a playbook does not use are never built). A step that model refuses, or one without
+    exactly one action key, is validated again by the union, so its error is the one the
+    union's discriminator gives (the tag in its location, unknown action, two actions, ...)."""
+    kind = step_kind(data)
+    if kind is not None:
+        try:
+            return STEP_MODELS[kind].model_validate(data, context=context)
+        except ValidationError:
+            pass
+    return step_adapter().validate_python(data, context=context)
+
+
+class OwnModel:
+    """``Annotated`` marker for a step field: validate through `validate_step`, not the union.
+
+    The annotation keeps the union (error locations are walked through it, `walk_loc`), and
+    the JSON Schema is the union's; only the validator differs: building the union into a
+    model costs every action's model, each built once more when it validates a step alone.
+    """
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        def validate(value: Any, info: ValidationInfo) -> StepCommon:
+            return validate_step(value, info.context)
+
+        return core_schema.with_info_plain_validator_function(validate)
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(step_adapter().core_schema)
+
+
+OWN_MODEL = OwnModel()

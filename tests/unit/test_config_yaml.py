@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from deploy.config import yamlpos
 from deploy.config.yamlpos import format_path, load_yaml, load_yaml_text
 from deploy.errors import InputError
 
@@ -158,3 +160,95 @@ def test_load_yaml_reports_bad_utf8_and_missing_file(tmp_path: Path) -> None:
 )
 def test_format_path(path: tuple[str | int, ...], text: str) -> None:
     assert format_path(path) == text
+
+
+# libyaml's parser reads first where it is present (speed); these show it changes nothing.
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = [
+    "a: 1\r\nb: [x, {y: 2}]\r\n",
+    'm: {a: ü中😀, b: 1}\nl: ["é😀", x, {k: v}]\nü: {ä: [1, 2]}\n',  # columns in characters
+    's: \'quoted ü 中文 😀\'\nt: "esc\\t\\u00e9"\nu: "ü: x"\n',
+    "base: &b {x: 1, y: [1, 2]}\nother:\n  <<: *b\n  y: 3\nlist: [*b, *b]\n",
+    "text: |\n  line one\n    indented\n\nfolded: >-\n  a\n  b\n? complex\n: value\n",
+    "x:\n  - - - nested: compact\n      - y\n  - z\n",
+    "top:\n  # a comment\n  k: v  # trailing\n1: int key\n'1': str key\n",
+    "pb:\n  steps:\n    - python_insert: {path: /x, class: 'K', code: \"def f(self):\\n  pass\"}\n",
+]
+
+
+def _both(text: str) -> tuple[yamlpos.YamlDocument, yamlpos.YamlDocument]:
+    return yamlpos._load(yamlpos._CLoader, text, "f"), yamlpos._load(yamlpos._Loader, text, "f")
+
+
+@pytest.mark.skipif(yamlpos._CSafeLoader is None, reason="PyYAML without libyaml")
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        str(p.relative_to(REPO))
+        for pattern in ("*.yaml", "*.yml")
+        for p in REPO.rglob(pattern)
+        if not any(part.startswith(".") or part == "node_modules" for part in p.parts)
+    ),
+)
+def test_libyaml_gives_the_same_data_and_positions_for_every_repository_file(name: str) -> None:
+    text = (REPO / name).read_text(encoding="utf-8-sig")
+    try:
+        fast, pure = _both(text)
+    except InputError:  # a deliberately bad file: errors are always the pure loader's
+        return
+    assert fast.data == pure.data
+    assert fast.positions.values == pure.positions.values
+    assert fast.positions.keys == pure.positions.keys
+
+
+@pytest.mark.skipif(yamlpos._CSafeLoader is None, reason="PyYAML without libyaml")
+@pytest.mark.parametrize("text", SAMPLES)
+def test_libyaml_gives_the_same_data_and_positions_for_tricky_text(text: str) -> None:
+    fast, pure = _both(text)
+    assert fast.data == pure.data
+    assert fast.positions.values == pure.positions.values
+    assert fast.positions.keys == pure.positions.keys
+
+
+@pytest.mark.skipif(yamlpos._CSafeLoader is None, reason="PyYAML without libyaml")
+def test_the_shipped_playbook_takes_the_fast_parser_and_deep_nesting_does_not() -> None:
+    playbook = (REPO / "deploy/playbooks/kimi-eagle3.yaml").read_text(encoding="utf-8")
+    assert yamlpos._c_parser_fits(playbook)
+    # libyaml's composer recurses in C without limit: a deep document would crash the process.
+    assert not yamlpos._c_parser_fits("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert not yamlpos._c_parser_fits("a: '\x07'\n")  # a character YAML forbids
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "k:\tv\n",
+        "k: v\t# c\n",
+        "a: [b?c]\n",
+        "a: {b: c?d}\n",
+        "a\ufeff: 1\n",
+        "a: {x: , y: 1}\n",
+        "a: [x: ]\n",
+        "a: |#\n  x\n",
+    ],
+)
+def test_what_libyaml_alone_accepts_is_refused_or_read_as_the_pure_loader_does(text: str) -> None:
+    # libyaml takes a tab as space and "?" inside a flow scalar; the pure loader refuses both.
+    pure: Any
+    try:
+        pure = yamlpos._load(yamlpos._Loader, text, "f").data
+    except InputError as exc:
+        pure = str(exc)
+    try:
+        loaded = load_yaml_text(text, "f")
+        assert loaded.data == pure
+        assert loaded.positions.values == yamlpos._load(yamlpos._Loader, text, "f").positions.values
+    except InputError as exc:
+        assert str(exc) == pure
+
+
+def test_errors_are_worded_by_the_pure_python_loader_even_when_libyaml_reads_first() -> None:
+    # libyaml says "found undefined alias" without the alias; the pure loader names it.
+    assert error_of("a: *nope\n") == "f.yaml:1:4: YAML syntax error: found undefined alias 'nope'"
+    assert error_of("a: 1\na: 2\n") == "f.yaml:2:1: duplicate key 'a' (first defined on line 1)"

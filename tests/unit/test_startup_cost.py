@@ -1,0 +1,111 @@
+"""Start-up cost guards: what `deploy --help` and `deploy validate` load and build.
+
+A ``deploy`` that contacts a host spends its first ~0.4 CPU-s in its own interpreter before
+the first SSH message (imports, building pydantic models); on a loaded machine that is most
+of the gap to a bare paramiko login (docs/performance.md). No wall-time assertion here (the
+machine is shared): each test runs a command in a fresh interpreter and checks *what* it
+imported or built, so that a change putting something heavy back on the hot path fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Never needed before a command contacts a host (and `validate` never contacts one).
+NETWORK_STACK = ("paramiko", "fabric", "invoke", "cryptography", "nacl", "bcrypt")
+#: Not needed by any command's start-up (templating is deploy's own; see deploy.config.template).
+NEVER_AT_START = ("jinja2", "matplotlib", "requests", "urllib3")
+
+
+def _fresh(code: str) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter from the repository; it prints one JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+_RUN_CLI = """
+import json, sys
+from deploy.cli import main
+try:
+    main({args!r})
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}))
+"""
+
+
+def _top_level(modules: object) -> set[str]:
+    assert isinstance(modules, list)
+    return {name.split(".")[0] for name in modules}
+
+
+def _loaded(modules: object, prefix: str) -> list[str]:
+    assert isinstance(modules, list)
+    return [name for name in modules if name == prefix or name.startswith(prefix + ".")]
+
+
+def test_help_loads_no_models_no_yaml_and_no_ssh() -> None:
+    result = _fresh(_RUN_CLI.format(args=["--help"]))
+    assert result["code"] == 0
+    top = _top_level(result["modules"])
+    for heavy in ("pydantic", "pydantic_core", "yaml", *NETWORK_STACK, *NEVER_AT_START):
+        assert heavy not in top, f"deploy --help imports {heavy}"
+    for layer in ("deploy.config", "deploy.engine", "deploy.remote", "deploy.steps"):
+        assert not _loaded(result["modules"], layer), f"deploy --help imports {layer}"
+
+
+def test_validate_loads_no_ssh_stack_no_engine_and_no_reports() -> None:
+    result = _fresh(_RUN_CLI.format(args=["validate", "-i", "hosts.yaml"]))
+    assert result["code"] == 0
+    top = _top_level(result["modules"])
+    for heavy in (*NETWORK_STACK, *NEVER_AT_START):
+        assert heavy not in top, f"deploy validate imports {heavy}"
+    for layer in ("deploy.engine", "deploy.remote", "deploy.report", "deploy.schema"):
+        assert not _loaded(result["modules"], layer), f"deploy validate imports {layer}"
+
+
+_BUILDS = """
+import json
+from pathlib import Path
+from deploy.config import load
+from deploy.config import steps as catalogue
+from deploy.config.playbook import Playbook
+
+inv = load.load_inventory(Path("hosts.yaml"))
+pb = load.load_playbook(Path("playbooks/kimi-eagle3.yaml"))
+load.resolve(inv, pb, extra_vars={}, limit=None, tags=None, skip_tags=["service"])
+used = sorted({catalogue.step_kind(raw) for raw in pb.data["steps"]})
+built = sorted(k for k, m in catalogue.STEP_MODELS.items() if m.__pydantic_complete__)
+print(json.dumps({
+    "used": used,
+    "built": built,
+    "union_built": catalogue.step_adapter.cache_info().currsize,  # the error-only validator
+    "playbook_schema": repr(Playbook.__pydantic_core_schema__),
+    "step_models": [m.__name__ for m in catalogue.STEP_MODELS.values()],
+}))
+"""
+
+
+def test_a_run_builds_only_the_step_models_its_playbook_uses_and_never_the_union() -> None:
+    # The union of every action's model is built only to word the error of a refused step;
+    # Playbook validates each step with its own model (config.steps.OwnModel).
+    result = _fresh(_BUILDS)
+    used, built, names = result["used"], result["built"], result["step_models"]
+    assert isinstance(used, list) and isinstance(names, list)
+    assert 0 < len(used) < len(names), "the shipped playbook no longer shows the point"
+    assert built == used, "step models built beyond those the playbook uses"
+    assert result["union_built"] == 0, "the whole step union was built for valid input"
+    schema = result["playbook_schema"]
+    assert isinstance(schema, str)
+    inlined = [name for name in names if f"'{name}'" in schema]
+    assert not inlined, f"Playbook's validator inlines step models again: {inlined}"

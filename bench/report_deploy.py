@@ -70,8 +70,11 @@ def round_trips(results: Results) -> list[str]:
         "commands as **cmd**s — no new shell, one round trip each "
         "(`deploy/remote/session.py`): the compile check, and reading a file a command may "
         "have changed. The files the first steps read (status and bytes) come with the "
-        "lock's own exec. Writes and renames go over SFTP, which a re-run that changes "
-        "nothing never opens. On loopback the hosts' "
+        "lock's own exec. Writes, saved copies and journal records go to the host's file "
+        "helper in the lock's shell (`deploy/remote/fileagent.py`), sent without waiting and "
+        "waited for once, at the commit; SFTP serves only what takes no lock (the reads of "
+        "`--check` where python3 is missing, `deploy status`), so these runs open none. "
+        "On loopback the hosts' "
         "shells also run on the workstation's cores, so at N = 20 and 50 every exec competes "
         "with the tools themselves for CPU.",
         "",

@@ -53,6 +53,9 @@ def serving(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
         "0.5.9",
         load_seconds=0.1,
         warmup_seconds=0.1,
+        # SGLang answers /health_generate after its 1 s poll; 0.2 s keeps the delay (a health
+        # check still costs a generation's wait) and saves seconds per restart and rollback.
+        health_seconds=0.2,
     )
     rig.write_inventory(**gpu.vars)
     subprocess.run(["/bin/bash", "-c", gpu.old_server_command()], check=True, timeout=30)

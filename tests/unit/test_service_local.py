@@ -3,7 +3,9 @@
 The stand-in (`deploy/sandbox/fake_sglang`) is a real process on this machine: started "by
 hand" as an operator would, then restarted by the kimi-eagle3 playbook with EAGLE-3, checked
 healthy through `Host.http` (a local socket here, a forwarded channel over SSH), and rolled
-back to the operator's command line when a later step fails. What runs afterwards is read from
+back to the operator's command line when a later step fails; its throughput gated against the
+server it replaced (the stand-in's ``eagle3_tokens_per_s`` makes the new one faster or slower);
+stopped and started by the ``stop`` and ``start`` steps. What runs afterwards is read from
 /proc, not from deploy's report.
 """
 
@@ -30,8 +32,8 @@ KIMI = Path(__file__).resolve().parents[2] / "playbooks" / "kimi-eagle3.yaml"
 
 
 def kimi_without_gate(rig: LocalRig, *, then: list[dict[str, Any]] = ()) -> Path:  # type: ignore[assignment]
-    """kimi-eagle3 as shipped, minus its throughput gate (seconds of measuring: the
-    integration suite's test_service_gate covers it), health polled every 0.5 s (the least allowed), and
+    """kimi-eagle3 as shipped, minus its throughput gate (seconds of measuring: the gate's own
+    tests below use `kimi_with_gate`), health polled every 0.5 s (the least allowed), and
     ``then`` steps after the smoke test."""
     document = yaml.safe_load(KIMI.read_text())
     steps = [s for s in document["steps"] if "gate_throughput" not in s]
@@ -44,8 +46,9 @@ def kimi_without_gate(rig: LocalRig, *, then: list[dict[str, Any]] = ()) -> Path
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
-    """SGLang 0.5.9's tree with the stand-in, its server started by hand and healthy."""
+def prepared(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
+    """SGLang 0.5.9's tree with the stand-in, no server running; whatever listens on its port
+    at the end is killed."""
     rig = LocalRig(tmp_path / "host")
     # `prepare` lays the tree out under ``host.root``; a LocalHost's root is a plain directory.
     gpu = gpu_host.prepare(
@@ -58,15 +61,22 @@ def serving(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
         health_seconds=0.2,
     )
     rig.write_inventory(**gpu.vars)
-    subprocess.run(["/bin/bash", "-c", gpu.old_server_command()], check=True, timeout=30)
     try:
-        gpu_host.wait_healthy(gpu.port, 30)
         yield rig, gpu
     finally:
         pid = listener_pid(gpu.port)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def serving(prepared: tuple[LocalRig, GpuHost]) -> tuple[LocalRig, GpuHost]:
+    """`prepared`, its server started by hand and healthy."""
+    rig, gpu = prepared
+    subprocess.run(["/bin/bash", "-c", gpu.old_server_command()], check=True, timeout=30)
+    gpu_host.wait_healthy(gpu.port, 30)
+    return rig, gpu
 
 
 def test_restart_with_eagle3_then_healthy(serving: tuple[LocalRig, GpuHost]) -> None:
@@ -189,6 +199,31 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_server_before_fails_the_gate_unless_a_floor_is_set(
+    prepared: tuple[LocalRig, GpuHost],
+) -> None:
+    """Nothing ran before: nothing to compare with. The gate must not pass by default."""
+    rig, gpu = prepared
+    original = gpu.model_file.read_bytes()
+    playbook = kimi_with_gate(rig)
+    run = rig.apply(playbook)
+    (host,) = run.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert host.outcome == "rolled back" and gate.status == "failed"
+    assert "no baseline to compare with (old server was not running)" in gate.summary
+    assert listener_pid(gpu.port) is None, "no server before, none after the rollback"
+    assert gpu.model_file.read_bytes() == original
+
+    floor = rig.apply(playbook, extra_vars={"sglang_min_tokens_per_s": 100})
+    (host,) = floor.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    assert floor.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert gate.figures["tokens_per_s_c1"] == pytest.approx(320.0, rel=0.1)
+    assert "no baseline: old server was not running" in gate.summary
+    assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
 
 
 def service_playbook(

@@ -3,7 +3,9 @@
 The stand-in (`deploy/sandbox/fake_sglang`) is a real process on this machine: started "by
 hand" as an operator would, then restarted by the kimi-eagle3 playbook with EAGLE-3, checked
 healthy through `Host.http` (a local socket here, a forwarded channel over SSH), and rolled
-back to the operator's command line when a later step fails. What runs afterwards is read from
+back to the operator's command line when a later step fails; its throughput gated against the
+server it replaced (the stand-in's ``eagle3_tokens_per_s`` makes the new one faster or slower);
+stopped and started by the ``stop`` and ``start`` steps. What runs afterwards is read from
 /proc, not from deploy's report.
 """
 
@@ -30,8 +32,8 @@ KIMI = Path(__file__).resolve().parents[2] / "playbooks" / "kimi-eagle3.yaml"
 
 
 def kimi_without_gate(rig: LocalRig, *, then: list[dict[str, Any]] = ()) -> Path:  # type: ignore[assignment]
-    """kimi-eagle3 as shipped, minus its throughput gate (seconds of measuring: the
-    integration suite's test_service_gate covers it), health polled every 0.5 s (the least allowed), and
+    """kimi-eagle3 as shipped, minus its throughput gate (seconds of measuring: the gate's own
+    tests below use `kimi_with_gate`), health polled every 0.5 s (the least allowed), and
     ``then`` steps after the smoke test."""
     document = yaml.safe_load(KIMI.read_text())
     steps = [s for s in document["steps"] if "gate_throughput" not in s]
@@ -44,8 +46,9 @@ def kimi_without_gate(rig: LocalRig, *, then: list[dict[str, Any]] = ()) -> Path
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
-    """SGLang 0.5.9's tree with the stand-in, its server started by hand and healthy."""
+def prepared(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
+    """SGLang 0.5.9's tree with the stand-in, no server running; whatever listens on its port
+    at the end is killed."""
     rig = LocalRig(tmp_path / "host")
     # `prepare` lays the tree out under ``host.root``; a LocalHost's root is a plain directory.
     gpu = gpu_host.prepare(
@@ -53,17 +56,27 @@ def serving(tmp_path: Path) -> Iterator[tuple[LocalRig, GpuHost]]:
         "0.5.9",
         load_seconds=0.1,
         warmup_seconds=0.1,
+        # SGLang answers /health_generate after its 1 s poll; 0.2 s keeps the delay (a health
+        # check still costs a generation's wait) and saves seconds per restart and rollback.
+        health_seconds=0.2,
     )
     rig.write_inventory(**gpu.vars)
-    subprocess.run(["/bin/bash", "-c", gpu.old_server_command()], check=True, timeout=30)
     try:
-        gpu_host.wait_healthy(gpu.port, 30)
         yield rig, gpu
     finally:
         pid = listener_pid(gpu.port)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def serving(prepared: tuple[LocalRig, GpuHost]) -> tuple[LocalRig, GpuHost]:
+    """`prepared`, its server started by hand and healthy."""
+    rig, gpu = prepared
+    subprocess.run(["/bin/bash", "-c", gpu.old_server_command()], check=True, timeout=30)
+    gpu_host.wait_healthy(gpu.port, 30)
+    return rig, gpu
 
 
 def test_restart_with_eagle3_then_healthy(serving: tuple[LocalRig, GpuHost]) -> None:
@@ -105,4 +118,204 @@ def test_a_failure_after_the_restart_restores_file_and_old_server(
     journal = rig.journal(run_id)
     undone = [e.get("op") for e in journal if e["event"] == "undone"]
     assert sorted(undone) == ["service", "write"]
+    assert journal[-1]["outcome"] == "rolled_back"
+
+
+def kimi_with_gate(rig: LocalRig, *, max_new_tokens: int = 32) -> Path:
+    """kimi-eagle3 as shipped, its throughput gate included (baseline: before, min_ratio 1.0,
+    concurrency 4, 3 samples), with ``max_new_tokens`` short enough for seconds of measuring
+    (32 tokens: 0.2 s at the stand-in's plain 160 tok/s) and health polled every 0.5 s."""
+    document = yaml.safe_load(KIMI.read_text())
+    for entry in document["steps"]:
+        if "wait_healthy" in entry:
+            entry["wait_healthy"]["interval"] = 0.5
+        if "gate_throughput" in entry:
+            entry["gate_throughput"]["max_new_tokens"] = max_new_tokens
+    return rig.playbook(
+        "kimi-gate", document["steps"], vars=document["vars"], services=document["services"]
+    )
+
+
+def generations(log: Path) -> int:
+    """Generation requests a server answered, from its access log."""
+    return log.read_text().count('"POST /generate HTTP/1.1" 200')
+
+
+@pytest.mark.parametrize(
+    ("eagle3_speed", "passes"),
+    [(320.0, True), (80.0, False)],
+    ids=["EAGLE-3 twice as fast passes", "EAGLE-3 at half the speed fails and rolls back"],
+)
+def test_the_throughput_gate_against_the_server_it_replaced(
+    serving: tuple[LocalRig, GpuHost], eagle3_speed: float, passes: bool
+) -> None:
+    rig, gpu = serving
+    gpu.configure(eagle3_tokens_per_s=eagle3_speed)  # read by the new server when it starts
+    original = gpu.model_file.read_bytes()
+    old_argv = listener_cmdline(gpu.port)
+    old_pid = listener_pid(gpu.port)
+    run = rig.apply(kimi_with_gate(rig))
+    (host,) = run.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    figures = gate.figures
+    # Both servers measured through Host.http: the old one before the restart (plain decoding,
+    # 160 tok/s), the new one after it; 4 requests at once take as long as one.
+    assert figures["before_tokens_per_s_c1"] == pytest.approx(160.0, rel=0.1)
+    assert figures["tokens_per_s_c1"] == pytest.approx(eagle3_speed, rel=0.1)
+    assert figures["before_tokens_per_s_c4"] == pytest.approx(4 * 160.0, rel=0.15)
+    assert figures["tokens_per_s_c4"] == pytest.approx(4 * eagle3_speed, rel=0.15)
+    assert figures["ratio_c1"] == pytest.approx(eagle3_speed / 160.0, rel=0.1)
+    # The old server answered 2 warm-up requests, then 3 samples of 1 and 3 of 4.
+    assert generations(rig.files / "manual-sglang.log") == 2 + 3 * 1 + 3 * 4
+    (run_id,) = rig.runs()
+    journal = rig.journal(run_id)
+    if passes:
+        assert run.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
+        assert host.outcome == "changed" and gate.status == "ok"
+        argv = listener_cmdline(gpu.port) or []
+        assert "EAGLE3" in argv and listener_pid(gpu.port) not in (None, old_pid)
+        assert b"def set_eagle3_layers_to_capture" in gpu.model_file.read_bytes()
+        # The new server: the smoke request, then the gate's 2 + 3 * 1 + 3 * 4.
+        assert generations(rig.state_dir / "services" / "sglang.log") == 1 + 2 + 3 * 1 + 3 * 4
+        assert not [e for e in journal if e["event"] == "undone"]
+    else:
+        assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]
+        assert host.outcome == "rolled back" and gate.status == "failed"
+        assert "throughput gate failed for sglang" in gate.summary
+        assert "at concurrency 1 is x0.5" in gate.summary
+        assert gpu.model_file.read_bytes() == original
+        assert listener_cmdline(gpu.port) == old_argv, "the operator's command line is back"
+        assert listener_pid(gpu.port) not in (None, old_pid)
+        gpu_host.wait_healthy(gpu.port, 10)
+        undone = [e.get("op") for e in journal if e["event"] == "undone"]
+        assert sorted(undone) == ["service", "write"]
+        assert journal[-1]["outcome"] == "rolled_back"
+
+
+def alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (this machine's init may never reap an orphan)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_server_before_fails_the_gate_unless_a_floor_is_set(
+    prepared: tuple[LocalRig, GpuHost],
+) -> None:
+    """Nothing ran before: nothing to compare with. The gate must not pass by default."""
+    rig, gpu = prepared
+    original = gpu.model_file.read_bytes()
+    playbook = kimi_with_gate(rig)
+    run = rig.apply(playbook)
+    (host,) = run.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert host.outcome == "rolled back" and gate.status == "failed"
+    assert "no baseline to compare with (old server was not running)" in gate.summary
+    assert listener_pid(gpu.port) is None, "no server before, none after the rollback"
+    assert gpu.model_file.read_bytes() == original
+
+    floor = rig.apply(playbook, extra_vars={"sglang_min_tokens_per_s": 100})
+    (host,) = floor.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    assert floor.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert gate.figures["tokens_per_s_c1"] == pytest.approx(320.0, rel=0.1)
+    assert "no baseline: old server was not running" in gate.summary
+    assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
+
+
+def service_playbook(
+    rig: LocalRig, name: str, steps: list[dict[str, Any]], *, plain: bool = True
+) -> Path:
+    """kimi-eagle3's services and variables with ``steps`` of its own. ``plain``: the service's
+    command without EAGLE-3 (the stand-in, like SGLang, refuses it with the unpatched model
+    file), which is then the operator's command line."""
+    document = yaml.safe_load(KIMI.read_text())
+    if plain:
+        sglang = document["services"]["sglang"]
+        command = sglang["command"].split("--speculative-algorithm")[0]
+        sglang["command"] = command + "{{ sglang_extra_args }}"
+        assert "speculative" not in sglang["command"] and "--port" in command
+    return rig.playbook(name, steps, vars=document["vars"], services=document["services"])
+
+
+def test_stop_then_start(serving: tuple[LocalRig, GpuHost]) -> None:
+    rig, gpu = serving
+    old_pid = listener_pid(gpu.port)
+    old_argv = listener_cmdline(gpu.port)
+    assert old_pid is not None and old_argv is not None
+    stop = rig.apply(
+        service_playbook(rig, "stop", [{"stop": {"service": "sglang", "only_if_changed": False}}])
+    )
+    (host,) = stop.hosts
+    assert stop.exit_code == 0 and host.outcome == "changed", [
+        (s.kind, s.status, s.summary) for s in host.steps
+    ]
+    assert listener_pid(gpu.port) is None, "nothing listens after the stop"
+    assert not alive(old_pid), "the old server exited"
+    (stop_run,) = rig.runs()
+    (intent,) = [e for e in rig.journal(stop_run) if e["event"] == "intent"]
+    assert intent["op"] == "service" and intent["action"] == "stop"
+    assert intent["before"]["pid"] == old_pid
+
+    start = rig.apply(
+        service_playbook(
+            rig,
+            "start",
+            [
+                {"start": {"service": "sglang", "only_if_changed": False}},
+                {"wait_healthy": {"service": "sglang", "timeout": 30, "interval": 0.5}},
+            ],
+        )
+    )
+    (host,) = start.hosts
+    assert start.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert [s.status for s in host.steps] == ["ok", "ok"]
+    new_pid = listener_pid(gpu.port)
+    assert new_pid is not None and new_pid != old_pid
+    # With no server running, start runs the service's own command, which is the one the
+    # operator had typed.
+    assert listener_cmdline(gpu.port) == old_argv
+    gpu_host.wait_healthy(gpu.port, 10)
+    assert rig.status(health=sglang_health).health == f"sglang: healthy on {gpu.port}"
+    start_run = next(r for r in rig.runs() if r != stop_run)
+    (intent,) = [e for e in rig.journal(start_run) if e["event"] == "intent"]
+    assert intent["action"] == "start" and not intent["before"].get("pid")
+
+    # A second start finds it running and leaves it alone.
+    again = rig.apply(
+        service_playbook(
+            rig, "start-again", [{"start": {"service": "sglang", "only_if_changed": False}}]
+        )
+    )
+    assert again.exit_code == 0, again.hosts[0].steps
+    assert "already running" in again.hosts[0].steps[0].summary
+    assert listener_pid(gpu.port) == new_pid
+
+
+def test_a_failure_after_a_stop_starts_the_old_server_again(
+    serving: tuple[LocalRig, GpuHost],
+) -> None:
+    rig, gpu = serving
+    old_argv = listener_cmdline(gpu.port)
+    old_pid = listener_pid(gpu.port)
+    steps = [
+        {"stop": {"service": "sglang", "only_if_changed": False}},
+        {"name": "A later check fails", "verify_command": {"run": "exit 7"}},
+    ]
+    # The service's command is kimi-eagle3's (EAGLE-3): the undo must bring back what ran, not
+    # start what the playbook declares.
+    run = rig.apply(service_playbook(rig, "stop-fails", steps, plain=False))
+    (host,) = run.hosts
+    assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert host.outcome == "rolled back"
+    assert [s.kind for s in host.steps if s.status == "failed"] == ["verify_command"]
+    assert listener_cmdline(gpu.port) == old_argv, "the operator's server, as it was started"
+    assert listener_pid(gpu.port) not in (None, old_pid)
+    gpu_host.wait_healthy(gpu.port, 10)
+    (run_id,) = rig.runs()
+    journal = rig.journal(run_id)
+    assert [e.get("op") for e in journal if e["event"] == "undone"] == ["service"]
     assert journal[-1]["outcome"] == "rolled_back"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -182,7 +183,11 @@ def test_the_throughput_gate_against_the_server_it_replaced(
         assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]
         assert host.outcome == "rolled back" and gate.status == "failed"
         assert "throughput gate failed for sglang" in gate.summary
-        assert "at concurrency 1 is x0.5" in gate.summary
+        # The measured ratio, about x0.5 (80 against 160 tok/s), to within the step's figures'
+        # two decimals and the stand-in's timing on a busy machine.
+        said = re.search(r"at concurrency 1 is x(\d+\.\d+) of", gate.summary)
+        assert said is not None, gate.summary
+        assert float(said.group(1)) == pytest.approx(0.5, abs=0.05), gate.summary
         assert gpu.model_file.read_bytes() == original
         assert listener_cmdline(gpu.port) == old_argv, "the operator's command line is back"
         assert listener_pid(gpu.port) not in (None, old_pid)

@@ -16,7 +16,7 @@ waiting, and their failures surface at the next `flush` or command.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from deploy.errors import CommandResult
 from deploy.remote.become import Become
@@ -26,6 +26,29 @@ from deploy.remote.transport import Channel
 
 if TYPE_CHECKING:
     from deploy.remote.http import HttpResponse
+
+
+class WriteOptions(TypedDict, total=False):
+    """How `Host.write_atomic` replaces a file; every key is optional (defaults in brackets).
+
+    Spelled once here so the protocol, `RemoteHost` and `deploy.remote.hostfiles.HostFiles`
+    pass one set of options through instead of repeating eight keywords each.
+    """
+
+    #: Owner, mode and xattrs to give the new file (undo: what the journal recorded) [the
+    #: current target's, kept: setuid and capabilities included].
+    mode: int | None
+    uid: int | None
+    gid: int | None
+    xattrs: dict[str, str] | None
+    #: Refuse unless the target still holds these bytes (a lost update otherwise) [no check].
+    expect_sha256: str | None
+    #: Write even where group or others can write in the directory [refused].
+    unsafe_dir: bool
+    #: ``"allow"``: replace a file with other hard links ["refuse"].
+    hardlinks: Literal["refuse", "allow"]
+    #: Wait for the answer rather than letting it surface at the next `flush` [False].
+    wait: bool
 
 
 class Host(Protocol):
@@ -87,15 +110,7 @@ class Host(Protocol):
         self,
         path: str,
         data: bytes,
-        *,
-        mode: int | None = None,
-        uid: int | None = None,
-        gid: int | None = None,
-        xattrs: dict[str, str] | None = None,
-        expect_sha256: str | None = None,
-        unsafe_dir: bool = False,
-        hardlinks: str = "refuse",
-        wait: bool = False,
+        **options: Unpack[WriteOptions],
     ) -> Call | None: ...
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None: ...

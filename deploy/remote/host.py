@@ -26,12 +26,13 @@ import select
 import shlex
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import paramiko
 
 from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
+from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.hostfiles import HostFiles, helper_error
@@ -345,28 +346,9 @@ class RemoteHost:
         self,
         path: str,
         data: bytes,
-        *,
-        mode: int | None = None,
-        uid: int | None = None,
-        gid: int | None = None,
-        xattrs: dict[str, str] | None = None,
-        expect_sha256: str | None = None,
-        unsafe_dir: bool = False,
-        hardlinks: str = "refuse",
-        wait: bool = False,
+        **options: Unpack[WriteOptions],
     ) -> Call | None:
-        return self.files.write_atomic(
-            path,
-            data,
-            mode=mode,
-            uid=uid,
-            gid=gid,
-            xattrs=xattrs,
-            expect_sha256=expect_sha256,
-            unsafe_dir=unsafe_dir,
-            hardlinks=hardlinks,
-            wait=wait,
-        )
+        return self.files.write_atomic(path, data, **options)
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
         return self.files.append_file(path, data, durable=durable)

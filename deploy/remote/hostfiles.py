@@ -21,9 +21,10 @@ import errno
 import json
 import shlex
 import stat as statmod
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become
 from deploy.remote.hostprogram import program
 from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
@@ -210,15 +211,7 @@ class HostFiles:
         self,
         path: str,
         data: bytes,
-        *,
-        mode: int | None = None,
-        uid: int | None = None,
-        gid: int | None = None,
-        xattrs: dict[str, str] | None = None,
-        expect_sha256: str | None = None,
-        unsafe_dir: bool = False,
-        hardlinks: str = "refuse",
-        wait: bool = False,
+        **options: Unpack[WriteOptions],
     ) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
@@ -233,6 +226,7 @@ class HostFiles:
         command), and nothing sent after it happens on the host. Returns the request (None
         over SFTP): a failed answer means the target was not touched.
         """
+        mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
         self.link.prefetched.pop(path, None)
         if self.link.session is None:
             self.sftp.write_atomic(path, data, mode=mode, uid=uid, gid=gid)
@@ -240,16 +234,16 @@ class HostFiles:
         args: dict[str, Any] = {"op": "write", "path": path}
         if mode is not None:
             meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
-            if xattrs is not None:
-                meta["xattrs"] = xattrs
+            if options.get("xattrs") is not None:
+                meta["xattrs"] = options["xattrs"]
             args["meta"] = meta
-        if expect_sha256:
-            args["expect_sha256"] = expect_sha256
-        if unsafe_dir:
+        if options.get("expect_sha256"):
+            args["expect_sha256"] = options["expect_sha256"]
+        if options.get("unsafe_dir"):
             args["unsafe_dir"] = True
-        if hardlinks != "refuse":
-            args["hardlinks"] = hardlinks
-        return self._call(args, data, wait=wait, doing="writing")
+        if options.get("hardlinks", "refuse") != "refuse":
+            args["hardlinks"] = options["hardlinks"]
+        return self._call(args, data, wait=options.get("wait", False), doing="writing")
 
     def remove_temp_leftovers(self, path: str) -> list[str]:
         """Remove temp files that an interrupted `write_atomic` of ``path`` left beside it.

@@ -123,7 +123,7 @@ def write_file(
     content: bytes,
     *,
     unsafe_dir: bool = False,
-    hardlinks: str = "refuse",
+    hardlinks: Literal["refuse", "allow"] = "refuse",
 ) -> None:
     """Change a file on the host: back up, journal the intent, write atomically, journal done.
 

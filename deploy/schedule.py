@@ -14,6 +14,14 @@ instead: it changes nothing, exits 5 when a host is no longer in the desired sta
 ``pip install -U sglang`` or a hand edit undid the patch) and so notifies the webhook, and its
 systemd service shows as failed until the drift is fixed.
 
+A secret never goes into the schedule: a ``-e`` value lands in the unit file or crontab and,
+each time the job runs, in the process's command line, which every user of the workstation can
+read (``ps``, ``/proc/PID/cmdline``). `check_secrets` refuses a secret-looking ``-e KEY=VALUE``
+(a name `deploy.masking` treats as secret, or one listed in ``secret_vars``) and a ``-e @FILE``
+that defines one while group or others can read the file: the way to schedule a secret is a
+vars file only its owner can read, passed as ``-e @FILE`` (its path, not its content, is in
+the unit).
+
 The timer is not ``Persistent``: a deploy missed while the workstation was off should not
 fire at boot, in the middle of the day, without anyone choosing that.
 
@@ -25,12 +33,17 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from deploy.errors import InputError
+from deploy.masking import is_secret_name
 
 #: Seconds systemd waits beyond ``--timeout`` before killing the service itself.
 BACKSTOP = 300
@@ -106,6 +119,47 @@ def apply_argv(job: Job) -> list[str]:
     if job.notify_url:
         argv += ["--notify-url", job.notify_url]
     return argv
+
+
+def check_secrets(extra_vars: Iterable[str], listed: Iterable[str] = ()) -> None:
+    """Refuse a schedule that would put a secret where other users can read it.
+
+    ``extra_vars``: the job's ``-e`` items as typed; ``listed``: the names the playbook and
+    inventory declare in ``secret_vars``. Called after the items were parsed, so every item
+    is ``KEY=VALUE`` or ``@FILE`` naming a readable YAML mapping.
+
+    Raises:
+        InputError: a secret-looking ``KEY=VALUE`` with a value, or an ``@FILE`` defining
+            one that group or others may read.
+    """
+    names = list(listed)
+    for item in extra_vars:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            try:
+                document = yaml.safe_load(path.read_text(encoding="utf-8"))
+                mode = path.stat().st_mode
+            except (OSError, UnicodeError, yaml.YAMLError):
+                continue  # parse_extra_vars already accepted it; nothing secret to find here
+            secrets = sorted(
+                str(key)
+                for key, value in (document or {}).items()
+                if value not in (None, "") and is_secret_name(str(key), names)
+            )
+            if secrets and mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise InputError(
+                    f"{path} holds {', '.join(secrets)} but its mode is "
+                    f"{stat.S_IMODE(mode):04o}: other users can read it; "
+                    f"`chmod 600 {shlex.quote(str(path))}` before scheduling it"
+                )
+            continue
+        name, _, value = item.partition("=")
+        if value and is_secret_name(name, names):
+            raise InputError(
+                f"-e {name}=...: a scheduled job's command line is readable by every user "
+                "(the unit file, ps); put the secret in a vars file only you can read "
+                f"(chmod 600) and pass -e @FILE"
+            )
 
 
 def _systemd_word(arg: str) -> str:

@@ -31,7 +31,6 @@ services:
 """
 
 
-
 class _StepExamples(Mapping[str, str]):
     """Each step's example, read from its step class when asked (`deploy.steps.examples`), so
     that a step registered after this module was imported is documented too."""

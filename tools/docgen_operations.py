@@ -172,7 +172,7 @@ def render_operations() -> str:
         "",
         "## Scheduling",
         "",
-        markdown(scheduling.__doc__, 0, 3),
+        markdown(scheduling.__doc__, 0, 4),
         "",
         "### One run of a job at a time",
         "",

@@ -96,6 +96,7 @@ def schedule(
         load.resolve(
             inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
         )
+        plan.check_secrets(extra, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
         unit = name or plan.unit_name(pb.playbook.name, check=check)
         job = plan.Job(
             name=unit,

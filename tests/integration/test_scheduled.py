@@ -195,6 +195,42 @@ def test_schedule_prints_units_and_cron(tmp_path: Path, isolated_env: Path) -> N
     assert no_cron.exit_code == 2 and "no crontab equivalent" in no_cron.stderr
 
 
+def test_schedule_keeps_secrets_off_the_command_line(tmp_path: Path, isolated_env: Path) -> None:
+    """A secret in a job's -e would sit in the unit file and in every run's argv (ps): refused,
+    and a vars file holding one must be readable by its owner only; its path is scheduled."""
+    deploy = _job(tmp_path)
+    unit_dir = isolated_env / ".config/systemd/user"
+    token = "hf_" + "q" * 30
+
+    inline = deploy(
+        "schedule", "kimi-nightly", "--on-calendar", "daily", "--install",
+        "-e", f"hf_token={token}",
+    )  # fmt: skip
+    assert inline.exit_code == 2, inline.output
+    assert inline.stderr.count("\n") == 1 and "-e hf_token=...: " in inline.stderr
+    assert "pass -e @FILE" in inline.stderr and token not in inline.output
+    assert not unit_dir.exists()
+
+    vars_file = tmp_path / "secrets.yaml"
+    vars_file.write_text(f"hf_token: {token}\n")
+    vars_file.chmod(0o644)
+    shared = deploy("schedule", "kimi-nightly", "--on-calendar", "daily", "-e", f"@{vars_file}")
+    assert shared.exit_code == 2, shared.output
+    assert f"{vars_file} holds hf_token but its mode is 0644" in shared.stderr
+    assert token not in shared.output
+
+    vars_file.chmod(0o600)
+    private = deploy(
+        "schedule", "kimi-nightly", "--on-calendar", "daily", "--install", "-e", f"@{vars_file}"
+    )
+    assert private.exit_code == 0, private.output
+    service = (unit_dir / "deploy-kimi-nightly.service").read_text()
+    assert f"-e @{vars_file}" in service and token not in service
+
+    harmless = deploy("schedule", "kimi-nightly", "--on-calendar", "daily", "-e", "tp=8")
+    assert harmless.exit_code == 0 and " -e tp=8 " in harmless.stdout, harmless.output
+
+
 @pytest.mark.skipif(
     shutil.which("systemd-analyze") is None,
     reason="systemd-analyze is not installed (apt-get install systemd); unit contents are "

@@ -134,3 +134,28 @@ def test_workstation_lock_refuses_a_second_run_of_the_same_job(tmp_path: Path) -
         assert 0.1 < time.monotonic() - began < 5
         assert '"run-4"' in second.path.read_text()
     assert local_lock.lock_path(playbook, inventory).parent.name == "locks"
+
+
+@pytest.mark.parametrize(
+    "item", ["hf_token=abc", "API_KEY=x", "db_password=p", "my_secret=s", "listed=v"]
+)
+def test_secret_values_are_refused_on_a_scheduled_command_line(item: str) -> None:
+    with pytest.raises(InputError, match=r"readable by every user .* pass -e @FILE"):
+        schedule.check_secrets([item], listed=["listed"])
+
+
+def test_plain_values_and_empty_secrets_pass() -> None:
+    schedule.check_secrets(["tp=8", "model_path=/models/x", "hf_token=", "keyboard_layout=us"])
+
+
+def test_a_secret_vars_file_must_be_private(tmp_path: Path) -> None:
+    path = tmp_path / "v.yaml"
+    path.write_text("hf_token: abc\ntp: 8\n")
+    path.chmod(0o640)
+    with pytest.raises(InputError, match=r"holds hf_token but its mode is 0640"):
+        schedule.check_secrets([f"@{path}"])
+    path.chmod(0o600)
+    schedule.check_secrets([f"@{path}"])
+    path.write_text("tp: 8\n")
+    path.chmod(0o644)
+    schedule.check_secrets([f"@{path}"])  # nothing secret in it: its mode does not matter

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 import textwrap
 
@@ -24,21 +22,12 @@ from tools.docgen_markdown import _NOTICE, _cell, _fence, field_table, markdown,
 
 
 def step_classes() -> dict[str, type]:
-    """Action key -> the `deploy.steps` class that implements it (for its module docstring)."""
+    """Action key -> the registered step class that implements it (for its module docstring):
+    the registry's own view (`deploy.steps.step_classes`), so a step registered from outside
+    the package is documented as one of ours is."""
     from deploy import steps as implementations
-    from deploy.steps.base import Step
 
-    for info in pkgutil.iter_modules(implementations.__path__):
-        importlib.import_module(f"{implementations.__name__}.{info.name}")
-    found: dict[str, type] = {}
-    pending: list[type] = [Step]
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        kind = getattr(cls, "kind", "")
-        if kind in STEP_MODELS and cls.__module__.startswith("deploy.steps."):
-            found[kind] = cls
-    return found
+    return dict(implementations.step_classes())
 
 
 def _step_section(action: str, cls: type | None, shown: dict[str, str]) -> str:

@@ -180,6 +180,11 @@ def test_a_registered_step_is_in_the_docs_and_the_schema(stamp: type[StampStep])
     assert "### `stamp`" in page
     assert "Write a marker file naming the run" in page  # its purpose, from its arguments
     assert "stamp: {path: /tmp/deploy-marker, text: hello}" in page  # its example
+    section = page.split("### `stamp`", 1)[1].split("\n#", 1)[0]
+    # Its class is found through the registry, not by walking deploy.steps' subclasses: the
+    # lines only a known class gives (its module's "how it works", whether it changes the host).
+    assert "runs the same step on a real host, rolls it" in section
+    assert "Changes the host: yes" in section
     document = json.loads(generated["schema/playbook.schema.json"])
     assert "StampStep" in document["$defs"]
     validator = jsonschema.Draft202012Validator(document)

@@ -1,8 +1,7 @@
 """Checks judged with the commit: after the lock, a change run waits once (issue 17).
 
 A check whose verdict is its exit status on the host — verify_python's compile of the new
-bytes, a verify_command expecting exit 0 and no particular output — needs no round trip of its
-own. The step sends it to the lock's shell as a ``CHECK`` (`StepContext.check_on_host`), behind
+bytes — needs no round trip of its own. The step sends it to the lock's shell as a ``CHECK`` (`StepContext.check_on_host`), behind
 the writes it checks, and the commit (manifest, then the ``end`` record, fsynced as always)
 goes right behind it. The host's session skips everything sent after a failed request or a
 failed check (`deploy.remote.session`), so the ``end`` record is written only if every write,
@@ -15,6 +14,13 @@ a check is answered with the commit or with a failure's undo, and no step acts o
 before the verdict of a check in front of it is known. A check whose verdict needs the client
 (output matched here, a service's health, a throughput gate) is waited for where it runs, as
 before, and the commit follows it.
+
+Only deploy's own short checks go this way, never a playbook's command (``verify_command``),
+even one judged by its exit status alone: once the commit is sent, a cancel (``--timeout``, a
+first SIGINT) that comes while the batch is answered no longer stops it — the host commits if
+the checks pass, as it did when a cancel came during the commit's own round trip. For the
+compile that window grows by milliseconds; a command may run for minutes (and change the
+host), and a cancel during it must still roll back (issue 13).
 
 When a check failed, the host skipped the manifest and the ``end`` record: the engine fails
 that step and rolls the host back from the journal, exactly as after a check it had waited

@@ -292,7 +292,7 @@ class Step(Generic[ArgsT]):
         the run already holds (``ctx.files``) and sends at most a check that goes with the
         commit (`StepContext.check_on_host`). Such steps may run while the checks sent
         before them are unanswered; a step before them may then send its check with the
-        commit. Default: no (a change, a command whose output decides, a service)."""
+        commit. Default: no (a change, a playbook's command, a service)."""
         return False
 
     @property

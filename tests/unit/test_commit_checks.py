@@ -145,55 +145,19 @@ def test_a_compile_failing_on_the_host_is_not_committed_and_is_rolled_back(
     assert not (rig.state_dir / "runs" / run_id / "manifest.json").exists()
 
 
-def _playbook(rig: LocalRig, kimi: Path, run: str) -> Path:
-    return rig.playbook(
-        "checked",
-        [
-            {"append": {"path": str(kimi), "text": "# patched\n"}},
-            {"verify_command": {"run": run, "timeout": 30}},
-            {"verify_tail": {"path": str(kimi), "last_line": "# patched"}},
-        ],
-    )
-
-
-def test_a_verify_command_judged_by_its_exit_status_goes_with_the_commit(
-    rig: LocalRig, kimi: Path
-) -> None:
-    run = rig.apply(_playbook(rig, kimi, f"grep -q patched {kimi}"))
-    assert run.exit_code == 0, run.hosts[0].error
-    (host,) = run.hosts
-    assert host.ops["wait"] == 2, host.ops
-    command = next(s for s in host.steps if s.kind == "verify_command")
-    assert command.status == "ok" and command.summary.endswith("exit 0 as expected")
-
-
-def test_a_verify_command_failing_on_the_host_rolls_back_as_before(
-    rig: LocalRig, kimi: Path
-) -> None:
-    before = kimi.read_bytes()
-    run = rig.apply(_playbook(rig, kimi, "echo broken >&2; exit 4"))
-    assert run.exit_code == 1
-    (host,) = run.hosts
-    assert host.outcome == "rolled back" and host.failed_step == 1
-    assert host.error == "step 2 failed: `echo broken >&2; exit 4` exited 4, expected 0: broken"
-    assert kimi.read_bytes() == before
-    (run_id,) = rig.runs()
-    assert [e.get("outcome") for e in rig.journal(run_id) if e["event"] == "end"] == ["rolled_back"]
-
-
-def test_a_check_whose_output_decides_is_waited_for_before_the_commit(
-    rig: LocalRig, kimi: Path
-) -> None:
-    """expect_stdout is matched here, not on the host: the run waits for it, then commits."""
+def test_a_playbooks_command_is_waited_for_before_the_commit(rig: LocalRig, kimi: Path) -> None:
+    """Even judged by its exit status alone, a verify_command is waited for where it runs and
+    the commit follows it: a cancel while it runs must still roll back (deploy.engine.verdicts)."""
     playbook = rig.playbook(
-        "matched",
+        "commanded",
         [
             {"append": {"path": str(kimi), "text": "# patched\n"}},
-            {"verify_command": {"run": "echo present", "expect_stdout": "^present$"}},
+            {"verify_command": {"run": f"grep -q patched {kimi}"}},
+            {"verify_tail": {"path": str(kimi), "last_line": "# patched"}},
         ],
     )
     run = rig.apply(playbook)
     assert run.exit_code == 0, run.hosts[0].error
-    assert run.hosts[0].ops["wait"] == 3, run.hosts[0].ops
+    assert run.hosts[0].ops["wait"] == 3, run.hosts[0].ops  # lock, the command, the commit
     (run_id,) = rig.runs()
     assert json.loads((rig.state_dir / "runs" / run_id / "manifest.json").read_text())["files"]

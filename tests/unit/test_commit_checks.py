@@ -161,3 +161,46 @@ def test_a_playbooks_command_is_waited_for_before_the_commit(rig: LocalRig, kimi
     assert run.hosts[0].ops["wait"] == 3, run.hosts[0].ops  # lock, the command, the commit
     (run_id,) = rig.runs()
     assert json.loads((rig.state_dir / "runs" / run_id / "manifest.json").read_text())["files"]
+
+
+def test_a_rerun_whose_compile_record_is_gone_checks_once_and_changes_nothing(
+    rig: LocalRig, kimi: Path
+) -> None:
+    """Nothing changed, so nothing to commit: the check sent with the (empty) commit is still
+    waited for and judged before the run reports."""
+    assert rig.apply(KIMI, **FILES_ONLY).exit_code == 0
+    for record in (rig.state_dir / "compiled").iterdir():
+        record.unlink()
+    again = rig.apply(KIMI, **FILES_ONLY)
+    assert again.exit_code == 0, again.hosts[0].error
+    (host,) = again.hosts
+    assert host.outcome == "unchanged" and host.ops["wait"] == 2, host.ops
+    verify = next(s for s in host.steps if s.kind == "verify_python")
+    assert verify.status == "ok" and verify.summary.endswith(": ok"), verify.summary
+    assert len(rig.runs()) == 1, "a run that changes nothing leaves no run behind"
+    assert [p.name for p in (rig.state_dir / "compiled").iterdir()], "the pass was recorded"
+
+
+def test_a_later_local_failure_still_names_the_earlier_failed_check(
+    rig: LocalRig, kimi: Path
+) -> None:
+    """verify_tail fails on the client while the compile sent before it is unanswered: the run
+    waits for that answer first, and the first step that failed is the one named."""
+    before = kimi.read_bytes()
+    python = _older_python(rig)
+    playbook = rig.playbook(
+        "both-fail",
+        [
+            {"append": {"path": str(kimi), "text": "# patched\n"}},
+            {"verify_python": {"path": str(kimi), "python": str(python), "compiles": True}},
+            {"verify_tail": {"path": str(kimi), "last_line": "not the last line"}},
+        ],
+    )
+    run = rig.apply(playbook)
+    assert run.exit_code == 1
+    (host,) = run.hosts
+    assert [s.status for s in host.steps] == ["changed", "failed", "failed"]
+    assert host.outcome == "rolled back" and host.failed_step == 1
+    assert host.error is not None and host.error.startswith("step 2 failed: ")
+    assert "does not compile" in host.error
+    assert kimi.read_bytes() == before

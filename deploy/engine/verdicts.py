@@ -1,9 +1,9 @@
 """Checks judged with the commit: after the lock, a change run waits once (issue 17).
 
 A check whose verdict is its exit status on the host — verify_python's compile of the new
-bytes — needs no round trip of its own. The step sends it to the lock's shell as a ``CHECK`` (`StepContext.check_on_host`), behind
-the writes it checks, and the commit (manifest, then the ``end`` record, fsynced as always)
-goes right behind it. The host's session skips everything sent after a failed request or a
+bytes — needs no round trip of its own. The step sends it to the lock's shell as a ``CHECK``
+(`StepContext.check_on_host`), behind the writes it checks, and the commit (manifest, then the
+``end`` record, fsynced as always) goes right behind it. The host's session skips everything sent after a failed request or a
 failed check (`deploy.remote.session`), so the ``end`` record is written only if every write,
 record and check before it succeeded; the client waits once for all of it and learns from the
 answers whether the run committed.

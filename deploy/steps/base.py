@@ -157,6 +157,8 @@ class StepContext:
         fails, and nothing in its output changes that (``explain`` words the verdict, never
         reverses it). The host skips what follows a failed check, the commit record included;
         the engine then fails this step and rolls the host back (`deploy.engine.verdicts`).
+        And only for a short check of deploy's own: once the commit is sent behind it, a
+        cancel that comes while it runs no longer stops the commit.
 
         Raises:
             HostUnreachable: the connection was lost.

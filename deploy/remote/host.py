@@ -254,6 +254,7 @@ class RemoteHost:
             )
         return result
 
+    @trace.spanned("host.check", lambda self, command, **_: command)
     def send_check(self, command: str, *, timeout: float) -> Call | None:
         """See `deploy.remote.api.Host.send_check`."""
         if self.session is None:

@@ -69,6 +69,7 @@ LABELS = {
     "lock.acquire": "lock: exec until READY",
     "lock.release": "lock: release (EOF, wait exit)",
     "session.wait": "helper: wait for answers",
+    "host.check": "cmd: check sent, answered with the commit",
     "host.close": "ssh: close",
 }
 

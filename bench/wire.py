@@ -130,9 +130,9 @@ _DATA = {
     "deploy change run": [
         "the lock's answer: login shell, trust check, flock, run scan, and the file and the "
         "compile check sent with the lock",
-        "the writes, saved copy and journal records (sent without waiting) and the compile "
-        "check of the new bytes",
-        "commit: the journal's end record, durable",
+        "the batch, sent without waiting: the writes, saved copy and journal records, the "
+        "compile check of the new bytes and the commit (the journal's end record, durable, "
+        "which the host writes only if everything before it succeeded)",
     ],
     "deploy no-change re-run": [
         "the lock's answer, with the file and the recorded compile check: nothing to do"

@@ -34,6 +34,7 @@ SPANS: dict[str, str] = {
     "lock.acquire": "the lock's exec until it answers READY (prefetched reads included)",
     "lock.release": "ending the lock's command loop and waiting for its exit",
     "host.run": "one shell command on a host (detail: the command)",
+    "host.check": "sending a check that is answered with the commit (detail: the command)",
     "session.wait": "blocking for the file helper's answers (a round trip)",
     "step.plan": "a step's plan (detail: the step's kind)",
     "step.apply": "a step's apply (detail: the step's kind)",

@@ -4,7 +4,8 @@
 recovery, before the lock's release. It gives every step its read-only pre-checks first, then
 runs each step's plan, apply and verify, and commits the journal at the end. Any failure, or
 a cancel, after the first change leads to `fail`, which rolls the host back from the journal
-(`deploy.engine.rollback`) and records what that achieved.
+(`deploy.engine.rollback`) and records what that achieved. Checks the host can judge alone go
+with the commit, which the host writes only if they passed (`deploy.engine.verdicts`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from deploy.engine.journal import Journal
 from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.engine.run_options import Progress, RunOptions, holder_info
-from deploy.errors import DeployError, HostUnreachable, RollbackFailed, StepFailed
+from deploy.engine.verdicts import Verdicts
+from deploy.errors import CheckFailed, DeployError, HostUnreachable, RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.statedir.records import End
 from deploy.steps import build_step
@@ -61,15 +63,40 @@ def run_steps(
     )
     if not _preflight(remote, spec, ctx, journal, steps, result, progress):
         return
+    verdicts = Verdicts(name, ctx, progress)
     for position, (index, entry) in enumerate(steps):
         if options.cancel.is_set() and not options.check_mode:
+            verdicts.answered(remote)
             _cancelled(remote, spec, ctx, journal, result, steps[position:], options)
             return
         step = build_step(entry, index)
+        if verdicts.pending and not step.answered_locally(ctx):
+            # Not expected (a check goes with the commit only in front of steps answered
+            # locally), but if so, this step waits for the verdicts, as it would have.
+            failed = verdicts.answered(remote)
+            if failed is not None:
+                _not_run(result, steps[position:])
+                reason = failed.summary
+                fail(
+                    remote,
+                    spec,
+                    ctx,
+                    journal,
+                    result,
+                    failed.index,
+                    reason,
+                    CheckFailed(reason),
+                    progress,
+                )
+                return
         if not step.confined:  # it may change files behind what was read ahead
             remote.forget_read_ahead()
         ctx.step_index = index
         ctx.upcoming = [later for _, later in steps[position + 1 :]]
+        ctx.checks_with_commit = not options.check_mode and all(
+            build_step(later, later_index).answered_locally(ctx)
+            for later_index, later in steps[position + 1 :]
+        )
         progress.step_started(name, index, step.title)
         began = time.monotonic()
         step_result = StepResult(index=index, kind=step.kind, title=step.title, status="ok")
@@ -106,29 +133,30 @@ def run_steps(
                 str(exc) if isinstance(exc, DeployError) else f"internal error: {exc!r}"
             )
             step_result.duration = round(time.monotonic() - began, 3)
+            earlier = verdicts.answered(remote)  # said first: those steps came first
             result.steps.append(step_result)
             progress.step_finished(name, step_result)
             if not isinstance(exc, DeployError):
                 log.error("internal error on %s:\n%s", name, traceback.format_exc())
-            for later_index, later in steps[position + 1 :]:
-                result.steps.append(
-                    StepResult(
-                        later_index,
-                        build_step(later, later_index).kind,
-                        build_step(later, later_index).title,
-                        "not run",
-                    )
+            _not_run(result, steps[position + 1 :])
+            failed_index, reason = index, step_result.summary
+            if earlier is not None and not isinstance(exc, HostUnreachable):
+                failed_index, reason, exc = (
+                    earlier.index,
+                    earlier.summary,
+                    CheckFailed(earlier.summary),
                 )
-            fail(remote, spec, ctx, journal, result, index, step_result.summary, exc, progress)
+            fail(remote, spec, ctx, journal, result, failed_index, reason, exc, progress)
             return
         step_result.duration = round(time.monotonic() - began, 3)
         result.steps.append(step_result)
-        progress.step_finished(name, step_result)
+        verdicts.finished(step_result)
     if options.check_mode:
         pending = any(done.status == "would change" for done in result.steps)
         result.outcome = "would change" if result.changed_files or pending else "unchanged"
         return
     if options.cancel.is_set():  # it came during the last step: the run did not complete
+        verdicts.answered(remote)
         _cancelled(remote, spec, ctx, journal, result, [], options)
         return
     if not ctx.changed:
@@ -140,12 +168,14 @@ def run_steps(
                 )
     result.outcome = "changed" if ctx.changed else "unchanged"
     try:
-        # The commit point: the run's one wait for writes and records sent without waiting
-        # (deploy.remote.hostfiles). A write that failed on the host surfaces here at the
-        # latest (the host then skipped the end record and the manifest too), and fails the
-        # last step that changed something: the host is rolled back.
+        # The commit point: the run's one wait for writes, records and checks sent without
+        # waiting (deploy.remote.hostfiles, deploy.engine.verdicts). A write that failed on the
+        # host surfaces here at the latest (the host then skipped the end record and the
+        # manifest too), and fails the last step that changed something: the host is rolled
+        # back. A check that failed made the host skip them too: its step fails (below).
         journal.finish(End(outcome="ok"), manifest=_manifest(journal.events))
     except DeployError as exc:
+        verdicts.answered(remote)
         changed = [done for done in result.steps if done.status == "changed"]
         failed = changed[-1] if changed else result.steps[-1]
         failed.status, failed.summary = "failed", str(exc)
@@ -154,6 +184,20 @@ def run_steps(
         progress.step_finished(name, failed)
         result.changed_files.clear()
         fail(remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress)
+        return
+    checked = verdicts.answered(remote)  # no wait: the commit's answers brought theirs
+    if checked is not None:  # the host did not commit: undone as after any failed check
+        reason = checked.summary
+        fail(
+            remote, spec, ctx, journal, result, checked.index, reason, CheckFailed(reason), progress
+        )
+
+
+def _not_run(result: HostResult, steps: list[tuple[int, Any]]) -> None:
+    """Record ``steps`` as not run (a step before them failed)."""
+    for index, entry in steps:
+        step = build_step(entry, index)
+        result.steps.append(StepResult(index, step.kind, step.title, "not run"))
 
 
 def _cancelled(

@@ -98,6 +98,17 @@ class Host(Protocol):
         """Run a shell command (quoted by the caller); in the lock's shell while it is held."""
         ...
 
+    def send_check(self, command: str, *, timeout: float) -> Call | None:
+        """Send ``command`` to the lock's shell as a check, without waiting: if it exits other
+        than 0, the host skips everything sent after it (`deploy.remote.session`), so a commit
+        record sent behind it is written only if it passed. Its answer comes with the next
+        `flush`. None when no lock's shell is held (then run it with `run`).
+
+        Raises:
+            HostUnreachable: the connection was lost.
+        """
+        ...
+
     # -- files
 
     def stat(self, path: str) -> FileStat | None: ...

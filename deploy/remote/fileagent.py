@@ -17,6 +17,8 @@ stdin, writes ``ANS <hlen> <blen>\\n`` + JSON + payload to stdout and a status l
 ok, ``1`` failed) on the ``ack`` pipe. After a failure every later request is answered
 ``skipped`` until a ``CLEAR`` line comes on the ``go`` pipe: a write that failed must not be
 followed by its ``done`` record, nor by a restart the client sent before it saw the failure.
+A ``FAIL`` line on the ``go`` pipe (a ``CHECK`` command of the shell loop failed) does the same
+as a failed request: the commit record sent behind a failed check is skipped.
 """
 
 import errno as errnomod
@@ -145,6 +147,9 @@ def serve(go_fd, ack_fd):
         parts = line.split()
         if parts[:1] == [b"CLEAR"]:
             failed = False
+            continue
+        if parts[:1] == [b"FAIL"]:  # a check the shell ran failed: skip as after our own
+            failed = True
             continue
         header = _read_exactly(0, int(parts[0]))
         payload = _fault_stop(rule, header, int(parts[1])) if rule else None

@@ -254,6 +254,17 @@ class RemoteHost:
             )
         return result
 
+    @trace.spanned("host.check", lambda self, command, **_: command)
+    def send_check(self, command: str, *, timeout: float) -> Call | None:
+        """See `deploy.remote.api.Host.send_check`."""
+        if self.session is None:
+            return None
+        log.debug("%s: $ (check) %s", self.name, command[:400])
+        try:
+            return self.session.send_run(command, timeout=timeout, check=True)
+        except SessionLost as exc:
+            raise self.lost(exc, f"sending {command[:60]!r}") from exc
+
     def _run_in_session(
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:

@@ -11,6 +11,11 @@ The protocol is framed by lengths, so a command's code, stdin and output may hol
 
 - client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n`` then the code, then stdin.
 - host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n`` then stdout, then stderr.
+- ``CHECK`` instead of ``RUN``: the same command, whose exit status is also a verdict — a
+  status other than 0 fails the session as a failed helper request does, so every request and
+  command sent after it is skipped until ``CLEAR``. A commit record sent behind the checks of a
+  run is therefore written only if they all passed, and the client waits once for all of it
+  (`deploy.engine.verdicts`).
 
 Each command runs the way an exec would run it: in a subshell of the user's shell (its
 environment from ``.bashrc`` included), in the home directory, with the umask the login shell
@@ -43,7 +48,8 @@ from deploy.remote.transport import Channel
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
 #: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
-#: ``rm`` only when there are scratch files (the glob is the shell's own).
+#: ``rm`` only when there are scratch files (the glob is the shell's own). ``$_dF``: a request or
+#: a ``CHECK`` failed and the client has not seen it yet (``FAIL`` tells the helper the same).
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 _dK=; _dF=; _dY=
@@ -63,7 +69,7 @@ while read -r _dv _dc _di _dt; do
     [ "$_dk" = 0 ] || _dF=1; continue
   fi
   if [ "$_dv" = CLEAR ]; then _dF=; [ -n "$_dK" ] && echo CLEAR >&7; continue; fi
-  [ "$_dv" = RUN ] || break
+  case $_dv in RUN|CHECK) ;; *) break ;; esac
   _dx=$(head -c "$_dc"; echo .); _dx=${_dx%.}
   _dn=$((_dn + 1)); _dI="$_dS/.session.$_dn.in"; _dO="$_dS/.session.$_dn.out"; _dE="$_dS/.session.$_dn.err"
   if [ "$_di" -gt 0 ]; then head -c "$_di" >"$_dI"; else : >"$_dI"; fi
@@ -74,6 +80,7 @@ while read -r _dv _dc _di _dt; do
     ( umask "$_dU"; eval "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 7>&- 8>&- 9>&-
   fi
   _dr=$?
+  if [ "$_dr" != 0 ] && [ "$_dv" = CHECK ]; then _dF=1; [ -n "$_dK" ] && echo FAIL >&7; fi
   _do=0; [ -s "$_dO" ] && _do=$(wc -c <"$_dO")
   _de=0; [ -s "$_dE" ] && _de=$(wc -c <"$_dE")
   printf 'DONE %s %s %s\n' "$_dr" $_do $_de
@@ -112,6 +119,9 @@ class Call:
     #: A shell command sent ahead (`Session.send_run`): the answer holds its exit status and
     #: stderr, the payload its stdout.
     command: bool = False
+    #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
+    #: everything sent after it (until the client's ``CLEAR``).
+    check: bool = False
 
     @property
     def done(self) -> bool:
@@ -124,6 +134,11 @@ class Call:
     @property
     def skipped(self) -> bool:
         return bool(self.answer and self.answer.get("skipped"))
+
+    @property
+    def failed_check(self) -> bool:
+        """A ``CHECK`` that ran and exited other than 0 (the host then skipped what followed)."""
+        return bool(self.check and self.answer and self.answer.get("status", 0) != 0)
 
     @property
     def error(self) -> str:
@@ -178,18 +193,23 @@ class Session:
         self.ops["call"] = self.ops.get("call", 0) + 1
         return call
 
-    def send_run(self, command: str, *, timeout: float) -> Call:
-        """Send a command without waiting (answered in turn, like a `call`)."""
+    def send_run(self, command: str, *, timeout: float, check: bool = False) -> Call:
+        """Send a command without waiting (answered in turn, like a `call`).
+
+        ``check``: send it as a ``CHECK`` — if it exits other than 0, the host skips every
+        request and command sent after it, as after a failed request (module docstring).
+        """
         if self.broken:
             raise SessionLost("the session was lost earlier in this run")
         code = command.encode()
         seconds = max(1, round(timeout))
+        verb = b"CHECK" if check else b"RUN"
         try:
-            self.channel.sendall(b"RUN %d 0 %d\n" % (len(code), seconds) + code)
+            self.channel.sendall(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
-        call = Call({"run": command}, command=True)
+        call = Call({"run": command}, command=True, check=check)
         self._pending.append(call)
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
         return call
@@ -202,9 +222,13 @@ class Session:
             CallFailed: the first request that failed (later ones were skipped on the host).
             NoHelper: the host could not start the helper.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
+
+        A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
         """
         if not self._pending:
             return
+        if self.broken:  # the framing is lost: nothing more can be read as an answer
+            raise SessionLost("the session was lost earlier in this run")
         self.ops["wait"] = self.ops.get("wait", 0) + 1
         deadline = None if timeout is None else time.monotonic() + timeout + GRACE
         self._collect(deadline)
@@ -218,8 +242,14 @@ class Session:
         deadline = None if timeout is None else time.monotonic() + timeout + GRACE
         self._collect(deadline)
 
-    def _collect(self, deadline: float | None) -> None:
+    def _collect(self, deadline: float | None) -> Call | None:
+        """Read every pending answer; return the first ``CHECK`` that failed (None if none).
+
+        A failed request raises `CallFailed`; a failed check does not (its sender reads its
+        status), but, like a failed request, it is cleared on the host (`_clear`) once seen.
+        """
         failed: Call | None = None
+        checked: Call | None = None
         missing = False
         try:
             while self._pending:
@@ -227,6 +257,8 @@ class Session:
                 header = self._read_line(deadline)
                 if call.command:
                     call.answer = self._command_answer(header, call, deadline)
+                    if call.failed_check and checked is None:
+                        checked = call
                     continue
                 if header == b"NOHELPER":
                     call.answer = {"ok": False, "error": "no python3 on the host"}
@@ -246,11 +278,13 @@ class Session:
         except (paramiko.SSHException, OSError, EOFError, ValueError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
+        if failed is not None or checked is not None:
+            self._clear()
         if missing:
             raise NoHelper("python3 is needed on the host for deploy's file operations")
         if failed is not None:
-            self._clear()
             raise CallFailed(failed)
+        return checked
 
     def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
         if header == b"SKIP":
@@ -261,7 +295,14 @@ class Session:
         status, out_len, err_len = (int(p) for p in parts[1:])
         call.payload = self._read_exactly(out_len, deadline)
         err = self._read_exactly(err_len, deadline)
-        return {"ok": True, "status": status, "stderr": err.decode("utf-8", "replace")}
+        answer: dict[str, Any] = {
+            "ok": True,
+            "status": status,
+            "stderr": err.decode("utf-8", "replace"),
+        }
+        if call.check and status != 0:
+            answer["error"] = f"a check sent earlier exited {status}"
+        return answer
 
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
@@ -297,7 +338,9 @@ class Session:
         deadline = None if timeout is None else began + seconds + GRACE
         earlier: CallFailed | NoHelper | None = None
         try:
-            self._collect(deadline)
+            checked = self._collect(deadline)
+            if checked is not None:  # the engine waits for its checks first: not expected
+                earlier = CallFailed(checked)
         except (CallFailed, NoHelper) as exc:
             earlier = exc
         try:

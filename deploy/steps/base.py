@@ -10,7 +10,9 @@ Lifecycle (the engine drives it, one step at a time, on one host):
     Make the change. Every change is announced in the journal (an ``intent`` record, fsynced)
     before it is made and confirmed after (``done``), so undo never depends on memory.
 ``verify(ctx, planned)``
-    Prove the post-condition on the host. Raise `CheckFailed` when it does not hold.
+    Prove the post-condition on the host. Raise `CheckFailed` when it does not hold. A check
+    whose verdict is its exit status on the host may instead be sent with the commit
+    (`StepContext.check_on_host`): the run then waits once for it and the commit together.
 undo
     Driven by journal records, not by the step object: a rollback after a crash, in another
     process, undoes exactly what happened. A step declares the intent records it writes
@@ -81,6 +83,21 @@ class Planned:
 
 
 @dataclass
+class HostCheck:
+    """A step's check sent to the host without waiting (`StepContext.check_on_host`).
+
+    Its verdict is its exit status on the host, 0 for a pass — the one the host's session
+    also acts on, skipping the commit behind a failed check — so the client can never judge
+    otherwise than the host did. ``explain`` only words it once answered: (exit status,
+    stdout, stderr) -> the step's summary when 0, else why the check failed.
+    """
+
+    step_index: int
+    call: Call
+    explain: Callable[[int, str, str], str]
+
+
+@dataclass
 class FileChange:
     path: str
     before: bytes
@@ -119,11 +136,40 @@ class StepContext:
     upcoming: list[Any] = field(default_factory=list)
     #: Per-service facts of this run: started pid and log offset, baseline figures.
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Set by the engine before each step: whether a check may go with the commit
+    #: (`check_on_host`) — not under --check, and every later step is `Step.answered_locally`.
+    checks_with_commit: bool = False
+    #: Checks sent with the commit and not judged yet (`deploy.engine.verdicts`).
+    host_checks: list[HostCheck] = field(default_factory=list)
 
     def note(self, message: str) -> None:
         """A progress line for the operator (long waits say what they are waiting for)."""
         if self.progress is not None:
             self.progress.host_event(self.host, message)
+
+    def check_on_host(
+        self, command: str, *, timeout: float, explain: Callable[[int, str, str], str]
+    ) -> bool:
+        """Send ``command``, a check whose verdict is its exit status, to be judged with the
+        commit; False when it cannot go (then the step runs it now, and waits).
+
+        Only for a check the host can decide alone: exit status 0 passes, anything else
+        fails, and nothing in its output changes that (``explain`` words the verdict, never
+        reverses it). The host skips what follows a failed check, the commit record included;
+        the engine then fails this step and rolls the host back (`deploy.engine.verdicts`).
+        And only for a short check of deploy's own: once the commit is sent behind it, a
+        cancel that comes while it runs no longer stops the commit.
+
+        Raises:
+            HostUnreachable: the connection was lost.
+        """
+        if not self.checks_with_commit or self.check_mode:
+            return False
+        call = self.remote.send_check(command, timeout=timeout)
+        if call is None:
+            return False
+        self.host_checks.append(HostCheck(self.step_index, call, explain))
+        return True
 
     def anything_changed(self) -> bool:
         """Whether this run changed (or, under --check, would change) anything so far."""
@@ -242,6 +288,14 @@ class Step(Generic[ArgsT]):
     def speculate(self, state_dir: str) -> list[str]:
         """Read-only commands whose answers this step can use if run ahead with the lock."""
         return []
+
+    def answered_locally(self, ctx: StepContext) -> bool:
+        """Whether this step, in this run, waits for no answer from the host: it judges bytes
+        the run already holds (``ctx.files``) and sends at most a check that goes with the
+        commit (`StepContext.check_on_host`). Such steps may run while the checks sent
+        before them are unanswered; a step before them may then send its check with the
+        commit. Default: no (a change, a playbook's command, a service)."""
+        return False
 
     @property
     def title(self) -> str:

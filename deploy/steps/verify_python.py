@@ -8,7 +8,10 @@ Otherwise a passed compile is recorded under ``state_dir/compiled`` and reused w
 bytes and the interpreter binary stay the same (`deploy.checks.compile`): a re-run that changes
 nothing then costs the host no interpreter start, and the report says the result was reused.
 The check is also sent with the lock (`speculative_command`), so a re-run waits for no round
-trip of its own.
+trip of its own. A change run's check of the new bytes goes with the commit
+(`StepContext.check_on_host`) when the structure passed: its verdict is the interpreter's exit
+status alone — the message is read from stderr and the "reused" marker from stdout, but neither
+decides — so the host can hold the commit record on it and the run waits once for both.
 """
 
 from __future__ import annotations
@@ -96,6 +99,10 @@ class VerifyPythonStep(Step[VerifyPythonArgs]):
         command = speculative_command(self.args, state_dir)
         return [command] if command else []
 
+    def answered_locally(self, ctx: StepContext) -> bool:
+        # The structure is judged on the bytes held; the compile goes with the commit.
+        return self.args.path in ctx.files
+
     def describe(self) -> str:
         return f"verify_python {self.args.path}"
 
@@ -122,7 +129,7 @@ class VerifyPythonStep(Step[VerifyPythonArgs]):
             last_statement=args.last_statement,
             path=args.path,
         )
-        reused = False
+        base = planned.summary
         if args.compiles:
             if ctx.check_mode:
                 command = compile_stdin_command(args.python, args.path)
@@ -138,16 +145,37 @@ class VerifyPythonStep(Step[VerifyPythonArgs]):
                 # counts only for the very bytes this step checks; a failure is checked again.
                 if ahead is not None and ahead[0] == 0 and compiled_sha256(out) == sha256(content):
                     status, err = ahead[0], ahead[2]
+                elif not problems and ctx.check_on_host(
+                    command,
+                    timeout=120,
+                    explain=lambda code, stdout, stderr: self._verdict(
+                        base, [], code, stdout, stderr
+                    ),
+                ):
+                    planned.summary += ": compile check sent with the commit"
+                    return
                 else:
                     result = ctx.remote.run(command, timeout=120)
                     status, out, err = result.exit_status, result.stdout, result.stderr
-            problem = compile_problem(status, err, python=args.python)
-            if problem:
-                problems.append(problem)
-            reused = not problem and was_reused(out)
+            text = self._verdict(base, problems, status, out, err)
+        else:
+            text = self._verdict(base, problems, 0, "", "")
+        if problems:
+            raise CheckFailed(text)
+        planned.summary = text
+
+    def _verdict(self, base: str, problems: list[str], status: int, out: str, err: str) -> str:
+        """The step's summary (from the plan's, ``base``), or — with ``problems``, or a failed
+        compile, which it adds to them — why it failed; ``status``, ``out``, ``err``: the
+        compile's answer (only its status decides: `compile_problem`)."""
+        args = self.args
+        problem = compile_problem(status, err, python=args.python) if args.compiles else None
+        if problem:
+            problems.append(problem)
         if problems:
             prefix = f"{args.path}: "
-            raise CheckFailed(prefix + "; ".join(p.removeprefix(prefix) for p in problems))
-        planned.summary = planned.summary.replace("check ", "checked ", 1) + ": ok"
-        if reused:
-            planned.summary += " (compile result reused: same bytes, same interpreter binary)"
+            return prefix + "; ".join(p.removeprefix(prefix) for p in problems)
+        summary = base.replace("check ", "checked ", 1) + ": ok"
+        if args.compiles and was_reused(out):
+            summary += " (compile result reused: same bytes, same interpreter binary)"
+        return summary

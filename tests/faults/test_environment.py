@@ -12,7 +12,7 @@ import os
 import time
 
 from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, mounted, read_only
-from tests.faults.harness import journal_at_least, lock_taken
+from tests.faults.harness import lock_taken
 
 PAGE = 4096
 
@@ -203,8 +203,12 @@ def test_two_runs_at_once(make_fault_host) -> None:  # type: ignore[no-untyped-d
         finally:
             os.environ["XDG_STATE_HOME"] = saved
 
+    # Freeze the first run at its first request after the lock's answer, while it holds the
+    # lock. Not at the journal's second line: the run sends its writes, records, check and
+    # commit in one batch, and sends nothing more before its answers (deploy/engine/verdicts.py).
     host.old_runs = set(host.runs())
-    host.proxy.arm(lambda: journal_at_least(2)(host), action=run_the_other, cut=False)
+    host.armed_at = time.time()
+    host.proxy.arm(lambda: lock_taken(host), action=run_the_other, cut=False)
     first = _apply(host)
     host.proxy.disarm()
     other = second["result"]

@@ -54,7 +54,10 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: and the exec's reply. The release's wait for the shell's exit status is gone (issue 17: one
 #: round trip per host at the end of every run); `test_releasing_the_lock_waits_for_no_round_trip`
 #: fails if it comes back. `python -m bench.wire` lists every wait on the wire.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0, "wait": 3}
+#: wait 3 -> 2: the compile check of the new bytes is sent as a CHECK behind the writes, and
+#: the commit (manifest, end record) right behind it; the host writes the end record only if
+#: the check passed (deploy/engine/verdicts.py), so the run waits once for all of it.
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0, "wait": 2}
 #: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
 #: compile check, answered from the record of the change run's (state_dir/compiled).
 #: wait 1: the lock's answer brings the files and the compile check sent with it.
@@ -97,6 +100,8 @@ def test_change_run_and_rerun_stay_within_the_round_trip_budget(
         f"the change run makes more SSH operations than budgeted {CHANGE_RUN_BUDGET}: "
         f"{_over(change, CHANGE_RUN_BUDGET)}"
     )
+    # Exactly: the lock's answer, then one wait for the writes, the check and the commit.
+    assert {host: ops["wait"] for host, ops in change.items()} == dict.fromkeys(change, 2), change
     for kimi in hosts:
         # The compile check sent with the lock found no record of the original bytes and
         # compiled nothing (deploy.checks.compile.AHEAD_VARIABLE): only the new bytes were
@@ -112,6 +117,7 @@ def test_change_run_and_rerun_stay_within_the_round_trip_budget(
         f"the no-change re-run makes more SSH operations than budgeted {RERUN_BUDGET}: "
         f"{_over(rerun, RERUN_BUDGET)}"
     )
+    assert {host: ops["wait"] for host, ops in rerun.items()} == dict.fromkeys(rerun, 1), rerun
 
 
 def test_only_files_read_before_any_command_come_with_the_lock(

@@ -74,8 +74,8 @@ def test_deploy_waits_are_named_in_order_and_unexpected_data_is_said() -> None:
     what = wire.causes("deploy change run", found)
     assert len(found) == 9
     assert what[5].startswith("the lock's answer")
-    assert what[7].startswith("commit")
-    assert "not expected" in what[8]
+    assert what[6].startswith("the batch") and "commit" in what[6]
+    assert "not expected" in what[7] and "not expected" in what[8]
 
 
 def test_the_page_shows_the_waits_and_how_they_compare_with_the_floor() -> None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from pydantic import Field
 
-from deploy.config.inventory import StrictModel
+from deploy.config.inventory import StrictModel, empty_list
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import action_of, args_of
 from deploy.errors import CheckFailed, StepFailed
@@ -66,7 +66,7 @@ class ArgChanges(StrictModel):
         "(store_true), false or null removes it, a list gives several values.",
     )
     remove: list[str] = Field(
-        default_factory=list, description="Flags removed with their values, in any spelling."
+        default_factory=empty_list, description="Flags removed with their values, in any spelling."
     )
 
 
@@ -77,7 +77,7 @@ class EnvChanges(StrictModel):
         default_factory=dict,
         description='Variable -> value; an empty value (a template left at "") changes nothing.',
     )
-    unset: list[str] = Field(default_factory=list, description="Variables removed.")
+    unset: list[str] = Field(default_factory=empty_list, description="Variables removed.")
 
 
 class RestartArgs(ServiceArgs):

@@ -111,13 +111,87 @@ def test_a_run_builds_only_the_step_models_its_playbook_uses_and_never_the_union
     assert not inlined, f"Playbook's validator inlines step models again: {inlined}"
 
 
+_APPLY = """
+import json, sys
+before = set(sys.modules)  # the interpreter's own start-up (site, .pth files): not ours
+from pathlib import Path
+from tests.unit.local_rig import LocalRig
+
+rig = LocalRig(Path({root!r}))
+model = rig.files / "kimi_k25.py"
+model.write_text(
+    "class KimiK25ForConditionalGeneration:\\n    def forward(self):\\n        return 1\\n\\n\\n"
+    "EntryClass = [KimiK25ForConditionalGeneration]\\n"
+)
+rig.write_inventory(model_file=str(model), sglang_python=sys.executable)
+playbook = Path("playbooks/kimi-eagle3.yaml")
+runs = [rig.apply(playbook, skip_tags=["service"]) for _ in range(2)]
+print(json.dumps({{
+    "outcomes": [[host.outcome for host in run.hosts] for run in runs],
+    "modules": sorted(sys.modules),
+    "new_top": sorted({{name.split(".")[0] for name in set(sys.modules) - before}}),
+}}))
+"""
+
+#: What a change run and its no-change re-run may import beyond the standard library: the
+#: product's dependencies and theirs (paramiko brings cryptography, nacl, bcrypt, invoke;
+#: ``cython_runtime`` is the module Cython-compiled extensions such as libyaml's share).
+APPLY_THIRD_PARTY = {
+    "cython_runtime",
+    "annotated_types",
+    "bcrypt",
+    "cryptography",
+    "invoke",
+    "nacl",
+    "paramiko",
+    "pydantic",
+    "pydantic_core",
+    "typing_extensions",
+    "typing_inspection",
+    "yaml",
+}
+#: Loaded only for what a file-only run does not do: wording a refused input, schemas and
+#: docs, the demo and timers, and the service machinery of the skipped steps (SSH-tunnelled
+#: HTTP, nvidia-smi, stopping and starting a server, the load of the throughput gate).
+APPLY_NEVER = (
+    "deploy.config.modelpath",
+    "deploy.schema",
+    "deploy.report.json_schema",
+    "deploy.demo",
+    "deploy.schedule",
+    "deploy.sandbox",
+    "deploy.remote.http",
+    "deploy.checks.nvidia_smi",
+    "deploy.steps.service_control",
+    "deploy.steps.gate_load",
+)
+
+
+def test_a_file_run_and_its_rerun_load_nothing_they_do_not_use(tmp_path: Path) -> None:
+    # The engine runs kimi-eagle3's file steps on a LocalHost (`tests.unit.local_rig`): the
+    # same config, engine, steps and host-side programs as `deploy apply`, without SSH.
+    result = _fresh(_APPLY.format(root=str(tmp_path / "host")))
+    assert result["outcomes"] == [["changed"], ["unchanged"]]
+    new_top = result["new_top"]
+    assert isinstance(new_top, list)
+    stdlib = set(sys.stdlib_module_names)
+    foreign = {name for name in new_top if name not in stdlib and not name.startswith("_")}
+    assert foreign <= {"deploy", "tests", *APPLY_THIRD_PARTY}, (
+        f"a run imports {sorted(foreign - {'deploy', 'tests', *APPLY_THIRD_PARTY})}"
+    )
+    for heavy in NEVER_AT_START:
+        assert heavy not in new_top, f"a run imports {heavy}"
+    for module in APPLY_NEVER:
+        assert not _loaded(result["modules"], module), f"a file run imports {module}"
+
+
 #: ``deploy`` as the program runs it (the console script calls ``main()``: it parses
 #: ``sys.argv``), with an exit handler that says whether the interpreter's teardown ran.
 _AS_PROGRAM = """
-import atexit, os, sys, threading, time
+import atexit, os, sys, threading
 atexit.register(lambda: os.write(2, b"teardown ran\\n"))
-if os.environ.get("BUSY_THREAD"):  # a non-daemon thread still running at the end
-    threading.Thread(target=time.sleep, args=(0.3,)).start()
+if os.environ.get("BUSY_THREAD"):  # a non-daemon thread that ends only with the main one
+    threading.Thread(target=threading.main_thread().join).start()
 from deploy.cli import main
 main()
 """

@@ -1,10 +1,12 @@
-"""Start-up cost guards: what `deploy --help` and `deploy validate` load and build.
+"""Start-up and exit cost guards: what `deploy --help`, `deploy validate` and a run load and
+build, and how the program ends.
 
 A ``deploy`` that contacts a host spends its first ~0.4 CPU-s in its own interpreter before
 the first SSH message (imports, building pydantic models); on a loaded machine that is most
 of the gap to a bare paramiko login (docs/performance.md). No wall-time assertion here (the
 machine is shared): each test runs a command in a fresh interpreter and checks *what* it
-imported or built, so that a change putting something heavy back on the hot path fails.
+imported or built, so that a change putting something heavy back on the hot path fails, and
+that the program still skips the interpreter's teardown after its last output.
 """
 
 from __future__ import annotations

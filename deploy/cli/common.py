@@ -73,8 +73,9 @@ def leave(code: int) -> None:
     if not (Process.owned and Process.quick):
         return
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:  # the masking wrappers first, then what they wrap
+                stream.flush()
     except (OSError, ValueError):
         return
     main = threading.main_thread()

@@ -165,6 +165,8 @@ def _message(err: ErrorDetails, walk: LocWalk, raw: Any) -> tuple[str, KeyPath, 
 
 @dataclass(frozen=True)
 class _Problem:
+    """One problem and where it sorts: file order (line, column)."""
+
     error: InputError
     order: tuple[int, int]
 

@@ -56,7 +56,9 @@ class StepCommon(_Strict):
     name: str | None = Field(
         default=None, description="What the step is for, shown in plans and reports."
     )
-    tags: list[str] = Field(default_factory=empty_list, description="Select with --tags / --skip-tags.")
+    tags: list[str] = Field(
+        default_factory=empty_list, description="Select with --tags / --skip-tags."
+    )
 
 
 COMMON_KEYS = frozenset(StepCommon.model_fields)

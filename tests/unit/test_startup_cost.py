@@ -153,9 +153,14 @@ APPLY_THIRD_PARTY = {
     "yaml",
 }
 #: Loaded only for what a file-only run does not do: wording a refused input, schemas and
-#: docs, the demo and timers, and the service machinery of the skipped steps (SSH-tunnelled
-#: HTTP, nvidia-smi, stopping and starting a server, the load of the throughput gate).
+#: docs, the demo and timers, the steps it does not run (a diff to apply) and the service
+#: machinery of the skipped steps (SSH-tunnelled HTTP, nvidia-smi, stopping and starting a
+#: server, the desired command line and its edits, the load of the throughput gate).
 APPLY_NEVER = (
+    "deploy.edits.patch",
+    "deploy.edits.cmdline",
+    "deploy.steps.service_desired",
+    "deploy.steps.service_state",
     "deploy.config.modelpath",
     "deploy.schema",
     "deploy.report.json_schema",

@@ -15,11 +15,12 @@ Imports of the engine, SSH and YAML happen inside the commands, so ``deploy --he
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import click
 
 from deploy.cli.apply import apply
-from deploy.cli.common import CONTEXT
+from deploy.cli.common import CONTEXT, Process, leave
 from deploy.cli.records import history, show, status
 from deploy.cli.rollback import rollback
 from deploy.cli.tools import demo, schedule, schema_command, validate
@@ -28,7 +29,25 @@ from deploy.masking import mask_terminal
 __all__ = ["main"]
 
 
-@click.group(context_settings=CONTEXT)
+class _Program(click.Group):
+    """The ``deploy`` group. Called with no arguments it is the program (the console script,
+    ``python -m deploy.cli``): it owns the process, and a command that ended through
+    `deploy.cli.common.end_process` leaves it without the interpreter's teardown, once every
+    ``finally`` of the command has run (`deploy.cli.common.leave`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            return super().__call__(*args, **kwargs)
+        Process.owned = True
+        try:
+            return super().__call__()
+        except SystemExit as exc:
+            if isinstance(exc.code, int):
+                leave(exc.code)
+            raise
+
+
+@click.group(cls=_Program, context_settings=CONTEXT)
 @click.version_option(package_name="deploy")
 def main() -> None:
     """Change live hosts over SSH, verified, with automatic rollback.

@@ -4,8 +4,6 @@ change nothing.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from deploy.cli.common import (
@@ -13,6 +11,7 @@ from deploy.cli.common import (
     _fail,
     _inventory_path,
     accept_new_option,
+    end_process,
     forks_option,
     inventory_option,
     json_option,
@@ -48,6 +47,7 @@ def history(host: str | None, inventory: str | None, every: bool, as_json: bool,
         )
     else:
         click.echo(render_history(runs, host))
+    end_process(0)
 
 
 @click.command(context_settings=CONTEXT)
@@ -70,6 +70,7 @@ def show(run_id: str, as_json: bool) -> None:
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
         click.echo(render_summary(run, diffs=True))
+    end_process(0)
 
 
 @click.command(context_settings=CONTEXT)
@@ -110,4 +111,4 @@ def status(
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
     else:
         click.echo(render_status(statuses))
-    sys.exit(exit_code(statuses))
+    end_process(exit_code(statuses))

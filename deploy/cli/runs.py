@@ -9,6 +9,8 @@ from typing import Any, NoReturn
 
 import click
 
+from deploy.cli.common import end_process
+
 
 def _split(values: tuple[str, ...]) -> set[str] | None:
     items = {part.strip() for value in values for part in value.split(",") if part.strip()}
@@ -66,7 +68,7 @@ def _finish(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(run.exit_code)
-    sys.exit(run.exit_code)
+    end_process(run.exit_code)
 
 
 def _delivery(

@@ -15,6 +15,7 @@ from deploy.cli.common import (
     _find_playbook,
     _inventory_path,
     _playbooks_dir,
+    end_process,
     inventory_option,
     limit_option,
     startup_done,
@@ -43,9 +44,10 @@ def validate(inventory: str | None, playbooks_dir: str | None) -> None:
     for problem in problems:
         click.echo(problem, err=True)
     if problems:
-        sys.exit(EXIT_INPUT)
+        end_process(EXIT_INPUT)
     count = len(list(directory.glob("*.yaml")))
     click.echo(f"ok: {inventory_path} and {count} playbook(s) in {directory}")
+    end_process(0)
 
 
 @click.command(context_settings=CONTEXT)

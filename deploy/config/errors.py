@@ -18,15 +18,17 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from deploy.config.modelpath import LocWalk, walk_loc
 from deploy.config.steps import COMMON_KEYS, STEP_MODELS
 from deploy.config.yamlpos import KeyPath, Positions, describe_type, one_line, path_item
 from deploy.errors import InputError
+
+if TYPE_CHECKING:
+    from deploy.config.modelpath import LocWalk
 
 #: pydantic error types that mean "the value is not of the right kind", and that kind in words.
 _EXPECTED = {
@@ -163,6 +165,8 @@ def _message(err: ErrorDetails, walk: LocWalk, raw: Any) -> tuple[str, KeyPath, 
 
 @dataclass(frozen=True)
 class _Problem:
+    """One problem and where it sorts: file order (line, column)."""
+
     error: InputError
     order: tuple[int, int]
 
@@ -181,6 +185,9 @@ def validation_problems(
     ``StepEntry``), ``data`` the raw input, and ``base`` the key path of that input inside
     the file ``positions`` describes (``("steps", 3)`` when one step was validated).
     """
+    # Only input with a problem gets here: valid input never loads the loc walker.
+    from deploy.config.modelpath import walk_loc
+
     groups: dict[KeyPath, list[tuple[ErrorDetails, LocWalk]]] = {}
     singles: list[tuple[ErrorDetails, LocWalk]] = []
     for err in exc.errors(include_url=False):

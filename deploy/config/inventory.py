@@ -59,6 +59,19 @@ def kept_as_written(model: type[BaseModel], value: Any, info: ValidationInfo) ->
     return field is not None and _admits_text(field.annotation)
 
 
+def empty_list() -> list[Any]:
+    """``[]``, as the ``default_factory`` of a list field (``Field(default_factory=list)``
+    means the same, at a cost).
+
+    pydantic inspects a default factory's signature every time it builds a model with that
+    field, to see whether it takes the validated data. For the builtin ``list``,
+    ``inspect.signature`` finds no text signature and fails slowly: ~0.25 ms per field, 15
+    fields in a ``deploy validate`` (~4 ms); for this function it takes ~15 us. (``dict``
+    has a text signature and is cheap.)
+    """
+    return []
+
+
 class StrictModel(BaseModel):
     """Base of every input model: unknown keys are errors; templates survive the as-written pass."""
 
@@ -146,7 +159,7 @@ class HostSpec(StrictModel):
 class GroupSpec(StrictModel):
     """A group written as a mapping: its hosts and the variables they share."""
 
-    hosts: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=empty_list)
     vars: dict[str, Any] = Field(default_factory=dict)
     become: bool | None = Field(
         default=None, description="become for the group's hosts (a host's own setting wins)."
@@ -168,7 +181,7 @@ class Inventory(StrictModel):
     )
     vars: dict[str, Any] = Field(default_factory=dict, description="Variables for every host.")
     secret_vars: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Variables whose values are shown as *** in every output (names containing"
         " token, password, secret or key are secret without being listed).",
     )

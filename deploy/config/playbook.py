@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import deploy.steps  # noqa: F401  (the step catalogue: each step module declares its action)
 from deploy.config import steps as catalogue
+from deploy.config.inventory import empty_list
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import StepCommon
 
@@ -55,7 +56,7 @@ class Playbook(BaseModel):
     hosts: str = Field(description="Host, group or pattern (globs, '!exclusions', ':'-separated).")
     vars: dict[str, Any] = Field(default_factory=dict, description="Defaults, lowest precedence.")
     secret_vars: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Variables whose values are shown as *** in every output (names containing"
         " token, password, secret or key are secret without being listed).",
     )

@@ -45,7 +45,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from deploy.config.inventory import StrictModel
+from deploy.config.inventory import StrictModel, empty_list
 
 _Strict = StrictModel
 
@@ -56,7 +56,9 @@ class StepCommon(_Strict):
     name: str | None = Field(
         default=None, description="What the step is for, shown in plans and reports."
     )
-    tags: list[str] = Field(default_factory=list, description="Select with --tags / --skip-tags.")
+    tags: list[str] = Field(
+        default_factory=empty_list, description="Select with --tags / --skip-tags."
+    )
 
 
 COMMON_KEYS = frozenset(StepCommon.model_fields)

@@ -51,6 +51,8 @@ REPORT_FORMAT = 1
 
 @dataclass
 class StepResult:
+    """One step on one host: its status, what it did, its diff and figures."""
+
     index: int
     kind: str
     title: str
@@ -63,6 +65,8 @@ class StepResult:
 
 @dataclass
 class HostResult:
+    """One host's run: its outcome, its steps, and any undo or recovery."""
+
     host: str
     outcome: Outcome = "unchanged"
     steps: list[StepResult] = field(default_factory=list)
@@ -84,6 +88,8 @@ class HostResult:
 
 @dataclass
 class RunResult:
+    """A whole command over its hosts: what the report, history and exit code come from."""
+
     run_id: str
     command: str
     playbook: str | None

@@ -71,6 +71,8 @@ class Begin(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Backup(Record):
+    """A saved copy of ``path`` (content-addressed by ``sha256``), made before any change."""
+
     EVENT = "backup"
     path: str
     sha256: str
@@ -112,6 +114,8 @@ class ServiceIntent(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Done(Record):
+    """The change an intent announced is complete (``op``: what it was)."""
+
     EVENT = "done"
     op: str
     step: int = 0
@@ -131,6 +135,8 @@ class RollbackBegin(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Undone(Record):
+    """One change of this run was put back (``action``: how)."""
+
     EVENT = "undone"
     op: str
     action: str = ""

@@ -132,6 +132,8 @@ def decide_apply(runs: Iterable[RunInfo]) -> ApplyDecision:
 
 @dataclass(frozen=True)
 class RollbackDecision:
+    """Whether a rollback of one run may undo it on a host, and the message that says so."""
+
     action: Literal["undo", "nothing", "refuse"]
     message: str
     target: RunInfo | None = None

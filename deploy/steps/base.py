@@ -99,6 +99,8 @@ class HostCheck:
 
 @dataclass
 class FileChange:
+    """A file a step changed: its bytes before and after, and the diff the report shows."""
+
     path: str
     before: bytes
     after: bytes

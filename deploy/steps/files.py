@@ -221,6 +221,8 @@ class EditStep(Step[EditArgsT]):
 
 @dataclass
 class UndoOutcome:
+    """What undoing one file write did, as the rollback report says it."""
+
     path: str
     action: str  # "restored", "already original", "refused", "failed"
     detail: str = ""

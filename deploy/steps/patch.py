@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from deploy.edits.patch import apply_patch
 from deploy.steps import register
 from deploy.steps.files import EditStep, FileWriteOptions
 
@@ -43,5 +42,7 @@ class PatchStep(EditStep[PatchArgs]):
 """
 
     def edit(self, content: bytes) -> tuple[bytes, str]:
+        from deploy.edits.patch import apply_patch  # loaded by a run that patches, only
+
         result = apply_patch(content, self.args.diff or "", path=self.args.path)
         return result.content, result.summary

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from pydantic import Field
 
-from deploy.config.inventory import StrictModel
+from deploy.config.inventory import StrictModel, empty_list
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import action_of, args_of
 from deploy.errors import CheckFailed, StepFailed
@@ -37,10 +37,11 @@ from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
 from deploy.steps.files import before_change
-from deploy.steps.service_desired import Desired, desired, imports_problem
 
-if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP) loads when a service step runs
+if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired command line)
+    # loads when a service step runs: validating a playbook and a file-only run never need it
     from deploy.steps.service_control import ServiceControl, ServiceState
+    from deploy.steps.service_desired import Desired
 
 
 class ServiceArgs(StrictModel):
@@ -66,7 +67,7 @@ class ArgChanges(StrictModel):
         "(store_true), false or null removes it, a list gives several values.",
     )
     remove: list[str] = Field(
-        default_factory=list, description="Flags removed with their values, in any spelling."
+        default_factory=empty_list, description="Flags removed with their values, in any spelling."
     )
 
 
@@ -77,7 +78,7 @@ class EnvChanges(StrictModel):
         default_factory=dict,
         description='Variable -> value; an empty value (a template left at "") changes nothing.',
     )
-    unset: list[str] = Field(default_factory=list, description="Variables removed.")
+    unset: list[str] = Field(default_factory=empty_list, description="Variables removed.")
 
 
 class RestartArgs(ServiceArgs):
@@ -155,6 +156,8 @@ class ServiceStep(Step[ServiceArgsT]):
         svc = control(ctx, self.service)
         state = svc.current()
         if isinstance(self.args, RestartArgs):
+            from deploy.steps.service_desired import desired
+
             want = desired(state, self.args, svc.spec)
             if self.args.only_if_changed and not ctx.anything_changed():
                 if not state.running:
@@ -216,6 +219,8 @@ class ServiceStep(Step[ServiceArgsT]):
         state, answer = svc.resolve_imports(dict(args.imports), fallback)
         if state.running:  # a stranger on the port: refuse that first, and say so
             svc.check_ownership(state, force=ctx.force)
+        from deploy.steps.service_desired import imports_problem
+
         problem = imports_problem(answer)
         if problem:
             raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")

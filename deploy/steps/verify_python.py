@@ -26,7 +26,7 @@ from deploy.checks.compile import (
     was_reused,
 )
 from deploy.checks.python_ast import check_python
-from deploy.config.inventory import StrictModel
+from deploy.config.inventory import StrictModel, empty_list
 from deploy.errors import CheckFailed
 from deploy.statedir.layout import Layout
 from deploy.steps import register
@@ -53,7 +53,7 @@ class VerifyPythonArgs(StrictModel):
         default_factory=dict, description="Class -> names that must be defined in its body."
     )
     not_module_level: list[str] = Field(
-        default_factory=list, description="Names that must not be defined at module level."
+        default_factory=empty_list, description="Names that must not be defined at module level."
     )
     last_statement: str | None = Field(
         default=None, description="Source of the statement that must come last in the module."

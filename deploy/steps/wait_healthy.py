@@ -19,7 +19,6 @@ from deploy.errors import CheckFailed
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service import control, runtime
-from deploy.steps.service_desired import reach_problem
 
 #: Seconds between readiness polls: a ready server is noticed within 0.6 s (plus one request),
 #: and no 1-second window holds more than 2 requests (issue 6's bound for a loading server).
@@ -98,6 +97,8 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
         reach = list(facts.get("reach") or [])  # type: ignore[call-overload]
         if reach:
             now = svc.current().listen
+            from deploy.steps.service_desired import reach_problem
+
             problem = reach_problem(args.service, reach, now)
             if problem:
                 raise CheckFailed(problem)

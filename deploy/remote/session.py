@@ -122,6 +122,10 @@ class Call:
     #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
     #: everything sent after it (until the client's ``CLEAR``).
     check: bool = False
+    #: A command's time limit in seconds (`send_run`). The host stops it there with
+    #: timeout(1) when it has one; whatever else the client waits for, it waits for this
+    #: answer that long plus `GRACE` (a host without timeout(1) is then treated as lost).
+    timeout: float | None = None
 
     @property
     def done(self) -> bool:
@@ -209,7 +213,7 @@ class Session:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
-        call = Call({"run": command}, command=True, check=check)
+        call = Call({"run": command}, command=True, check=check, timeout=seconds)
         self._pending.append(call)
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
         return call
@@ -221,7 +225,8 @@ class Session:
         Raises:
             CallFailed: the first request that failed (later ones were skipped on the host).
             NoHelper: the host could not start the helper.
-            SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
+            SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE` (a
+                command sent ahead: within its own time limit + `GRACE`, `Call.timeout`).
 
         A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
         """
@@ -254,9 +259,12 @@ class Session:
         try:
             while self._pending:
                 call = self._pending.popleft()
-                header = self._read_line(deadline)
+                limit = deadline
+                if limit is None and call.timeout is not None:  # as `run` bounds its own
+                    limit = time.monotonic() + call.timeout + GRACE
+                header = self._read_line(limit)
                 if call.command:
-                    call.answer = self._command_answer(header, call, deadline)
+                    call.answer = self._command_answer(header, call, limit)
                     if call.failed_check and checked is None:
                         checked = call
                     continue

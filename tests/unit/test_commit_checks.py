@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from deploy.errors import HostUnreachable
+from deploy.remote import session as session_module
 from deploy.remote.local import LocalHost
 from deploy.remote.lock import acquire
 from tests.unit.local_rig import LocalRig
@@ -204,3 +207,38 @@ def test_a_later_local_failure_still_names_the_earlier_failed_check(
     assert host.error is not None and host.error.startswith("step 2 failed: ")
     assert "does not compile" in host.error
     assert kimi.read_bytes() == before
+
+
+def _path_without_timeout(directory: Path) -> str:
+    """A PATH with every command of this machine but timeout(1), as on a host without it."""
+    directory.mkdir()
+    for source in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in sorted(os.listdir(source)):
+            if name != "timeout" and not (directory / name).exists():
+                (directory / name).symlink_to(os.path.join(source, name))
+    return str(directory)
+
+
+def test_a_check_on_a_host_without_timeout_is_still_bounded_by_the_client(
+    private: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without timeout(1) the host cannot stop a check at its limit (deploy.remote.session):
+    the client must, as it does for a command it waits for — not wait for as long as the
+    check runs, nor let a check that overran its limit commit the record sent behind it."""
+    monkeypatch.setattr(session_module, "GRACE", 1.0)  # the margin only; the wait is real
+    env = {"PATH": _path_without_timeout(private / "bin")}
+    journal = private / "journal"
+    with LocalHost("local", home=str(private), env=env) as host:
+        lock = acquire(host, str(private / "state"), {"run_id": "t"})
+        try:
+            check = host.send_check("sleep 20", timeout=1)
+            record = host.append_file(str(journal), b"end\n", durable=True)
+            assert check is not None and record is not None
+            began = time.monotonic()
+            with pytest.raises(HostUnreachable):
+                host.flush()
+            waited = time.monotonic() - began
+        finally:
+            lock.release()
+    assert waited < 10, f"waited {waited:.1f} s for a check limited to 1 s"
+    assert not record.ok, "the client never saw the record written"

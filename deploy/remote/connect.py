@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
@@ -44,15 +41,13 @@ logging.getLogger("paramiko").propagate = False
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from deploy.remote.handshake import Dial
+    from deploy.remote.early import Negotiated
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
     "ConnectSettings",
-    "Negotiated",
     "fingerprint",
     "known_hosts_name",
-    "negotiate",
     "open_connection",
 ]
 
@@ -64,7 +59,7 @@ def _guard(conn: Connection, settings: ConnectSettings) -> None:
     conn.connect_kwargs["transport_factory"] = preferring(types)
 
 
-def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
+def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
     """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
 
     paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
@@ -78,7 +73,7 @@ def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
     return sock
 
 
-def _connection(settings: ConnectSettings) -> Connection:
+def fabric_connection(settings: ConnectSettings) -> Connection:
     """Fabric's `Connection` for the host (ssh_config read), not yet opened.
 
     Raises:
@@ -110,96 +105,6 @@ def _timeouts(settings: ConnectSettings) -> dict[str, float]:
     }
 
 
-class _EarlyTransport(paramiko.Transport):  # type: ignore[misc]  # untyped
-    """A transport whose key exchange ran ahead of the login (`negotiate`).
-
-    ``SSHClient.connect`` calls `start_client` on whatever its transport factory returns;
-    here that second call is a no-op, since the negotiation already succeeded (a failed one
-    is never handed over). Everything after it (the host-key policy, the login) runs as on
-    a fresh transport.
-    """
-
-    negotiated = False
-
-    def start_client(self, event: Any = None, timeout: float | None = None) -> None:
-        if not self.negotiated:
-            super().start_client(event, timeout)
-
-
-@dataclass
-class Negotiated:
-    """A handshake made ahead of the login: the transport, or what went wrong.
-
-    ``target`` is where it went (``host``, ``port`` after ssh_config). ``error`` is the
-    exception the connection would have raised (refused, no answer, an untrusted host key),
-    kept to be raised by `open_connection` exactly where a connection made then would have
-    raised it; the transport is then already closed.
-    """
-
-    settings: ConnectSettings
-    target: tuple[str, int]
-    transport: _EarlyTransport | None = None
-    error: BaseException | None = None
-
-    def close(self) -> None:
-        """Close the transport (idempotent, from any thread): its thread ends within 0.1 s."""
-        transport, self.transport = self.transport, None
-        if transport is not None:
-            transport.close()
-            if transport.is_alive() and transport is not threading.current_thread():
-                transport.join(1.0)
-
-
-@trace.spanned("ssh.handshake")
-def negotiate(
-    settings: ConnectSettings,
-    cancelled: threading.Event,
-    hold: Callable[[Negotiated], None] = lambda early: None,
-    dial: Dial | None = None,
-) -> Negotiated | None:
-    """TCP connect, banners, key exchange and the host-key check: everything before login.
-
-    Writes nothing and asks nothing (an unknown key that ``accept-new`` would record is only
-    recorded by `open_connection`, at the login). None when the host is not to be reached
-    ahead: through a ProxyJump or ProxyCommand (that would mean logging in to the jump
-    host), or settings that fail before any contact (an unreadable ssh_config or known_hosts,
-    which `open_connection` then reports). ``cancelled`` (the command's input was bad, or it
-    ended) stops it between steps; ``hold`` is given the handshake as soon as it exists, so
-    that the command can close it from another thread while it is under way. ``dial``: the
-    TCP connect started before this module was imported, used if it went where ssh_config
-    says the host is.
-    """
-    try:
-        conn = _connection(settings)
-        if conn.gateway is not None:
-            return None
-        policy, types = policy_for(conn, settings)
-    except InputError:
-        return None
-    early = Negotiated(settings, (conn.host, conn.port or 22))
-    hold(early)
-    try:
-        sock = dial.take(early.target) if dial is not None else None
-        if sock is None:
-            sock = _socket(conn.host, conn.port or 22, settings)
-        if cancelled.is_set():
-            sock.close()
-            return None
-        transport = early.transport = preferring(types, _EarlyTransport)(sock)
-        transport.banner_timeout = settings.connect_timeout
-        with trace.span("ssh.key_exchange", settings.name):
-            transport.start_client(timeout=int(max(1, round(settings.connect_timeout))))
-            transport.negotiated = True
-            policy.judge(transport.get_remote_server_key())
-    except (HostKeyUnknown, HostKeyMismatch, OSError, EOFError, paramiko.SSHException) as exc:
-        early.close()
-        early.error = exc
-    if cancelled.is_set():
-        early.close()
-        return None
-    return early
-
-
 @trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings, early: Negotiated | None = None) -> Connection:
     """Open and return a Fabric `Connection` to the host, with strict host-key checking.
@@ -215,7 +120,7 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
     try:
-        conn = _connection(settings)
+        conn = fabric_connection(settings)
     except InputError:
         if early is not None:
             early.close()
@@ -242,7 +147,7 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
         if early is not None:
             _take_over(conn, early)
         elif conn.gateway is None:
-            conn.connect_kwargs["sock"] = _socket(conn.host, conn.port or 22, settings)
+            conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, settings)
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
         conn.close()
@@ -269,7 +174,7 @@ def _take_over(conn: Connection, early: Negotiated) -> None:
     transport = early.transport
     if transport is None or not transport.is_active():
         early.close()
-        conn.connect_kwargs["sock"] = _socket(conn.host, conn.port or 22, early.settings)
+        conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, early.settings)
         return
     conn.connect_kwargs["sock"] = transport.sock
     conn.connect_kwargs["transport_factory"] = lambda sock, **kwargs: transport

@@ -23,18 +23,17 @@ Hosts reached through a ProxyJump or ProxyCommand are not negotiated ahead (that
 logging in to the jump host): `negotiate` declines them and they connect as before. Nor is
 a handshake used when the host's final settings differ from the ones it was made with.
 
-Imports no SSH library: the command starts handshakes before it has imported paramiko,
-and a host whose route ssh_config cannot change (`direct`) has its TCP connect under way
-while the thread imports the SSH stack (`Dial`): the connect's round trip costs nothing.
+Imports no SSH library: the command starts handshakes before it has imported paramiko, and
+a host whose route ssh_config cannot change (`direct`) is connected to and sent the client's
+banner before the thread imports the SSH stack (`Dial`): the round trips of the connect and
+of the server's KEXINIT overlap that import.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import os
-import select
 import socket
 import threading
 import time
@@ -44,10 +43,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from deploy import trace
 from deploy.remote.settings import ConnectSettings
 
 if TYPE_CHECKING:
-    from deploy.remote.connect import Negotiated
+    from deploy.remote.early import Negotiated
     from deploy.remote.transport import Transport
 
 
@@ -117,59 +117,53 @@ def direct(settings: ConnectSettings) -> bool:
     return not any(_routes(Path(name).expanduser()) for name in files)
 
 
-class Dial:
-    """A TCP connect started without blocking, finished by `take` (in the same thread).
+#: The identification string a handshake's `Dial` sends: paramiko's own form. The transport
+#: is told it was sent (`deploy.remote.connect`), since the key exchange hashes it.
+BANNER = "SSH-2.0-paramiko_deploy"
 
-    Started before the thread imports paramiko, so that the SYN's round trip overlaps the
-    import. Only a successful connect is used: any failure is left to the ordinary connect
-    (`deploy.remote.connect._socket`), which reports it in the usual words — except running
-    out of time, which is what the ordinary one would say too.
+
+class Dial:
+    """The TCP connect and the client's banner, made before the thread imports paramiko.
+
+    sshd answers a client's banner with its KEXINIT: sent with the connect, that round trip
+    overlaps the import (~0.1 s), and paramiko finds the server's banner and KEXINIT waiting.
+    The connect is the one `deploy.remote.connect` makes (same call, same errors); a failure
+    to send the banner is left to the ordinary path, which reports it in its own words.
+    ``began`` is when the banner went: the key exchange's start (span ``ssh.key_exchange``).
     """
 
     def __init__(self, settings: ConnectSettings) -> None:
         self.target = (settings.address, settings.port or 22)
-        self.timeout = settings.connect_timeout
-        self.started = time.monotonic()
         self.sock: socket.socket | None = None
+        self.error: OSError | None = None
+        self.began = 0.0
         try:
-            family, kind, proto, _, address = socket.getaddrinfo(
-                *self.target, type=socket.SOCK_STREAM
-            )[0]
-            sock = socket.socket(family, kind, proto)
-        except OSError:
+            sock = socket.create_connection(self.target, timeout=settings.connect_timeout)
+        except OSError as exc:
+            self.error = exc
             return
-        sock.setblocking(False)
-        if sock.connect_ex(address) in (0, errno.EINPROGRESS):
-            self.sock = sock
-        else:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.began = time.perf_counter()
+            sock.sendall(f"{BANNER}\r\n".encode("ascii"))
+        except OSError:
             sock.close()
+            return
+        self.sock = sock
 
     def take(self, target: tuple[str, int]) -> socket.socket | None:
-        """The connected socket if it went to ``target`` (None: connect the ordinary way).
+        """The connected socket (banner sent) if it went to ``target``; None: connect anew.
 
         Raises:
-            TimeoutError: no answer within the connect timeout.
+            OSError: the connect failed, as the ordinary connect would have.
         """
         sock, self.sock = self.sock, None
-        if sock is None:
-            return None
         if target != self.target:
-            sock.close()
-            return None
-        left = max(0.0, self.timeout - (time.monotonic() - self.started))
-        try:
-            _, writable, _ = select.select([], [sock], [], left)
-            if not writable:
-                raise TimeoutError("timed out")
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            if sock is not None:
                 sock.close()
-                return None
-            sock.setblocking(True)
-            sock.settimeout(self.timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except BaseException:
-            sock.close()
-            raise
+            return None
+        if self.error is not None:
+            raise self.error
         return sock
 
     def close(self) -> None:
@@ -254,11 +248,13 @@ class Handshakes:
 
     def _negotiate(self, pending: _Pending) -> None:
         result: Negotiated | None = None
-        dial = Dial(pending.settings) if direct(pending.settings) else None
+        dial: Dial | None = None
         try:
-            from deploy.remote.connect import negotiate
+            with trace.span("ssh.handshake", pending.settings.name):
+                dial = Dial(pending.settings) if direct(pending.settings) else None
+                from deploy.remote.early import negotiate
 
-            result = negotiate(pending.settings, self._cancelled, pending.hold, dial)
+                result = negotiate(pending.settings, self._cancelled, pending.hold, dial)
         except Exception:  # a shortcut only: the login, made as before, reports any error
             result = None
         finally:

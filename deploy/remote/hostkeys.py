@@ -163,19 +163,27 @@ def known_files(settings: ConnectSettings, ssh_config: dict[str, Any]) -> list[P
     return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
 
 
-def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
-    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it.
+def known_key_types(settings: ConnectSettings, files: list[Path], name: str) -> list[str]:
+    """The key types ``files`` list for host ``name``, in order (to prefer in the handshake).
 
     Raises:
         InputError: a known_hosts file cannot be read.
     """
-    port = conn.port or 22
-    name = known_hosts_name(conn.host, port)
-    files = known_files(settings, conn.ssh_config)
     types: list[str] = []
     for path in files:
         try:
             types += _known_hosts(path).key_types(name)
         except OSError as exc:
             raise InputError(f"{settings.name}: cannot read known_hosts {path}: {exc}") from exc
-    return KnownHostsPolicy(settings, files, name), types
+    return types
+
+
+def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
+    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it.
+
+    Raises:
+        InputError: a known_hosts file cannot be read.
+    """
+    name = known_hosts_name(conn.host, conn.port or 22)
+    files = known_files(settings, conn.ssh_config)
+    return KnownHostsPolicy(settings, files, name), known_key_types(settings, files, name)

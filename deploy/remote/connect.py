@@ -2,10 +2,27 @@
 
 Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here known_hosts is
 read the way OpenSSH reads it (`deploy.remote.knownhosts`: ``@revoked``, ``@cert-authority``,
-several keys per host) and every key the server offers is judged by `_KnownHostsPolicy`: an
+several keys per host) and every key the server offers is judged by `KnownHostsPolicy`: an
 unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``accept-new``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
 command to run once the operator has checked that the change is legitimate.
+
+The part before the login is made ahead. As soon as a command knows which hosts it will
+contact (its inventory is loaded and validated, the playbook's ``hosts:`` and ``--limit``
+applied), each host's TCP connect, SSH banners, key exchange, host-key check and
+``ssh-userauth`` service request start in the background (`deploy.remote.handshake`,
+`deploy.remote.early`), while the command goes on validating the playbook, variables and
+options. The login, every command, any write (a new key recorded under
+``--accept-new-host-keys`` included) and any prompt (a key's passphrase) wait until the whole
+input is valid, exactly as before; what the handshake found (an unknown or changed key, a
+refused port) is reported only then, in the same words and with the same exit code. So a
+command with bad input exits 2 having made, with each selected host, at most a TCP connection
+and a key exchange, ended before authentication (sshd logs it closed or reset
+"[preauth]"): no login, nothing run, nothing written. Not negotiated ahead: hosts reached
+through a ProxyJump or ProxyCommand (that would mean logging in to the jump host), hosts
+whose connection settings are templated (a playbook variable or ``-e`` could still change
+them), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
+validate``).
 
 What people already have in ssh_config counts: User, Port, HostName, IdentityFile and
 ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_config`` in the

@@ -142,7 +142,7 @@ def apply(
         if not offline:
             # The hosts are known: their handshakes go on while the rest is imported and
             # validated (deploy.remote.handshake); the login waits for valid input.
-            early = _selected_as_written(inv, path, limit)
+            early = _first_wave(inv, path, limit, serial, forks, check)
             handshakes_ahead(handshakes, early, accept_new=accept_new_host_keys)
         from deploy.engine import batches, local_lock
         from deploy.engine.host_run import holder_info
@@ -258,12 +258,19 @@ def apply(
     )
 
 
-def _selected_as_written(inv: Any, path: Path, limit: tuple[str, ...]) -> list[tuple[str, Any]]:
-    """The hosts the playbook at ``path`` selects, with their settings as written, before the
-    playbook is validated (its ``hosts:`` read from the YAML alone); none when that cannot be
-    told yet: the playbook's own validation then says what is wrong."""
+def _first_wave(
+    inv: Any, path: Path, limit: tuple[str, ...], serial: str | None, forks: int, check: bool
+) -> list[tuple[str, Any]]:
+    """The hosts the run will start with (the first batch's first ``forks``), with their
+    settings as written, told from the playbook's YAML before the playbook is validated.
+
+    Only these are negotiated ahead: a later host may never be contacted (a batch called off
+    by ``max_fail``, a ``--timeout``), and a handshake would contact it. None when the YAML
+    cannot tell yet: the playbook's own validation then says what is wrong.
+    """
     from deploy.config.select import select_hosts
     from deploy.config.yamlpos import load_yaml
+    from deploy.engine.batches import parse_serial, plan_batches
 
     try:
         data = load_yaml(path).data
@@ -271,9 +278,12 @@ def _selected_as_written(inv: Any, path: Path, limit: tuple[str, ...]) -> list[t
         if not isinstance(pattern, str):
             return []
         names = select_hosts(inv.inventory, pattern, list(limit) or None)
-    except DeployError:
+        sizes = serial if serial is not None else data.get("serial")
+        batches = plan_batches(names, None if check or sizes is None else parse_serial(sizes))
+    except (DeployError, TypeError, ValueError):
         return []
-    return [(name, inv.inventory.host(name)) for name in names]
+    first = batches[0][:forks] if batches else []
+    return [(name, inv.inventory.host(name)) for name in first]
 
 
 def _listing(playbook: str, plans: list[Any], *, hosts: bool, tasks: bool) -> str:

@@ -100,8 +100,9 @@ def status(
     try:
         inv = load.load_inventory(_inventory_path(inventory))
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
-        # Known: their handshakes go on while the rest is imported (deploy.remote.handshake).
-        handshakes_ahead(handshakes, hosts, accept_new=accept_new_host_keys)
+        # Known: the first ``forks`` hosts' handshakes go on while the rest is imported
+        # (deploy.remote.handshake).
+        handshakes_ahead(handshakes, hosts[:forks], accept_new=accept_new_host_keys)
         hosts = with_connection(hosts)
     except InputError as exc:
         handshakes.close()

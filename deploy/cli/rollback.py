@@ -82,10 +82,11 @@ def rollback(
         target = rollback_target.choose(run_id, str(inventory_path.resolve()), hosts)
     except InputError as exc:
         _fail(exc, out)
-    # The hosts are known: their handshakes go on while the engine is imported and the
-    # operator confirms (deploy.remote.handshake); the login waits for the run.
+    # The hosts are known: the handshakes of those the run starts with go on while the
+    # engine is imported and the operator confirms (deploy.remote.handshake); the login
+    # waits for the run.
     handshakes = Handshakes()
-    handshakes_ahead(handshakes, target.hosts, accept_new=accept_new_host_keys)
+    handshakes_ahead(handshakes, target.hosts[:forks], accept_new=accept_new_host_keys)
     from deploy.engine.fleet import run_rollback
     from deploy.engine.run_options import ssh_opener
 

@@ -263,3 +263,16 @@ def test_a_host_behind_a_proxyjump_is_not_negotiated_ahead(
     assert negotiate(settings, threading.Event()) is None
     time.sleep(0.2)
     assert _log_since(ssh_host, offset) == ""
+
+
+def test_a_batch_called_off_is_never_contacted(make_kimi_hosts: MakeHosts) -> None:
+    """Only the hosts a run starts with are negotiated ahead: a later batch that ``max_fail``
+    calls off stays "never contacted", as the batches' promise says — not even a handshake."""
+    (broken, later), deploy = make_kimi_hosts([None, "0.5.9"])
+    offset = len(later.host.log_text())
+    result = deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY, "--serial", "1", "--json")
+    outcomes = {h["host"]: h["outcome"] for h in json.loads(result.stdout)["hosts"]}
+    assert outcomes == {"gpu-1": "failed", "gpu-2": "skipped"}, result.output
+    assert broken.host.log_text().count("Accepted publickey") >= 1
+    time.sleep(0.2)
+    assert _log_since(later.host, offset) == ""

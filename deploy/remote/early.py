@@ -130,7 +130,8 @@ def negotiate(
     hold: Callable[[Negotiated], None] = lambda early: None,
     dial: Dial | None = None,
 ) -> Negotiated | None:
-    """TCP connect, banners, key exchange and the host-key check: everything before login.
+    """TCP connect, banners, key exchange, host-key check and the ``ssh-userauth`` service
+    request: everything before the login.
 
     Writes nothing and asks nothing (an unknown key that ``accept-new`` would record is only
     recorded by `open_connection`, at the login). None when the host is not to be reached

@@ -197,6 +197,8 @@ class _Pending:
             drop = self.abandoned
         if drop and result is not None:
             result.close()
+        if result is None and self.early is not None:
+            self.early.close()  # declined, cancelled, or a bug in the shortcut: nothing kept
 
     def abandon(self) -> None:
         with self.lock:
@@ -237,20 +239,23 @@ class Handshakes:
             with self._lock:
                 if self._cancelled.is_set() or settings.name in self._pending:
                     continue
-                pending = self._pending[settings.name] = _Pending(settings)
-            pending.thread = threading.Thread(
-                target=self._negotiate,
-                args=(pending,),
-                name=f"handshake-{settings.name}",
-                daemon=True,  # never holds the process: one blocked in DNS is left behind
-            )
-            pending.thread.start()
+                pending = _Pending(settings)
+                pending.thread = threading.Thread(
+                    target=self._negotiate,
+                    args=(pending,),
+                    name=f"handshake-{settings.name}",
+                    daemon=True,  # never holds the process: one blocked in DNS is left behind
+                )
+                self._pending[settings.name] = pending
+                pending.thread.start()
 
     def _negotiate(self, pending: _Pending) -> None:
         result: Negotiated | None = None
         dial: Dial | None = None
         try:
             with trace.span("ssh.handshake", pending.settings.name):
+                if self._cancelled.is_set():
+                    return
                 dial = Dial(pending.settings) if direct(pending.settings) else None
                 from deploy.remote.early import negotiate
 

@@ -206,13 +206,24 @@ def test_a_closed_port_is_input_error_first_then_not_attempted(
     assert f"cannot connect to 127.0.0.1:{port}: connection refused" in refused.output
 
 
-def test_rollback_and_status_log_in_over_their_handshakes(make_kimi_hosts: MakeHosts) -> None:
+def test_check_rollback_and_status_log_in_over_their_handshakes(
+    make_kimi_hosts: MakeHosts,
+) -> None:
     """One mechanism for every command that connects: each logs in once per host, on the
-    connection its handshake made."""
+    connection its handshake made; one that contacts no host makes none."""
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     before = sha256(kimi.model_file)
+    offset = len(kimi.host.log_text())
+    listed = deploy("apply", "kimi-eagle3", "--list-hosts", "--list-tasks")
+    assert listed.exit_code == 0 and "gpu-1" in listed.stdout, listed.output
+    time.sleep(0.2)
+    assert _log_since(kimi.host, offset) == ""
     assert deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY).exit_code == 0
-    for command in (("status",), ("rollback", "--yes")):
+    for command in (
+        ("apply", "kimi-eagle3", "--check", *FILES_ONLY),
+        ("status",),
+        ("rollback", "--yes"),
+    ):
         offset = len(kimi.host.log_text())
         result = deploy(*command)
         assert result.exit_code == 0, result.output

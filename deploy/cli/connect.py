@@ -1,12 +1,13 @@
 """Connection options, as Ansible spells them: ``-u``, ``--private-key``, ``--ask-pass``, ``-b``, ``-K``.
 
 They override the inventory for every host of the command (as Ansible's do), and are applied
-in one place, `with_connection`, after the inventory is resolved and before anything connects.
-The options are not passed to the command functions (``expose_value=False``): each is kept in
+in one place, `_overrides`: by `with_connection` once the whole input is valid, before any
+login, and by `handshakes_ahead` (asking nothing) to the handshakes a command starts ahead of
+the login (`deploy.remote.handshake`). The options are not passed to the command functions (``expose_value=False``): each is kept in
 the click context, so a command gains them with one decorator and one call.
 
 Secrets asked for on the terminal (``--ask-pass``, ``-K``) are asked once per run, before any
-host is contacted, and handed to `deploy.remote.connect.provide_secret`; a key passphrase is
+login, and handed to `deploy.remote.sshauth.provide_secret`; a key passphrase is
 asked only if a key turns out to be encrypted (`set_prompter`). Without a terminal, asking is
 an input error (exit 2): a scheduled run uses ``password_env`` / ``become_password_env``.
 """

@@ -48,7 +48,7 @@ from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, Inpu
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
-from deploy.remote.sshfail import describe
+from deploy.remote.sshfail import Attempt, describe
 
 # paramiko logs expected events ("channel open FAILED: Connection refused" while a server
 # loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
@@ -137,22 +137,11 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
     try:
-        conn = fabric_connection(settings)
-    except InputError:
+        conn, attempt = _prepared(settings)
+    except BaseException:  # an unset password_env, a key's passphrase not given...
         if early is not None:
             early.close()
         raise
-    auth, attempt = auth_kwargs(settings, conn)
-    conn.connect_kwargs.update(auth)
-    _guard(conn, settings)
-    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same
-    # rules, and log in to them the same way.
-    hop = conn.gateway
-    while hop is not None and not isinstance(hop, str):
-        hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
-        _guard(hop, settings)
-        hop = hop.gateway
     if early is not None and (
         conn.gateway is not None
         or early.target != (conn.host, conn.port or 22)
@@ -176,6 +165,24 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
     if transport is not None:
         transport.set_keepalive(15)
     return conn
+
+
+def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
+    """The host's Fabric `Connection` with our login arguments and host-key rules, its hops
+    too; not opened. Loads the keys (a passphrase may be asked for here)."""
+    conn = fabric_connection(settings)
+    auth, attempt = auth_kwargs(settings, conn)
+    conn.connect_kwargs.update(auth)
+    _guard(conn, settings)
+    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same
+    # rules, and log in to them the same way.
+    hop = conn.gateway
+    while hop is not None and not isinstance(hop, str):
+        hop_auth, _ = auth_kwargs(settings, hop)
+        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
+        _guard(hop, settings)
+        hop = hop.gateway
+    return conn, attempt
 
 
 def _take_over(conn: Connection, early: Negotiated) -> None:

@@ -22,10 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 
 from deploy.config.inventory import HostSpec
 from deploy.engine.handshakes import connect_settings
+from deploy.errors import InputError
 from deploy.remote.early import negotiate
 from deploy.remote.handshake import Handshakes, direct
 from deploy.remote.settings import ConnectSettings
@@ -287,3 +289,27 @@ def test_a_batch_called_off_is_never_contacted(make_kimi_hosts: MakeHosts) -> No
     assert broken.host.log_text().count("Accepted publickey") >= 1
     time.sleep(0.2)
     assert _log_since(later.host, offset) == ""
+
+
+def test_a_login_that_fails_before_it_starts_closes_the_handshake(
+    ssh_host: SshHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``password_env`` naming an unset variable is found at the login, after the handshake
+    was taken: the one line as before, and the negotiated connection is closed then."""
+    monkeypatch.delenv("DEPLOY_TEST_UNSET", raising=False)
+    entry = {k: v for k, v in ssh_host.inventory_entry().items() if k != "vars"}
+    entry["password_env"] = "DEPLOY_TEST_UNSET"
+    settings = connect_settings(ssh_host.name, HostSpec.model_validate(entry))
+    handshakes = Handshakes()
+    handshakes.start([settings])
+    with pytest.raises(InputError, match=r"password_env names \$DEPLOY_TEST_UNSET"):
+        handshakes.connect(settings)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _transports():
+        time.sleep(0.05)
+    assert _transports() == []
+    handshakes.close()
+
+
+def _transports() -> list[str]:
+    return [t.name for t in threading.enumerate() if "Transport" in type(t).__name__]

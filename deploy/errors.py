@@ -75,7 +75,8 @@ class SourcePosition:
 
 
 class InputError(DeployError):
-    """Invalid input: reported as ``file:line:col field: message``; nothing was touched."""
+    """Invalid input: reported as ``file:line:col field: message``; nothing was touched (no
+    login; at most a key exchange with the selected hosts, `deploy.remote.handshake`)."""
 
     exit_code = EXIT_INPUT
 

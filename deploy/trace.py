@@ -30,7 +30,13 @@ SPANS: dict[str, str] = {
     "config.load_playbook": "reading and validating a playbook",
     "config.resolve": "templating a playbook's vars and steps for one host",
     "engine.run_apply": "a whole `deploy apply` over every host (the main thread)",
-    "ssh.connect": "TCP connect, key exchange and authentication of one host",
+    "ssh.handshake": "one host's handshake ahead of the login, in the background: ssh_config, "
+    "TCP connect, key exchange, host-key check (deploy.remote.handshake)",
+    "ssh.key_exchange": "a handshake's banners, key exchange and host-key check (from the "
+    "client's banner, sent with the TCP connect when ssh_config cannot reroute the host)",
+    "ssh.service_request": "a handshake's ssh-userauth service request, answered before login",
+    "ssh.connect": "logging in to one host (TCP connect and key exchange too, unless a "
+    "handshake ahead made them)",
     "lock.acquire": "the lock's exec until it answers READY (prefetched reads included)",
     "lock.release": "ending the lock's command loop and waiting for its exit",
     "host.run": "one shell command on a host (detail: the command)",
@@ -60,6 +66,13 @@ def _emit(name: str, detail: str, start: float) -> None:
     end = time.perf_counter()
     for listener in tuple(_listeners):
         listener(name, detail, start, end)
+
+
+def record(name: str, detail: str, start: float) -> None:
+    """A span that began at ``start`` (`time.perf_counter`) and ends now, for a phase that
+    began before the function that ends it (a handshake's banner, sent before its import)."""
+    if _listeners:
+        _emit(name, detail, start)
 
 
 @contextlib.contextmanager

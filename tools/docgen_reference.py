@@ -193,7 +193,7 @@ def render_inventory() -> str:
         "",
         "## Host keys and connections",
         "",
-        markdown(connect.__doc__, 0, 2),
+        markdown(connect.__doc__, 0, 3),
         "",
     ]
     return "\n".join(parts)

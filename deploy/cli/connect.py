@@ -1,12 +1,13 @@
 """Connection options, as Ansible spells them: ``-u``, ``--private-key``, ``--ask-pass``, ``-b``, ``-K``.
 
 They override the inventory for every host of the command (as Ansible's do), and are applied
-in one place, `with_connection`, after the inventory is resolved and before anything connects.
-The options are not passed to the command functions (``expose_value=False``): each is kept in
+in one place, `_overrides`: by `with_connection` once the whole input is valid, before any
+login, and by `handshakes_ahead` (asking nothing) to the handshakes a command starts ahead of
+the login (`deploy.remote.handshake`). The options are not passed to the command functions (``expose_value=False``): each is kept in
 the click context, so a command gains them with one decorator and one call.
 
 Secrets asked for on the terminal (``--ask-pass``, ``-K``) are asked once per run, before any
-host is contacted, and handed to `deploy.remote.connect.provide_secret`; a key passphrase is
+login, and handed to `deploy.remote.sshauth.provide_secret`; a key passphrase is
 asked only if a key turns out to be encrypted (`set_prompter`). Without a terminal, asking is
 an input error (exit 2): a scheduled run uses ``password_env`` / ``become_password_env``.
 """
@@ -15,11 +16,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from deploy.errors import InputError
+
+if TYPE_CHECKING:
+    from deploy.config.inventory import HostSpec
+    from deploy.remote.handshake import Handshakes
 
 _KEY = "deploy.connection"
 T = TypeVar("T")
@@ -89,17 +94,7 @@ def with_connection(items: list[T]) -> list[T]:
     from deploy.remote.sshauth import provide_secret, set_prompter
 
     given = click.get_current_context().meta.get(_KEY, {})
-    update: dict[str, Any] = {}
-    if given.get("user"):
-        update["user"] = given["user"]
-    if given.get("private_key"):
-        update["identity_file"] = given["private_key"]
-    if given.get("ssh_config"):
-        update["ssh_config"] = given["ssh_config"]
-    if given.get("become"):
-        update["become"] = True
-    if given.get("become_user"):
-        update["become_user"] = given["become_user"]
+    update = _overrides(given)
     terminal = sys.stdin.isatty()
     for flag, kind, prompt in (
         ("ask_pass", "password", "SSH password"),
@@ -114,6 +109,38 @@ def with_connection(items: list[T]) -> list[T]:
             provide_secret(kind, _ask(prompt))
     set_prompter(_ask if terminal else None)
     return [_updated(item, update) for item in items] if update else items
+
+
+def handshakes_ahead(
+    handshakes: Handshakes, hosts: list[tuple[str, HostSpec]], *, accept_new: bool
+) -> None:
+    """Start the handshakes of ``hosts`` (settings as written) in the background.
+
+    For `deploy.remote.handshake`: the command's connection options apply as they will at
+    login (`with_connection`, which comes later, after the whole input is valid), but
+    nothing is asked here: the prompts stay where they were.
+    """
+    from deploy.engine.handshakes import start_handshakes
+
+    update = _overrides(click.get_current_context().meta.get(_KEY, {}))
+    chosen = [_updated(item, update) for item in hosts] if update else hosts
+    start_handshakes(handshakes, chosen, accept_new=accept_new)
+
+
+def _overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """The inventory fields the command's options override."""
+    update: dict[str, Any] = {}
+    if given.get("user"):
+        update["user"] = given["user"]
+    if given.get("private_key"):
+        update["identity_file"] = given["private_key"]
+    if given.get("ssh_config"):
+        update["ssh_config"] = given["ssh_config"]
+    if given.get("become"):
+        update["become"] = True
+    if given.get("become_user"):
+        update["become_user"] = given["become_user"]
+    return update
 
 
 def _updated(item: T, update: dict[str, Any]) -> T:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from deploy.engine.runid import new_run_id as new_run_id  # where callers found it
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.host import sha256
@@ -39,15 +39,6 @@ from deploy.statedir.records import (
     from_fields,
     parse_journal,
 )
-
-
-def new_run_id() -> str:
-    """A unique run id: UTC time to the microsecond plus 6 hex digits.
-
-    Readable and roughly time-ordered; decisions never sort these as text (a host's runs are
-    ordered by the ``host_seq`` of their journals, `deploy.statedir.runs.ordered`).
-    """
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(3)
 
 
 def now_iso() -> str:

@@ -7,6 +7,7 @@ display and the log file implement; `Cancel` is the one-way switch SIGINT, SIGTE
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import socket
@@ -16,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
+from deploy.engine.handshakes import connect_settings as connect_settings
 from deploy.engine.journal import now_iso
 from deploy.engine.results import StepResult
 from deploy.remote.api import Host
-from deploy.remote.connect import ConnectSettings
+from deploy.remote.handshake import Handshakes
 
 
 class Progress(Protocol):
@@ -62,34 +64,29 @@ class Cancel:
         return self._event.is_set()
 
 
-def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
-    """The SSH settings of an inventory host (``accept_new``: the run's --accept-new-host-keys)."""
-    return ConnectSettings(
-        name=name,
-        address=spec.address or name,
-        port=spec.port,
-        user=spec.user,
-        identity_file=spec.identity_file,
-        known_hosts=spec.known_hosts,
-        accept_new_host_keys=spec.accept_new_host_keys or accept_new,
-        password_env=spec.password_env,
-        connect_timeout=spec.connect_timeout,
-        ssh_config=spec.ssh_config,
-        become=bool(spec.become),
-        become_user=spec.become_user or "root",
-        become_password_env=spec.become_password_env,
-    )
-
-
 #: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
 HostOpener = Callable[[str, HostSpec, bool], Host]
 
 
-def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
-    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
+def ssh_host(
+    name: str, spec: HostSpec, accept_new: bool = False, *, handshakes: Handshakes | None = None
+) -> Host:
+    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings.
+
+    ``handshakes``: the command's handshakes made ahead (`deploy.remote.handshake`); the
+    host logs in over its own, if one was made for these settings.
+    """
     from deploy.remote.host import RemoteHost
 
-    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
+    settings = connect_settings(name, spec, accept_new=accept_new)
+    return RemoteHost(settings, handshakes.connect if handshakes is not None else None)
+
+
+def ssh_opener(handshakes: Handshakes | None) -> HostOpener:
+    """`ssh_host` logging in over ``handshakes`` (the one `HostOpener` commands pass)."""
+    if handshakes is None:
+        return ssh_host
+    return functools.partial(ssh_host, handshakes=handshakes)
 
 
 @dataclass

@@ -2,10 +2,27 @@
 
 Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here known_hosts is
 read the way OpenSSH reads it (`deploy.remote.knownhosts`: ``@revoked``, ``@cert-authority``,
-several keys per host) and every key the server offers is judged by `_KnownHostsPolicy`: an
+several keys per host) and every key the server offers is judged by `KnownHostsPolicy`: an
 unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``accept-new``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
 command to run once the operator has checked that the change is legitimate.
+
+The part before the login is made ahead. As soon as a command knows which hosts it will
+contact (its inventory is loaded and validated, the playbook's ``hosts:`` and ``--limit``
+applied), each host's TCP connect, SSH banners, key exchange, host-key check and
+``ssh-userauth`` service request start in the background (`deploy.remote.handshake`,
+`deploy.remote.early`), while the command goes on validating the playbook, variables and
+options. The login, every command, any write (a new key recorded under
+``--accept-new-host-keys`` included) and any prompt (a key's passphrase) wait until the whole
+input is valid, exactly as before; what the handshake found (an unknown or changed key, a
+refused port) is reported only then, in the same words and with the same exit code. So a
+command with bad input exits 2 having made, with each selected host, at most a TCP connection
+and a key exchange, ended before authentication (sshd logs it closed or reset
+"[preauth]"): no login, nothing run, nothing written. Not negotiated ahead: hosts reached
+through a ProxyJump or ProxyCommand (that would mean logging in to the jump host), hosts
+whose connection settings are templated (a playbook variable or ``-e`` could still change
+them), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
+validate``).
 
 What people already have in ssh_config counts: User, Port, HostName, IdentityFile and
 ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_config`` in the
@@ -20,23 +37,18 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import socket
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
-from deploy.remote.knownhosts import KnownHosts, Verdict
+from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
+from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
-from deploy.remote.sshfail import describe
+from deploy.remote.sshfail import Attempt, describe
 
 # paramiko logs expected events ("channel open FAILED: Connection refused" while a server
 # loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
@@ -46,168 +58,25 @@ logging.getLogger("paramiko").propagate = False
 if TYPE_CHECKING:
     from fabric import Connection
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+    from deploy.remote.early import Negotiated
 
-
-@dataclass(frozen=True)
-class ConnectSettings:
-    """Everything needed to reach one host, already templated and validated."""
-
-    name: str
-    address: str
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    #: None: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts.
-    known_hosts: str | None = None
-    accept_new_host_keys: bool = False
-    password_env: str | None = None
-    connect_timeout: float = 10.0
-    #: The one ssh_config file to read (``ssh -F``); None: Fabric's defaults.
-    ssh_config: str | None = None
-    #: Run every host operation as ``become_user`` through sudo (`deploy.remote.become`).
-    become: bool = False
-    become_user: str = "root"
-    become_password_env: str | None = None
-
-    def known_hosts_path(self) -> Path:
-        return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """The key's SHA256 fingerprint as OpenSSH prints it (``SHA256:base64``)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def known_hosts_name(address: str, port: int) -> str:
-    """The name known_hosts uses for a host: ``addr`` on port 22, else ``[addr]:port``."""
-    return address if port == 22 else f"[{address}]:{port}"
-
-
-# -- known_hosts -------------------------------------------------------------------------------
-
-_KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
-_KNOWN_HOSTS_LOCK = threading.Lock()
-
-
-def _known_hosts(path: Path) -> KnownHosts:
-    """``path`` parsed once per version of the file, shared by every host's thread.
-
-    Fifty hosts each parsing a fifty-line file was 2500 parses, ~30 ms of the GIL per run.
-    Keyed by the file's identity, size, mtime and ctime, so a key appended by
-    ``--accept-new-host-keys`` (or by anyone) is seen by the next host that connects.
-    Callers only read the shared object. A missing file is an empty one.
-    """
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return KnownHosts(str(path))
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    with _KNOWN_HOSTS_LOCK:
-        known = _KNOWN_HOSTS.get(key)
-        if known is None:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text, str(path))
-        return known
-
-
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # untyped
-    """Judge every key the server offers against known_hosts (paramiko is given none)."""
-
-    def __init__(self, settings: ConnectSettings, files: list[Path], name: str) -> None:
-        self.settings = settings
-        self.files = files
-        self.name = name
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        who, name = self.settings.name, self.name
-        offered = f"{key.get_name()} {fingerprint(key)}"
-        for path in self.files:
-            verdict, entry = _known_hosts(path).verdict(name, key.get_name(), key.asbytes())
-            where = f"{path}:{entry.line}" if entry else str(path)
-            if verdict is Verdict.TRUSTED:
-                return
-            if verdict is Verdict.REVOKED:
-                raise HostKeyMismatch(
-                    f"{who}: host key for {name} is REVOKED ({where}: {offered}); refusing to "
-                    "connect: the host needs a new key, then add that key to known_hosts"
-                )
-            if verdict is Verdict.CHANGED:
-                raise HostKeyMismatch(
-                    f"{who}: host key for {name} CHANGED: {where} has another "
-                    f"{key.get_name()} key, the server offers {offered}. If the change is "
-                    f"expected, run: ssh-keygen -R '{name}' -f {path}"
-                )
-            if verdict is Verdict.CERT_AUTHORITY_ONLY:
-                raise HostKeyUnknown(
-                    f"{who}: {where} trusts {name} only through @cert-authority, and deploy "
-                    "cannot verify host certificates (paramiko has no client-side support); "
-                    f"check the host's key ({offered}) and add it to known_hosts as a plain line"
-                )
-        first = self.files[0]
-        if not self.settings.accept_new_host_keys:
-            raise HostKeyUnknown(
-                f"{who}: host key for {name} is not in {first} ({offered}); check it, then "
-                "add it to known_hosts or pass --accept-new-host-keys"
-            )
-        first.parent.mkdir(parents=True, exist_ok=True)
-        with first.open("a", encoding="ascii") as handle:
-            handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-
-
-def _preferring(types: list[str]) -> Callable[..., paramiko.Transport]:
-    """A transport factory that offers the host's listed key types first, as OpenSSH does.
-
-    paramiko prefers only the type of the first key it was given for the host; we give it
-    none (`_KnownHostsPolicy` judges every key), so the preference is set here instead.
-    """
-    wanted: list[str] = []
-    for key_type in types:
-        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
-
-    def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
-        transport = paramiko.Transport(sock, **kwargs)
-        options = transport.get_security_options()
-        supported = list(options.key_types)
-        first = [t for t in wanted if t in supported]
-        options.key_types = first + [t for t in supported if t not in first]
-        return transport
-
-    return factory
-
-
-def _known_files(settings: ConnectSettings, ssh_config: dict[str, Any]) -> list[Path]:
-    """The inventory's known_hosts, else ssh_config's UserKnownHostsFile(s), else the default."""
-    if settings.known_hosts:
-        return [settings.known_hosts_path()]
-    listed = ssh_config.get("userknownhostsfile")
-    if listed:
-        names = listed.split() if isinstance(listed, str) else list(listed)
-        return [Path(n).expanduser() for n in names if n != "/dev/null"] or [
-            Path(DEFAULT_KNOWN_HOSTS).expanduser()
-        ]
-    return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
+__all__ = [
+    "DEFAULT_KNOWN_HOSTS",
+    "ConnectSettings",
+    "fingerprint",
+    "known_hosts_name",
+    "open_connection",
+]
 
 
 def _guard(conn: Connection, settings: ConnectSettings) -> None:
     """Give ``conn`` our host-key policy and our key-type preference for its host."""
-    port = conn.port or 22
-    name = known_hosts_name(conn.host, port)
-    files = _known_files(settings, conn.ssh_config)
-    types: list[str] = []
-    for path in files:
-        try:
-            types += _known_hosts(path).key_types(name)
-        except OSError as exc:
-            raise InputError(f"{settings.name}: cannot read known_hosts {path}: {exc}") from exc
-    conn.client.set_missing_host_key_policy(_KnownHostsPolicy(settings, files, name))
-    conn.connect_kwargs["transport_factory"] = _preferring(types)
+    policy, types = policy_for(conn, settings)
+    conn.client.set_missing_host_key_policy(policy)
+    conn.connect_kwargs["transport_factory"] = preferring(types)
 
 
-def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
+def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
     """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
 
     paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
@@ -221,15 +90,11 @@ def _socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
     return sock
 
 
-@trace.spanned("ssh.connect")
-def open_connection(settings: ConnectSettings) -> Connection:
-    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
+def fabric_connection(settings: ConnectSettings) -> Connection:
+    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
 
     Raises:
-        HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
-        HostUnreachable: refused, timed out, DNS failure, authentication failure, a key that
-            cannot be decrypted; one line each (`deploy.remote.sshfail`).
-        InputError: ``password_env`` names an unset variable; unreadable ssh_config.
+        InputError: unreadable ssh_config.
     """
     from fabric import Config, Connection
 
@@ -239,33 +104,56 @@ def open_connection(settings: ConnectSettings) -> Connection:
         raise InputError(
             f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
         ) from exc
-    timeouts = {
-        "banner_timeout": settings.connect_timeout,
-        "auth_timeout": settings.connect_timeout,
-        "channel_timeout": settings.connect_timeout,
-    }
-    conn = Connection(
+    return Connection(
         settings.address,
         user=settings.user,
         port=settings.port,
         config=config,
         connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=dict(timeouts),
+        connect_kwargs=_timeouts(settings),
     )
-    auth, attempt = auth_kwargs(settings, conn)
-    conn.connect_kwargs.update(auth)
-    _guard(conn, settings)
-    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same
-    # rules, and log in to them the same way.
-    hop = conn.gateway
-    while hop is not None and not isinstance(hop, str):
-        hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(timeouts, **hop_auth)
-        _guard(hop, settings)
-        hop = hop.gateway
+
+
+def _timeouts(settings: ConnectSettings) -> dict[str, float]:
+    return {
+        "banner_timeout": settings.connect_timeout,
+        "auth_timeout": settings.connect_timeout,
+        "channel_timeout": settings.connect_timeout,
+    }
+
+
+@trace.spanned("ssh.connect")
+def open_connection(settings: ConnectSettings, early: Negotiated | None = None) -> Connection:
+    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
+
+    ``early``: the handshake `negotiate` made ahead for these settings; the login goes on
+    over its transport (or raises its error) if it went where this connection goes, else it
+    is closed and the connection is made here.
+
+    Raises:
+        HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
+        HostUnreachable: refused, timed out, DNS failure, authentication failure, a key that
+            cannot be decrypted; one line each (`deploy.remote.sshfail`).
+        InputError: ``password_env`` names an unset variable; unreadable ssh_config.
+    """
     try:
-        if conn.gateway is None:
-            conn.connect_kwargs["sock"] = _socket(conn.host, conn.port or 22, settings)
+        conn, attempt = _prepared(settings)
+    except BaseException:  # an unset password_env, a key's passphrase not given...
+        if early is not None:
+            early.close()
+        raise
+    if early is not None and (
+        conn.gateway is not None
+        or early.target != (conn.host, conn.port or 22)
+        or early.settings.handshake_key() != settings.handshake_key()
+    ):
+        early.close()
+        early = None
+    try:
+        if early is not None:
+            _take_over(conn, early)
+        elif conn.gateway is None:
+            conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, settings)
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
         conn.close()
@@ -277,3 +165,40 @@ def open_connection(settings: ConnectSettings) -> Connection:
     if transport is not None:
         transport.set_keepalive(15)
     return conn
+
+
+def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
+    """The host's Fabric `Connection` with our login arguments and host-key rules, its hops
+    too; not opened. Loads the keys (a passphrase may be asked for here)."""
+    conn = fabric_connection(settings)
+    auth, attempt = auth_kwargs(settings, conn)
+    conn.connect_kwargs.update(auth)
+    _guard(conn, settings)
+    # ProxyJump hops are Connections Fabric made with AutoAddPolicy: hold them to the same
+    # rules, and log in to them the same way.
+    hop = conn.gateway
+    while hop is not None and not isinstance(hop, str):
+        hop_auth, _ = auth_kwargs(settings, hop)
+        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
+        _guard(hop, settings)
+        hop = hop.gateway
+    return conn, attempt
+
+
+def _take_over(conn: Connection, early: Negotiated) -> None:
+    """Make ``conn.open()`` go on from ``early``'s handshake: its transport, or its error.
+
+    The policy `_guard` installed judges the key again (the file may have changed since; it
+    is parsed once per version) and records an accepted new one: the only write, at login.
+    A transport the server has dropped meanwhile (sshd's LoginGraceTime, 2 minutes, while a
+    prompt waited) is replaced by a fresh connection.
+    """
+    if early.error is not None:
+        raise early.error
+    transport = early.transport
+    if transport is None or not transport.is_active():
+        early.close()
+        conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, early.settings)
+        return
+    conn.connect_kwargs["sock"] = transport.sock
+    conn.connect_kwargs["transport_factory"] = lambda sock, **kwargs: transport

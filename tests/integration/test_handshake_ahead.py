@@ -51,8 +51,7 @@ spans = []
 trace.subscribe(lambda n, d, s, e: spans.append([threading.current_thread().name, n, s, e]))
 atexit.register(lambda: print("SPANS " + json.dumps(spans), file=sys.stderr))
 from deploy.cli import main
-sys.argv = ["deploy", *sys.argv[1:]]
-main()
+main(sys.argv[1:], prog_name="deploy")  # embedded: ends by SystemExit, so atexit prints spans
 """
 
 

@@ -20,7 +20,6 @@ followed by its ``done`` record, nor by a restart the client sent before it saw 
 """
 
 import errno as errnomod
-import json
 import os
 import sys
 
@@ -36,11 +35,14 @@ from deploy.remote.fileagent_ops import (
     write,
 )
 
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.hostjson import dumps, loads
+
 
 def handle(header, payload):
     """One request: (answer header, answer payload). Errors become ``{"error": ...}``."""
     try:
-        args = json.loads(header.decode("utf-8"))
+        args = loads(header.decode("utf-8"))
         op = args.get("op")
         if op == "read":
             answer, body = read(args)
@@ -106,7 +108,7 @@ def _fault_rule():
         return None
     try:
         with open(name, "rb") as rule_file:
-            rule = json.loads(rule_file.read().decode("utf-8"))
+            rule = loads(rule_file.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
     rule["seen"] = 0
@@ -118,7 +120,7 @@ def _fault_stop(rule, header, size):
     import fnmatch
     import signal
 
-    args = json.loads(header.decode("utf-8"))
+    args = loads(header.decode("utf-8"))
     if args.get("op") != rule.get("op") or not fnmatch.fnmatchcase(
         str(args.get("path")), rule.get("path", "")
     ):
@@ -130,7 +132,7 @@ def _fault_stop(rule, header, size):
     seen = {"pid": os.getpid(), "op": args["op"], "path": args["path"]}
     seen.update(received=len(head), total=size)
     with open(rule["marker"] + ".part", "w") as marker:
-        marker.write(json.dumps(seen))
+        marker.write(dumps(seen))
     os.rename(rule["marker"] + ".part", rule["marker"])
     os.kill(os.getpid(), signal.SIGSTOP)
     return head + _read_exactly(0, size - len(head))
@@ -155,7 +157,7 @@ def serve(go_fd, ack_fd):
         else:
             answer, body = handle(header, payload)
             failed = not answer.get("ok")
-        text = json.dumps(answer).encode("utf-8")
+        text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
         _write_all(ack_fd, b"1\n" if failed else b"0\n")
     for fd in _APPENDS.values():
@@ -173,12 +175,12 @@ def once():
         parts = line.split()
         header = stdin.read(int(parts[0]))
         stdin.read(int(parts[1]))
-        args = json.loads(header.decode("utf-8"))
+        args = loads(header.decode("utf-8"))
         if args.get("op") != "read":
             answer, body = {"ok": False, "error": "only reads without the lock"}, b""
         else:
             answer, body = handle(header, b"")
-        text = json.dumps(answer).encode("utf-8")
+        text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 
 

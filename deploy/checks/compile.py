@@ -112,8 +112,14 @@ _STATIC_SIZE = 1_000_000
 #: variable empty, and an empty one means "compile, record nothing": the check is never weaker
 #: than without the cache. Exit status and stderr are the interpreter's own. Builtins only
 #: beyond sha256sum, readlink, head and stat: ~4 ms of the host's CPU where compiling is ~14.
+#: Sent ahead (`AHEAD_VARIABLE`) with no record for the file's bytes, it stops right after
+#: sha256sum: the identity would only be compared with a record, and there is none (a change
+#: run's check sent ahead always ends so; issue 17: three processes fewer on the host).
 _CACHED = r"""c={cache}; p={path}; k=; f=; r=
 k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
+if [ -n "${{{ahead}-}}" ] && {{ [ -z "$k" ] || [ ! -f "$c/$k" ]; }}; then
+  echo {not_recorded} >&2; exit {ahead_status}
+fi
 case {python} in /*) i={python} ;; *) i=$(command -v {python} 2>/dev/null) ;; esac
 if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
   && case "$(head -c 4 -- "$i" 2>/dev/null)" in ?ELF) true ;; *) false ;; esac; then

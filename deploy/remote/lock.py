@@ -61,7 +61,7 @@ the path and its owner, and nothing in it — a planted "unfinished run" include
 acted on. Missing parts are created by the check's shell with mode 0700.
 """
 
-_TRUST = r"""_dI=$(id -u)
+_TRUST = r"""if [ -n "${BASH_VERSION-}" ]; then _dI=$EUID; else _dI=$(id -u); fi
 case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
 _dR=$(realpath -m -- "$_dS")
 set --
@@ -90,11 +90,11 @@ done
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
-{trust}_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
+{trust}[ -d "$_dS/runs" ] || _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -w 1 9; then
-  _dP=$(cat "$_dS/lock" 2>/dev/null)
+  _dP=; IFS= read -r _dP 2>/dev/null <"$_dS/lock"
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
 {scan}  echo READY

@@ -46,10 +46,9 @@ from deploy.remote.transport import Channel
 #: ``rm`` only when there are scratch files (the glob is the shell's own).
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
-_dK=; _dF=; _dY=
-for _dY in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3 2>/dev/null)"; do
-  [ -x "$_dY" ] && break; _dY=
-done
+_dK=; _dF=; _dY=/usr/bin/python3
+[ -x "$_dY" ] || _dY=/usr/local/bin/python3
+[ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
   "$_dY" -I -S -c "$_dA" 3 4 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &

@@ -143,6 +143,9 @@ if [ -n "$h" ] && [ -n "$f" ] && {{ [ -d "$c" ] || mkdir -p -m 700 "$c" 2>/dev/n
 fi
 exit 0"""
 
+#: How `_CACHED`'s first line ends (`ahead_lookup` reads the line back).
+_FIRST_END = "; k=; f=; r="
+
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
@@ -176,6 +179,42 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
         not_recorded=shlex.quote(NOT_RECORDED),
         ahead_status=AHEAD_STATUS,
     )
+
+
+def ahead_lookup(command: str) -> dict[str, str] | None:
+    """The file helper's ``compiled`` request that answers ``command`` sent ahead, or None.
+
+    ``command`` must be exactly `compile_command` (python, path, cache=...) for an absolute
+    ``python``: sent ahead (`AHEAD_VARIABLE`) such a check only looks its record up, and the
+    helper the run starts anyway does that by the same rule with no process of its own
+    (`deploy.remote.fileagent_compiled`; issue 17: ~10 processes on the host per run). Any
+    other command — a relative interpreter, which the shell finds on its PATH, or a check
+    without a cache — is None and runs as a command, as before.
+    """
+    first, _, rest = command.partition("\n")
+    cache, sep, path = first.removeprefix("c=").partition("; p=")
+    if not sep or not path.endswith(_FIRST_END):
+        return None
+    python = rest.partition("\ncase ")[2].partition(" in /*) i=")[0]
+    try:
+        words = [shlex.split(word) for word in (python, path.removesuffix(_FIRST_END), cache)]
+    except ValueError:
+        return None
+    if any(len(word) != 1 for word in words):
+        return None
+    (python,), (path,), (cache,) = words
+    if not python.startswith("/") or compile_command(python, path, cache=cache) != command:
+        return None
+    return {"op": "compiled", "python": python, "path": path, "cache": cache}
+
+
+def ahead_answer(answer: dict[str, object]) -> tuple[int, bytes, str] | None:
+    """The `ahead_lookup` request's answer as the check sent ahead would have given it:
+    (exit status, stdout, stderr) for a reused pass; None for a miss (the step checks)."""
+    digest = answer.get("sha256")
+    if answer.get("reused") is not True or not isinstance(digest, str):
+        return None
+    return 0, f"{CACHED} {digest}\n".encode(), ""
 
 
 def was_reused(stdout: str) -> bool:

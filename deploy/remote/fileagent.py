@@ -10,6 +10,9 @@ replaced by the part's text before it is sent).
 The operations themselves, and why each goes through file descriptors (issue 14), are
 `deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
+Two more parts: `deploy.remote.hostjson` (its JSON, without ``import json``) and
+`deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
+sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
 the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
@@ -24,6 +27,9 @@ import os
 import sys
 
 # host-program: part (deploy.remote.hostprogram)
+from deploy.remote.fileagent_compiled import compiled
+
+# host-program: part (deploy.remote.hostprogram)
 from deploy.remote.fileagent_ops import (
     _APPENDS,
     Refused,
@@ -32,6 +38,7 @@ from deploy.remote.fileagent_ops import (
     read,
     remove,
     remove_temps,
+    sha256,
     write,
 )
 
@@ -64,6 +71,7 @@ def handle(header, payload):
 
 
 OPERATIONS = {
+    "compiled": lambda args, payload: compiled(args, sha256),
     "write": write,
     "append": append,
     "mkdir": mkdir,

@@ -25,12 +25,12 @@ import os
 import stat as statmod
 
 try:  # the built-in module: no hashlib, no OpenSSL to load at the helper's start (issue 17)
-    from _sha2 import sha256  # Python 3.12 and later
+    from _sha2 import sha256 as sha256  # Python 3.12 and later
 except ImportError:
     try:
-        from _sha256 import sha256  # up to 3.11
+        from _sha256 import sha256 as sha256  # up to 3.11
     except ImportError:
-        from hashlib import sha256
+        from hashlib import sha256 as sha256
 
 TEMP_SUFFIX = ".tmp"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC

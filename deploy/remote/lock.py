@@ -31,7 +31,7 @@ from typing import Any
 import paramiko
 
 from deploy import trace
-from deploy.checks.compile import AHEAD_VARIABLE
+from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -43,7 +43,7 @@ from deploy.errors import (
 from deploy.remote.api import Host
 from deploy.remote.host import quote
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
-from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.session import LOOP, Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan, scan_script
@@ -184,7 +184,9 @@ def acquire(
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
     the prefetch in the same round trip, with the shell variable
     `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
-    recorded only, rather than do work a change run would throw away.
+    recorded only, rather than do work a change run would throw away. A cached compile check
+    of an absolute interpreter is looked up by the file helper instead, with no process
+    (`deploy.checks.compile.ahead_lookup`); only a record found counts as its answer.
 
     ``prefetch``: files the run will read. Their reads are sent to the host's file helper
     with the lock's exec (served once the lock is held), and their status and bytes kept for
@@ -211,9 +213,16 @@ def acquire(
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
         calls = [session.call({"op": "read", "path": path}) for path in paths]
+        # A cached compile check sent ahead only looks its record up: the file helper does
+        # that with no process of its own (`ahead_lookup`); anything else runs in the shell.
         ahead = [
-            (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
-            for command in speculate
+            (
+                command,
+                session.call(lookup)
+                if lookup
+                else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
+            )
+            for command, lookup in ((c, ahead_lookup(c)) for c in speculate)
         ]
     except SessionLost as exc:
         channel.close()
@@ -253,15 +262,7 @@ def acquire(
         remote.session = session
         remote.keep_read_ahead(
             _prefetched(remote, session, paths, calls, timeout),
-            {
-                command: (
-                    int((call.answer or {})["status"]),
-                    call.payload,
-                    str((call.answer or {})["stderr"]),
-                )
-                for command, call in ahead
-                if call.ok
-            },
+            _ran_ahead(ahead),
         )
         return HostLock(remote, channel, previous, runs)
     channel.close()
@@ -290,6 +291,23 @@ def acquire(
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
     )
+
+
+def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
+    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered; a
+    compile record looked up by the helper counts only when it was found."""
+    answers: dict[str, tuple[int, bytes, str]] = {}
+    for command, call in ahead:
+        answer = call.answer or {}
+        if not call.ok:
+            continue
+        if not call.command:
+            found = ahead_answer(answer)
+            if found is not None:
+                answers[command] = found
+            continue
+        answers[command] = (int(answer["status"]), call.payload, str(answer["stderr"]))
+    return answers
 
 
 def _prefetched(

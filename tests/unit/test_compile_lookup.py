@@ -1,0 +1,132 @@
+"""The compile record's lookup in the file helper (`deploy.remote.fileagent_compiled`) says
+"reused" exactly when the shell check sent ahead would (`deploy.checks.compile`), on real
+records written by the real shell check and this interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.checks.compile import (
+    AHEAD_STATUS,
+    AHEAD_VARIABLE,
+    ahead_answer,
+    ahead_lookup,
+    compile_command,
+)
+from deploy.remote.fileagent_compiled import compiled, interpreter_identity
+from deploy.remote.fileagent_ops import sha256
+
+PYTHON = sys.executable
+
+
+def _shell(command: str, *, ahead: bool = False) -> tuple[int, bytes, str]:
+    text = f"{AHEAD_VARIABLE}=1; {command}" if ahead else command
+    proc = subprocess.run(["bash", "-c", text], capture_output=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr.decode()
+
+
+def _both(python: str, path: Path, cache: Path) -> tuple[tuple[int, bytes, str] | None, bool]:
+    """(the helper's answer as the step sees it, whether the shell sent ahead reused)."""
+    command = compile_command(python, str(path), cache=str(cache))
+    request = ahead_lookup(command)
+    assert request is not None
+    helper = ahead_answer(compiled(request, sha256))
+    status, out, _ = _shell(command, ahead=True)
+    assert status in (0, AHEAD_STATUS)
+    if helper is not None:
+        assert helper == (status, out, "")
+    return helper, status == 0
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, Path]:
+    path = tmp_path / "model.py"
+    path.write_text("class A:\n    def f(self):\n        return 1\n")
+    cache = tmp_path / "state" / "compiled"
+    status, _, err = _shell(compile_command(PYTHON, str(path), cache=str(cache)))
+    assert status == 0, err
+    if not any(cache.iterdir()):
+        pytest.skip(f"{PYTHON} is not an interpreter the check records (a wrapper script?)")
+    return path, cache
+
+
+def test_a_recorded_pass_is_reused_by_both(recorded: tuple[Path, Path]) -> None:
+    path, cache = recorded
+    helper, shell = _both(PYTHON, path, cache)
+    assert shell and helper is not None and helper[0] == 0
+
+
+def test_through_a_symlink_to_the_interpreter_too(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, cache = recorded
+    link = tmp_path / "venv-python"
+    link.symlink_to(os.path.realpath(PYTHON))
+    helper, shell = _both(str(link), path, cache)
+    assert helper is not None and shell
+
+
+def test_other_bytes_are_a_miss_for_both(recorded: tuple[Path, Path]) -> None:
+    path, cache = recorded
+    path.write_text("class A:\n    pass\n")
+    assert _both(PYTHON, path, cache) == (None, False)
+
+
+def test_a_record_of_another_interpreter_build_is_a_miss_for_both(
+    recorded: tuple[Path, Path],
+) -> None:
+    """The record names the interpreter's files by size, device, inode, mtime and ctime: one
+    of them changed (an upgrade in place) and neither reuses it."""
+    path, cache = recorded
+    (record,) = cache.iterdir()
+    first, *others = record.read_text().rstrip("\n").split(" ")
+    size, dev, ino, mtime, ctime = first.split(":")
+    record.write_text(" ".join([f"{size}:{dev}:{ino}:{mtime}:{int(ctime) + 1}", *others]) + "\n")
+    assert _both(PYTHON, path, cache) == (None, False)
+    record.write_text("\n")
+    assert _both(PYTHON, path, cache) == (None, False)
+
+
+def test_the_helper_computes_the_identity_the_shell_records(
+    recorded: tuple[Path, Path],
+) -> None:
+    _, cache = recorded
+    (record,) = cache.iterdir()
+    identity = interpreter_identity(PYTHON)
+    assert identity is not None
+    assert sorted(record.read_text().rstrip("\n").split(" ")) == sorted(identity)
+
+
+def test_misses_never_fail(tmp_path: Path) -> None:
+    for args in (
+        {"python": PYTHON, "path": str(tmp_path / "missing.py"), "cache": str(tmp_path)},
+        {"python": PYTHON, "path": str(tmp_path), "cache": str(tmp_path)},
+        {"python": "python3", "path": __file__, "cache": str(tmp_path)},
+        {"python": str(tmp_path / "nothing"), "path": __file__, "cache": str(tmp_path)},
+        {"path": __file__},
+    ):
+        assert compiled(args, sha256) == {"reused": False}
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/python3", "/opt/my env/bin/python"])
+@pytest.mark.parametrize("path", ["/a/b.py", "/a b/c'd.py", "/q'; p=x; k=; f=; r="])
+def test_only_the_exact_cached_check_of_an_absolute_interpreter_is_looked_up(
+    python: str, path: str
+) -> None:
+    cache = "/var/lib/deploy/compiled"
+    command = compile_command(python, path, cache=cache)
+    assert ahead_lookup(command) == {
+        "op": "compiled",
+        "python": python,
+        "path": path,
+        "cache": cache,
+    }
+    assert ahead_lookup(command + " ") is None
+    assert ahead_lookup(compile_command("python3", path, cache=cache)) is None
+    assert ahead_lookup(compile_command(python, path)) is None
+    assert ahead_lookup("echo " + command) is None

@@ -61,6 +61,11 @@ def test_a_recorded_pass_is_reused_by_both(recorded: tuple[Path, Path]) -> None:
     assert shell and helper is not None and helper[0] == 0
 
 
+def compiled_request(path: Path, cache: Path) -> dict[str, object]:
+    """The file helper's answer to the lookup the lock sends ahead."""
+    return compiled({"python": PYTHON, "path": str(path), "cache": str(cache)}, sha256)
+
+
 def test_through_a_symlink_to_the_interpreter_too(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -130,3 +135,34 @@ def test_only_the_exact_cached_check_of_an_absolute_interpreter_is_looked_up(
     assert ahead_lookup(compile_command("python3", path, cache=cache)) is None
     assert ahead_lookup(compile_command(python, path)) is None
     assert ahead_lookup("echo " + command) is None
+
+
+def test_the_check_itself_reuses_a_record_in_any_order(recorded: tuple[Path, Path]) -> None:
+    """The check that is not sent ahead looks the record up in the interpreter it starts
+    anyway; a record listed in another order (a shell's glob in another locale) is the same."""
+    path, cache = recorded
+    command = compile_command(PYTHON, str(path), cache=str(cache))
+    status, out, _ = _shell(command)
+    assert status == 0 and out.decode().startswith("deploy-compile: reused ")
+    (record,) = cache.iterdir()
+    record.write_text(" ".join(reversed(record.read_text().rstrip("\n").split(" "))) + "\n")
+    status, out, _ = _shell(command)
+    assert status == 0 and out.decode().startswith("deploy-compile: reused ")
+    assert compiled_request(path, cache)["reused"] is True  # the helper, sent ahead
+
+
+def test_a_failed_compile_is_never_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "bad.py"
+    path.write_text("def f(:\n")
+    cache = tmp_path / "compiled"
+    status, out, err = _shell(compile_command(PYTHON, str(path), cache=str(cache)))
+    assert status == 1 and out == b"" and err.strip().startswith("SyntaxError: ")
+    assert not cache.exists()
+
+
+def test_a_missing_interpreter_is_127_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "ok.py"
+    path.write_text("x = 1\n")
+    for python in (str(tmp_path / "no-python"), "no-such-python-here"):
+        status, _, _ = _shell(compile_command(python, str(path), cache=str(tmp_path / "c")))
+        assert status == 127

@@ -42,7 +42,7 @@ from deploy.errors import (
 )
 from deploy.remote.api import Host
 from deploy.remote.host import quote
-from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
+from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
 from deploy.remote.session import LOOP, Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
@@ -90,6 +90,7 @@ done
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
+_dB={boot}
 {trust}[ -d "$_dS/runs" ] || _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
@@ -202,6 +203,7 @@ def acquire(
         state=quote(state_dir),
         trust=_TRUST,
         agent=quote(HELPER_SOURCE),
+        boot=quote(HELPER_BOOT),
         scan=scan_script("_dS"),
         holder=quote(json.dumps(holder, sort_keys=True)),
         loop=LOOP,

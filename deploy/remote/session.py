@@ -38,7 +38,8 @@ from deploy.remote.transport import Channel
 
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
-#: login shell's umask. Each command gets its own scratch files in the 0700 state directory
+#: login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
+#: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). Each command gets its own scratch files in the 0700 state directory
 #: (numbered; all removed when the loop ends), so a process an earlier command left running
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
@@ -51,7 +52,7 @@ _dK=; _dF=; _dY=/usr/bin/python3
 [ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
-  "$_dY" -I -S -c "$_dA" 3 4 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
   exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
   rm -f -- "$_dS/.helper.go" "$_dS/.helper.ack"; _dK=1
 fi

@@ -27,7 +27,7 @@ import os
 import sys
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.fileagent_compiled import compiled
+from deploy.remote.fileagent_compiled import compile_here, compiled
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.fileagent_ops import (
@@ -72,6 +72,7 @@ def handle(header, payload):
 
 OPERATIONS = {
     "compiled": lambda args, payload: compiled(args, sha256),
+    "compile": lambda args, payload: compile_here(args, sha256),
     "write": write,
     "append": append,
     "mkdir": mkdir,

@@ -1,7 +1,9 @@
 """Starts the file helper ON THE HOST from its compiled code, kept in state_dir between runs.
 
 The lock's shell starts the file helper (`deploy.remote.fileagent`) once per run as
-``python3 -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.session.LOOP`). Compiling
+``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.session.LOOP`), PYTHON being the
+interpreter the run's compile check names when there is one (the helper can then compile in
+place of a process of it: `deploy.remote.fileagent_compiled.compile_here`), else python3. Compiling
 the helper's ~26 kB of source was the largest part of its start-up: ~9 ms of the host's CPU
 per run in a fresh interpreter, against ~3 ms to load the same code with ``marshal`` (issue
 17; measured with Python 3.11). So this program runs the code compiled by an earlier run when
@@ -98,11 +100,32 @@ def code_for(source, state_dir):
     return code
 
 
+#: Exit status when this interpreter cannot run the helper (too old, or its source does not
+#: compile here): the lock's shell then starts it with python3 instead (`deploy.remote.session`).
+#: Python itself exits 2 on an option it does not know and 1 on a syntax error in this program.
+CANNOT = 2
+#: Exit status when the helper, once started, ended with an error: never 1 or 2, so that the
+#: shell never mistakes it for a start that failed and starts a second helper.
+FAILED = 70
+
+
 def main():
     source, state_dir = sys.argv[1], sys.argv[-1]
-    code = code_for(source, state_dir)
+    if sys.version_info < (3, 8):  # noqa: UP036  # the host's interpreter, not ours
+        sys.exit(CANNOT)
+    try:
+        code = code_for(source, state_dir)
+    except Exception:
+        sys.exit(CANNOT)
     sys.argv = ["-c", *sys.argv[2:-1]]
-    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(FAILED)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
 _dB={boot}
+_dW={helper_python}
 {trust}[ -d "$_dS/runs" ] || _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
@@ -199,11 +200,14 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
+    lookups = {command: ahead_lookup(command) for command in speculate}
+    pythons = [lookup["python"] for lookup in lookups.values() if lookup]
     script = _SCRIPT.format(
         state=quote(state_dir),
         trust=_TRUST,
         agent=quote(HELPER_SOURCE),
         boot=quote(HELPER_BOOT),
+        helper_python=quote(pythons[0] if pythons else ""),
         scan=scan_script("_dS"),
         holder=quote(json.dumps(holder, sort_keys=True)),
         loop=LOOP,
@@ -224,7 +228,7 @@ def acquire(
                 if lookup
                 else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
             )
-            for command, lookup in ((c, ahead_lookup(c)) for c in speculate)
+            for command, lookup in lookups.items()
         ]
     except SessionLost as exc:
         channel.close()
@@ -264,7 +268,7 @@ def acquire(
         remote.session = session
         remote.keep_read_ahead(
             _prefetched(remote, session, paths, calls, timeout),
-            _ran_ahead(ahead),
+            _ran_ahead(session, ahead),
         )
         return HostLock(remote, channel, previous, runs)
     channel.close()
@@ -295,15 +299,20 @@ def acquire(
     )
 
 
-def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
+def _ran_ahead(
+    session: Session, ahead: list[tuple[str, Call]]
+) -> dict[str, tuple[int, bytes, str]]:
     """Command -> (exit status, stdout, stderr) of what was sent ahead and answered; a
-    compile record looked up by the helper counts only when it was found."""
+    compile record looked up by the helper counts only when it was found. An interpreter the
+    helper found to be its own is noted on the session (`Session.compiles_here`)."""
     answers: dict[str, tuple[int, bytes, str]] = {}
     for command, call in ahead:
         answer = call.answer or {}
         if not call.ok:
             continue
         if not call.command:
+            if answer.get("here") is True:
+                session.compiles_here.add(str(call.args["python"]))
             found = ahead_answer(answer)
             if found is not None:
                 answers[command] = found

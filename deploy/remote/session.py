@@ -39,7 +39,10 @@ from deploy.remote.transport import Channel
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 #: login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
-#: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). Each command gets its own scratch files in the 0700 state directory
+#: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). ``$_dW``:
+#: the interpreter the run's compile check names, if any; the helper runs on it when it can
+#: (so that it can compile in its place: `deploy.remote.fileagent_compiled.compile_here`), and
+#: on python3 when it cannot start there (exit 1 or 2: too old, not Python 3). Each command gets its own scratch files in the 0700 state directory
 #: (numbered; all removed when the loop ends), so a process an earlier command left running
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
@@ -52,7 +55,12 @@ _dK=; _dF=; _dY=/usr/bin/python3
 [ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
-  "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then
+    { "$_dW" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" || case $? in 1|2) exec "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" ;; esac
+    } 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  else
+    "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  fi
   exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
   rm -f -- "$_dS/.helper.go" "$_dS/.helper.ack"; _dK=1
 fi
@@ -153,6 +161,9 @@ class Session:
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
+        #: Interpreters the host's file helper runs on itself (learnt with the lock's answer):
+        #: their compile checks are run by the helper (`deploy.remote.host`, issue 17).
+        self.compiles_here: set[str] = set()
 
     @property
     def pending(self) -> int:

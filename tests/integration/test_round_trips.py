@@ -57,7 +57,9 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: cmd 2 -> 1, 1 -> 0 in the re-run (issue 17, host CPU): the compile check sent with the
 #: lock only looks its record up, which the file helper now answers as a request
 #: (`deploy.checks.compile.ahead_lookup`) instead of a command of the shell's.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 3}
+#: cmd 1 -> 0: the file helper runs on the compile check's interpreter (here this one) and
+#: runs the check itself, as a request waited for as the command was (`compile_here`).
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 0, "sftp": 0, "wait": 3}
 #: Per host, the same playbook again on the patched file: nothing to change. cmd 0: the
 #: compile check is answered from the record of the change run's (state_dir/compiled) by the
 #: file helper, with the lock's answer (was cmd 1, a command of the lock's shell).

@@ -18,7 +18,13 @@ from deploy.checks.compile import (
     ahead_lookup,
     compile_command,
 )
-from deploy.remote.fileagent_compiled import compiled, interpreter_identity
+from deploy.remote import fileagent_compiled
+from deploy.remote.fileagent_compiled import (
+    compile_here,
+    compiled,
+    interpreter_identity,
+    is_this_interpreter,
+)
 from deploy.remote.fileagent_ops import sha256
 
 PYTHON = sys.executable
@@ -115,7 +121,7 @@ def test_misses_never_fail(tmp_path: Path) -> None:
         {"python": str(tmp_path / "nothing"), "path": __file__, "cache": str(tmp_path)},
         {"path": __file__},
     ):
-        assert compiled(args, sha256) == {"reused": False}
+        assert compiled(args, sha256)["reused"] is False
 
 
 @pytest.mark.parametrize("python", ["/usr/bin/python3", "/opt/my env/bin/python"])
@@ -166,3 +172,50 @@ def test_a_missing_interpreter_is_127_as_before(tmp_path: Path) -> None:
     for python in (str(tmp_path / "no-python"), "no-such-python-here"):
         status, _, _ = _shell(compile_command(python, str(path), cache=str(tmp_path / "c")))
         assert status == 127
+
+
+def _here(path: Path, cache: Path) -> tuple[int, bytes, str]:
+    answer = compile_here({"python": PYTHON, "path": str(path), "cache": str(cache)}, sha256)
+    return answer["status"], answer["stdout"].encode(), answer["stderr"]
+
+
+def test_the_helper_compiles_as_the_command_does(tmp_path: Path) -> None:
+    """In the helper's own interpreter (this one, here) the check is the command's: the same
+    status, output and record, the same reuse, the same one-line error."""
+    assert is_this_interpreter(PYTHON) and not is_this_interpreter("/bin/sh")
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text("class A:\n    x = 1\n")
+    bad.write_text("def f(:\n    pass\n")
+    for name in ("shell", "helper"):
+        cache = tmp_path / name
+        check = (
+            _here
+            if name == "helper"
+            else (lambda p, c: _shell(compile_command(PYTHON, str(p), cache=str(c))))
+        )
+        first, again, failed = check(good, cache), check(good, cache), check(bad, cache)
+        assert first[0] == 0 and first[1].decode().strip() == sha256(good.read_bytes()).hexdigest()
+        assert again[0] == 0 and again[1].decode().startswith("deploy-compile: reused ")
+        assert failed[0] == 1 and failed[1] == b""
+        assert failed[2].strip().startswith("SyntaxError: ")
+        assert [p.name for p in cache.iterdir()] == [sha256(good.read_bytes()).hexdigest()]
+    assert (
+        _here(bad, tmp_path / "helper")[2]
+        == _shell(compile_command(PYTHON, str(bad), cache=str(tmp_path / "shell")))[2]
+    )
+    # each reuses the other's record
+    (tmp_path / "helper" / sha256(good.read_bytes()).hexdigest()).unlink()
+    assert _here(good, tmp_path / "shell")[1].startswith(b"deploy-compile: reused ")
+    with pytest.raises(ValueError):
+        compile_here({"python": "/bin/sh", "path": str(good), "cache": str(tmp_path)}, sha256)
+
+
+def test_the_helpers_constants_are_the_checks() -> None:
+    from deploy.checks import compile as check
+
+    assert fileagent_compiled.MARKER == check.CACHED
+    assert (fileagent_compiled.KEEP, fileagent_compiled.DAYS) == (
+        check.CACHE_KEEP,
+        check.CACHE_DAYS,
+    )
+    assert fileagent_compiled.STATIC_SIZE == check._STATIC_SIZE

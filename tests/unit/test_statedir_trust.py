@@ -31,6 +31,7 @@ def run(state: Path | str) -> str:
         trust=_TRUST,
         agent="x",
         boot="x",
+        helper_python="''",
         scan=scan_script("_dS"),
         holder="h",
         loop="echo LOOP\n",

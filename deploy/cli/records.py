@@ -29,7 +29,9 @@ from deploy.errors import InputError
 @click.option("--all", "every", is_flag=True, help="Runs of every inventory, not only this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("-n", "--last", type=int, default=20, show_default=True, help="How many runs.")
-def history(host: str | None, inventory: str | None, every: bool, as_json: bool, last: int) -> None:
+def history(
+    host: str | None, inventory: str | None, every: bool, as_json: bool, last: int
+) -> None:
     """What ran where, when, with what outcome: the current inventory's runs (from this
     workstation's records; --all for every inventory's)."""
     import json

@@ -42,8 +42,10 @@ from deploy.remote.transport import Channel
 #: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). ``$_dW``:
 #: the interpreter the run's compile check names, if any; the helper runs on it when it can
 #: (so that it can compile in its place: `deploy.remote.fileagent_compiled.compile_here`), and
-#: on python3 when it cannot start there (exit 1 or 2: too old, not Python 3). Each command gets its own scratch files in the 0700 state directory
-#: (numbered; all removed when the loop ends), so a process an earlier command left running
+#: on python3 when it cannot start there (exit 1 or 2: too old, not Python 3) or is a script
+#: (a pyenv shim or wrapper: its own start-up would cost more than it saves). Each command
+#: gets its own scratch files in the 0700 state directory (numbered; all removed when the
+#: loop ends), so a process an earlier command left running
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
 #: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
@@ -55,6 +57,8 @@ _dK=; _dF=; _dY=/usr/bin/python3
 [ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
+  _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
+  case $_dh in '#!'*) _dW= ;; esac
   if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then
     { "$_dW" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" || case $? in 1|2) exec "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" ;; esac
     } 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &

@@ -79,3 +79,15 @@ def test_no_interpreter_named_is_python3_as_before(tmp_path: Path) -> None:
     answer = _lookup(tmp_path, "", "bash")
     assert answer["ok"] is True
     assert answer["here"] is (os.path.realpath("/usr/bin/python3") == PYTHON)
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_wrapper_script_is_not_started_for_the_helper(tmp_path: Path, shell: str) -> None:
+    """A pyenv shim or a ``#!`` wrapper would start an interpreter it chooses, after its own
+    start-up: the helper runs on python3 without running it."""
+    marker = tmp_path / "wrapper-ran"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec {PYTHON} "$@"\n')
+    wrapper.chmod(0o755)
+    answer = _lookup(tmp_path, str(wrapper), shell)
+    assert answer["ok"] is True and not marker.exists()

@@ -68,17 +68,54 @@ NOT_RECORDED = "deploy-compile: not recorded (a check sent ahead compiles nothin
 CACHE_KEEP = 64
 CACHE_DAYS = 30
 
-#: The cached form's compile script: as `_SCRIPT`, then print the sha256 of the very bytes it
-#: compiled, so that the pass is recorded for those bytes whatever happened to the file since.
-#: The built-in sha256 module (``_sha2`` from 3.12, ``_sha256`` before) spares importing hashlib
-#: and OpenSSL, ~2 ms of the host's CPU.
-_HASHING_SCRIPT = """import sys
-p = sys.argv[1]
+#: The cached form's check, in the interpreter being checked (any Python 3.3+, no f-strings):
+#: ``argv`` is the file, the cache directory and the interpreter as the shell found it. The
+#: key is the sha256 of the bytes read (the built-in ``_sha2``/``_sha256`` module spares
+#: importing hashlib and OpenSSL, ~2 ms); ``ident`` is the interpreter's identity, by the rule
+#: of the module docstring: ``stat -L``'s ``size:device:inode:mtime:ctime`` of the resolved
+#: binary (an ELF file) and of each ``libpython*.so*`` that `_LIBPYTHON`'s globs find, listed
+#: in their order, names sorted; None (compile, record nothing) unless the binary has a
+#: libpython or is larger than `_STATIC_SIZE`. A record (``CACHE/KEY``, written by this script
+#: or by the shell form before it) is the identity it passed with; it is compared as a sorted
+#: list: a shell's glob listed names in its locale's order. A reused pass prints `CACHED` and
+#: the key; a compile that passes prints the key, then records it. Recording is best effort
+#: and silent, and never makes a failed compile pass. The same rule answers the check sent
+#: ahead in the file helper (`deploy.remote.fileagent_compiled`, tests/unit/test_compile_lookup.py
+#: holds the two and the shell to the same answers).
+_CACHING_SCRIPT = """import os, stat, sys, time
+p, c, i = sys.argv[1], sys.argv[2], sys.argv[3]
+def libs(d):
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return []
+    return [d + "/" + n for n in names if n.startswith("libpython") and ".so" in n[9:]]
+def ident(i):
+    try:
+        if not i.startswith("/"):
+            return None
+        b = os.path.realpath(i)
+        with open(b, "rb") as f:
+            if f.read(4)[1:] != b"ELF":
+                return None
+        h = b.rpartition("/")[0]
+        found = libs(h + "/../lib") + libs(h + "/../lib64") + libs("/usr/lib") + libs("/usr/lib64")
+        for a in sorted(os.listdir("/usr/lib")):
+            if a.endswith("-linux-gnu") and not a.startswith("."):
+                found += libs("/usr/lib/" + a)
+        files = [b] + [x for x in found if os.path.isfile(x)]
+        sts = [os.stat(x) for x in files]
+        if len(files) == 1 and sts[0].st_size <= STATIC:
+            return None
+        n = 1000000000
+        return ["%d:%d:%d:%d:%d" % (s.st_size, s.st_dev, s.st_ino, s.st_mtime_ns // n,
+                                    s.st_ctime_ns // n) for s in sts]
+    except Exception:
+        return None
 try:
     with open(p, "rb") as f:
         data = f.read()
-    compile(data, p, "exec", dont_inherit=True)
-except (SyntaxError, ValueError, OSError) as e:
+except (ValueError, OSError) as e:
     sys.exit("%s: %s" % (type(e).__name__, e))
 try:
     try:
@@ -88,9 +125,44 @@ try:
             from _sha256 import sha256
         except ImportError:
             from hashlib import sha256
-    print(sha256(data).hexdigest())
+    k = sha256(data).hexdigest()
 except Exception:
-    pass
+    k = None
+f = ident(i) if k else None
+if f:
+    try:
+        with open(c + "/" + k, "rb") as rf:
+            r = rf.readline()
+        if r.endswith(b"\\n"):
+            r = r[:-1]
+        if sorted(r.decode("ascii").split(" ")) == sorted(f):
+            print("MARKER " + k)
+            sys.exit(0)
+    except (OSError, ValueError):
+        pass
+try:
+    compile(data, p, "exec", dont_inherit=True)
+except (SyntaxError, ValueError) as e:
+    sys.exit("%s: %s" % (type(e).__name__, e))
+if k:
+    print(k)
+    sys.stdout.flush()
+if k and f:
+    try:
+        if not os.path.isdir(c):
+            os.makedirs(c, 0o700)
+            os.chmod(c, 0o700)
+        with open(c + "/" + k, "w") as rf:
+            rf.write(" ".join(f) + "\\n")
+        names = os.listdir(c)
+        if len(names) > KEEP:
+            old = time.time() - (DAYS + 1) * 86400
+            for name in names:
+                st = os.lstat(c + "/" + name)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < old:
+                    os.unlink(c + "/" + name)
+    except Exception:
+        pass
 """
 
 #: Where a dynamically linked interpreter's ``libpython`` lives (prefix/lib for source and
@@ -104,17 +176,22 @@ _LIBPYTHON = (
 #: against libpython ~20 kB).
 _STATIC_SIZE = 1_000_000
 
-#: POSIX sh around the interpreter (see the module docstring). ``k``: the file's sha256 now;
-#: ``f``: the interpreter's identity (``stat -L`` of the resolved binary and of each libpython
-#: found), empty unless the binary is ELF and either large enough to hold the interpreter or
-#: has a libpython beside it; ``h``: the sha256 the interpreter reports for what it compiled.
-#: The record ``$c/SHA256`` holds the identity it passed with. Any step that fails leaves its
-#: variable empty, and an empty one means "compile, record nothing": the check is never weaker
-#: than without the cache. Exit status and stderr are the interpreter's own. Builtins only
-#: beyond sha256sum, readlink, head and stat: ~4 ms of the host's CPU where compiling is ~14.
+#: POSIX sh around the interpreter (see the module docstring). ``i``: the interpreter as the
+#: shell finds it. A check that is not sent ahead is the interpreter itself (`_CACHING_SCRIPT`:
+#: the key, the lookup, the compile and the record in the one process that compiling needs
+#: anyway; issue 17: sha256sum, readlink, head, stat and mkdir were nine processes of the
+#: host's a change run). Exit status and stderr are the interpreter's own.
+#: Sent ahead (`AHEAD_VARIABLE`) it never compiles: ``k``, the file's sha256 now; with no record
+#: for it, "not recorded" at once; else ``f``, the interpreter's identity (``stat -L`` of the
+#: resolved binary and of each libpython found), empty unless the binary is ELF and either
+#: large enough to hold the interpreter or has a libpython beside it, compared with the
+#: record. Builtins only beyond sha256sum, readlink, head and stat. The check sent ahead for an
+#: absolute interpreter is answered by the file helper instead (`ahead_lookup`).
 _CACHED = r"""c={cache}; p={path}; k=; f=; r=
-k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
 case {python} in /*) i={python} ;; *) i=$(command -v {python} 2>/dev/null) ;; esac
+[ -n "${{{ahead}-}}" ] || exec {compile} "$p" "$c" "$i"
+k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
+if [ -z "$k" ] || [ ! -f "$c/$k" ]; then echo {not_recorded} >&2; exit {ahead_status}; fi
 if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
   && case "$(head -c 4 -- "$i" 2>/dev/null)" in ?ELF) true ;; *) false ;; esac; then
   set -- "$i"
@@ -124,18 +201,12 @@ if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
     set -f; set -- $f; set +f; f="$*"
   else f=; fi
 fi
-[ -n "$k" ] && [ -n "$f" ] && [ -f "$c/$k" ] && IFS= read -r r < "$c/$k"
+[ -n "$f" ] && IFS= read -r r < "$c/$k"
 if [ -n "$r" ] && [ "$r" = "$f" ]; then printf '%s %s\n' {marker} "$k"; exit 0; fi
-if [ -n "${{{ahead}-}}" ]; then echo {not_recorded} >&2; exit {ahead_status}; fi
-h=$({compile}) || exit $?
-case "$h" in *[!0-9a-f]*|'') h= ;; esac
-[ -n "$h" ] && printf '%s\n' "$h"
-if [ -n "$h" ] && [ -n "$f" ] && {{ [ -d "$c" ] || mkdir -p -m 700 "$c" 2>/dev/null; }}; then
-  printf '%s\n' "$f" > "$c/$h" 2>/dev/null
-  set -- "$c"/*
-  [ "$#" -gt {keep} ] && find "$c" -type f -mtime +{days} -exec rm -f {{}} + 2>/dev/null
-fi
-exit 0"""
+echo {not_recorded} >&2; exit {ahead_status}"""
+
+#: How `_CACHED`'s first line ends (`ahead_lookup` reads the line back).
+_FIRST_END = "; k=; f=; r="
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -155,21 +226,61 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     """
     if cache is None:
         return " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _SCRIPT, path))
-    run = " ".join(shlex.quote(a) for a in (python, *_FLAGS, "-c", _HASHING_SCRIPT)) + ' "$p"'
+    script = (
+        _CACHING_SCRIPT.replace("MARKER", CACHED)
+        .replace("STATIC", str(_STATIC_SIZE))
+        .replace("KEEP", str(CACHE_KEEP))
+        .replace("DAYS", str(CACHE_DAYS))
+    )
+    run = " ".join(shlex.quote(a) for a in (python, *_FLAGS, "-c", script))
     return _CACHED.format(
         cache=shlex.quote(cache),
         path=shlex.quote(path),
         python=shlex.quote(python),
         marker=shlex.quote(CACHED),
         compile=run,
-        days=CACHE_DAYS,
-        keep=CACHE_KEEP,
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
         ahead=AHEAD_VARIABLE,
         not_recorded=shlex.quote(NOT_RECORDED),
         ahead_status=AHEAD_STATUS,
     )
+
+
+def ahead_lookup(command: str) -> dict[str, str] | None:
+    """The file helper's ``compiled`` request that answers ``command`` sent ahead, or None.
+
+    ``command`` must be exactly `compile_command` (python, path, cache=...) for an absolute
+    ``python``: sent ahead (`AHEAD_VARIABLE`) such a check only looks its record up, and the
+    helper the run starts anyway does that by the same rule with no process of its own
+    (`deploy.remote.fileagent_compiled`; issue 17: ~10 processes on the host per run). Any
+    other command — a relative interpreter, which the shell finds on its PATH, or a check
+    without a cache — is None and runs as a command, as before.
+    """
+    first, _, rest = command.partition("\n")
+    cache, sep, path = first.removeprefix("c=").partition("; p=")
+    if not sep or not path.endswith(_FIRST_END):
+        return None
+    python = rest.removeprefix("case ").partition(" in /*) i=")[0]
+    try:
+        words = [shlex.split(word) for word in (python, path.removesuffix(_FIRST_END), cache)]
+    except ValueError:
+        return None
+    if any(len(word) != 1 for word in words):
+        return None
+    (python,), (path,), (cache,) = words
+    if not python.startswith("/") or compile_command(python, path, cache=cache) != command:
+        return None
+    return {"op": "compiled", "python": python, "path": path, "cache": cache}
+
+
+def ahead_answer(answer: dict[str, object]) -> tuple[int, bytes, str] | None:
+    """The `ahead_lookup` request's answer as the check sent ahead would have given it:
+    (exit status, stdout, stderr) for a reused pass; None for a miss (the step checks)."""
+    digest = answer.get("sha256")
+    if answer.get("reused") is not True or not isinstance(digest, str):
+        return None
+    return 0, f"{CACHED} {digest}\n".encode(), ""
 
 
 def was_reused(stdout: str) -> bool:

@@ -102,7 +102,10 @@ def _judge(result: StepResult, check: HostCheck) -> bool:
             )
         return False
     status = int(answer["status"])
-    stdout = check.call.payload.decode("utf-8", "replace")
+    if check.call.command:
+        stdout = check.call.payload.decode("utf-8", "replace")
+    else:  # the file helper ran it (`RemoteHost.send_check`): its answer holds the output
+        stdout = str(answer.get("stdout", ""))
     result.summary = check.explain(status, stdout, str(answer.get("stderr", "")))
     if status == 0:
         return False

@@ -10,6 +10,9 @@ replaced by the part's text before it is sent).
 The operations themselves, and why each goes through file descriptors (issue 14), are
 `deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
+Two more parts: `deploy.remote.hostjson` (its JSON, without ``import json``) and
+`deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
+sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
 the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
@@ -22,9 +25,11 @@ as a failed request: the commit record sent behind a failed check is skipped.
 """
 
 import errno as errnomod
-import json
 import os
 import sys
+
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.fileagent_compiled import compile_here, compiled
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.fileagent_ops import (
@@ -35,14 +40,18 @@ from deploy.remote.fileagent_ops import (
     read,
     remove,
     remove_temps,
+    sha256,
     write,
 )
+
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.hostjson import dumps, loads
 
 
 def handle(header, payload):
     """One request: (answer header, answer payload). Errors become ``{"error": ...}``."""
     try:
-        args = json.loads(header.decode("utf-8"))
+        args = loads(header.decode("utf-8"))
         op = args.get("op")
         if op == "read":
             answer, body = read(args)
@@ -63,7 +72,19 @@ def handle(header, payload):
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
 
+def _compile(args):
+    """`compile_here`; sent as a check (``check``: the commit follows it), a failed compile
+    is a failed request for what follows, as a failed ``CHECK`` of the shell's is: everything
+    after it is skipped until the client's ``CLEAR``."""
+    answer = compile_here(args, sha256)
+    if args.get("check") and answer["status"] != 0:
+        answer["check_failed"] = True
+    return answer
+
+
 OPERATIONS = {
+    "compiled": lambda args, payload: compiled(args, sha256),
+    "compile": lambda args, payload: _compile(args),
     "write": write,
     "append": append,
     "mkdir": mkdir,
@@ -108,7 +129,7 @@ def _fault_rule():
         return None
     try:
         with open(name, "rb") as rule_file:
-            rule = json.loads(rule_file.read().decode("utf-8"))
+            rule = loads(rule_file.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
     rule["seen"] = 0
@@ -120,7 +141,7 @@ def _fault_stop(rule, header, size):
     import fnmatch
     import signal
 
-    args = json.loads(header.decode("utf-8"))
+    args = loads(header.decode("utf-8"))
     if args.get("op") != rule.get("op") or not fnmatch.fnmatchcase(
         str(args.get("path")), rule.get("path", "")
     ):
@@ -132,7 +153,7 @@ def _fault_stop(rule, header, size):
     seen = {"pid": os.getpid(), "op": args["op"], "path": args["path"]}
     seen.update(received=len(head), total=size)
     with open(rule["marker"] + ".part", "w") as marker:
-        marker.write(json.dumps(seen))
+        marker.write(dumps(seen))
     os.rename(rule["marker"] + ".part", rule["marker"])
     os.kill(os.getpid(), signal.SIGSTOP)
     return head + _read_exactly(0, size - len(head))
@@ -159,8 +180,8 @@ def serve(go_fd, ack_fd):
             answer, body = {"ok": False, "skipped": True, "error": "skipped"}, b""
         else:
             answer, body = handle(header, payload)
-            failed = not answer.get("ok")
-        text = json.dumps(answer).encode("utf-8")
+            failed = not answer.get("ok") or bool(answer.get("check_failed"))
+        text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
         _write_all(ack_fd, b"1\n" if failed else b"0\n")
     for fd in _APPENDS.values():
@@ -178,12 +199,12 @@ def once():
         parts = line.split()
         header = stdin.read(int(parts[0]))
         stdin.read(int(parts[1]))
-        args = json.loads(header.decode("utf-8"))
+        args = loads(header.decode("utf-8"))
         if args.get("op") != "read":
             answer, body = {"ok": False, "error": "only reads without the lock"}, b""
         else:
             answer, body = handle(header, b"")
-        text = json.dumps(answer).encode("utf-8")
+        text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 
 

@@ -19,12 +19,18 @@ names relative to the same directory fd:
   other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it would split it).
 """
 
-import base64
-import contextlib
+import binascii
 import errno as errnomod
-import hashlib
 import os
 import stat as statmod
+
+try:  # the built-in module: no hashlib, no OpenSSL to load at the helper's start (issue 17)
+    from _sha2 import sha256 as sha256  # Python 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256 as sha256  # up to 3.11
+    except ImportError:
+        from hashlib import sha256 as sha256
 
 TEMP_SUFFIX = ".tmp"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -70,7 +76,7 @@ def _xattrs(fd):
         raise
     out = {}
     for name in sorted(names):
-        out[name] = base64.b64encode(os.getxattr(fd, name)).decode("ascii")
+        out[name] = binascii.b2a_base64(os.getxattr(fd, name), newline=False).decode("ascii")
     return out
 
 
@@ -127,7 +133,7 @@ def read(args):
             st = os.fstat(fd)
             header = {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}
             if args.get("sha256_only"):
-                header["sha256"] = hashlib.sha256(data).hexdigest()
+                header["sha256"] = sha256(data).hexdigest()
                 return header, b""
             return header, data
         finally:
@@ -156,7 +162,7 @@ def _current(dfd, base, path, args):
                 "(set hardlinks: allow on the step to replace this name only)"
             )
         expect = args.get("expect_sha256")
-        if expect and hashlib.sha256(_read_fd(fd, st.st_size)).hexdigest() != expect:
+        if expect and sha256(_read_fd(fd, st.st_size)).hexdigest() != expect:
             raise Refused(path + " changed on the host while we were editing it; not written")
         return {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid, "xattrs": _xattrs(fd)}
     finally:
@@ -179,7 +185,7 @@ def _apply_meta(fd, path, meta, args):
         )
     for name in sorted(xattrs):
         try:
-            os.setxattr(fd, name, base64.b64decode(xattrs[name]))
+            os.setxattr(fd, name, binascii.a2b_base64(xattrs[name]))
         except OSError as exc:
             raise Refused(
                 f"cannot keep {name} on {path}: {exc.strerror or exc}; nothing was changed"
@@ -214,8 +220,7 @@ def write(args, data):
                 raise OSError(errnomod.EIO, f"wrote {st.st_size} of {len(data)} bytes")
             os.rename(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
+            _discard(tmp, dfd)
             raise
         finally:
             os.close(fd)
@@ -227,6 +232,15 @@ def write(args, data):
         return answer
     finally:
         os.close(dfd)
+
+
+def _discard(name, dfd):
+    """Unlink ``name`` in ``dfd`` if it is there (what a failed write leaves)."""
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError:
+        return False
+    return True
 
 
 _APPENDS = {}  # type: dict[str, int]

@@ -33,6 +33,8 @@ from deploy.remote.sftpfiles import SftpFiles
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
+#: What the lock's shell runs to start it: its code kept in state_dir (`deploy.remote.helperboot`).
+HELPER_BOOT = program("helperboot")
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:

@@ -31,7 +31,7 @@ from typing import Any
 import paramiko
 
 from deploy import trace
-from deploy.checks.compile import AHEAD_VARIABLE
+from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -42,8 +42,8 @@ from deploy.errors import (
 )
 from deploy.remote.api import Host
 from deploy.remote.host import quote
-from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
-from deploy.remote.session import LOOP, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
+from deploy.remote.session import LOOP, Call, CallFailed, NoHelper, Session, SessionLost
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan, scan_script
@@ -61,7 +61,7 @@ the path and its owner, and nothing in it — a planted "unfinished run" include
 acted on. Missing parts are created by the check's shell with mode 0700.
 """
 
-_TRUST = r"""_dI=$(id -u)
+_TRUST = r"""if [ -n "${BASH_VERSION-}" ]; then _dI=$EUID; else _dI=$(id -u); fi
 case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
 _dR=$(realpath -m -- "$_dS")
 set --
@@ -90,11 +90,13 @@ done
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}
 _dA={agent}
-{trust}_dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
+_dB={boot}
+_dW={helper_python}
+{trust}[ -d "$_dS/runs" ] || _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
 command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -w 1 9; then
-  _dP=$(cat "$_dS/lock" 2>/dev/null)
+  _dP=; IFS= read -r _dP 2>/dev/null <"$_dS/lock"
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
 {scan}  echo READY
@@ -184,7 +186,9 @@ def acquire(
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
     the prefetch in the same round trip, with the shell variable
     `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
-    recorded only, rather than do work a change run would throw away.
+    recorded only, rather than do work a change run would throw away. A cached compile check
+    of an absolute interpreter is looked up by the file helper instead, with no process
+    (`deploy.checks.compile.ahead_lookup`); only a record found counts as its answer.
 
     ``prefetch``: files the run will read. Their reads are sent to the host's file helper
     with the lock's exec (served once the lock is held), and their status and bytes kept for
@@ -196,10 +200,14 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
+    lookups = {command: ahead_lookup(command) for command in speculate}
+    pythons = [lookup["python"] for lookup in lookups.values() if lookup]
     script = _SCRIPT.format(
         state=quote(state_dir),
         trust=_TRUST,
         agent=quote(HELPER_SOURCE),
+        boot=quote(HELPER_BOOT),
+        helper_python=quote(pythons[0] if pythons else ""),
         scan=scan_script("_dS"),
         holder=quote(json.dumps(holder, sort_keys=True)),
         loop=LOOP,
@@ -211,9 +219,16 @@ def acquire(
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
         calls = [session.call({"op": "read", "path": path}) for path in paths]
+        # A cached compile check sent ahead only looks its record up: the file helper does
+        # that with no process of its own (`ahead_lookup`); anything else runs in the shell.
         ahead = [
-            (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
-            for command in speculate
+            (
+                command,
+                session.call(lookup)
+                if lookup
+                else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
+            )
+            for command, lookup in lookups.items()
         ]
     except SessionLost as exc:
         channel.close()
@@ -253,15 +268,7 @@ def acquire(
         remote.session = session
         remote.keep_read_ahead(
             _prefetched(remote, session, paths, calls, timeout),
-            {
-                command: (
-                    int((call.answer or {})["status"]),
-                    call.payload,
-                    str((call.answer or {})["stderr"]),
-                )
-                for command, call in ahead
-                if call.ok
-            },
+            _ran_ahead(session, ahead),
         )
         return HostLock(remote, channel, previous, runs)
     channel.close()
@@ -290,6 +297,28 @@ def acquire(
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
     )
+
+
+def _ran_ahead(
+    session: Session, ahead: list[tuple[str, Call]]
+) -> dict[str, tuple[int, bytes, str]]:
+    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered; a
+    compile record looked up by the helper counts only when it was found. An interpreter the
+    helper found to be its own is noted on the session (`Session.compiles_here`)."""
+    answers: dict[str, tuple[int, bytes, str]] = {}
+    for command, call in ahead:
+        answer = call.answer or {}
+        if not call.ok:
+            continue
+        if not call.command:
+            if answer.get("here") is True:
+                session.compiles_here.add(str(call.args["python"]))
+            found = ahead_answer(answer)
+            if found is not None:
+                answers[command] = found
+            continue
+        answers[command] = (int(answer["status"]), call.payload, str(answer["stderr"]))
+    return answers
 
 
 def _prefetched(

@@ -43,8 +43,14 @@ from deploy.remote.transport import Channel
 
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
-#: login shell's umask. Each command gets its own scratch files in the 0700 state directory
-#: (numbered; all removed when the loop ends), so a process an earlier command left running
+#: login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
+#: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). ``$_dW``:
+#: the interpreter the run's compile check names, if any; the helper runs on it when it can
+#: (so that it can compile in its place: `deploy.remote.fileagent_compiled.compile_here`), and
+#: on python3 when it cannot start there (exit 1 or 2: too old, not Python 3) or is a script
+#: (a pyenv shim or wrapper: its own start-up would cost more than it saves). Each command
+#: gets its own scratch files in the 0700 state directory (numbered; all removed when the
+#: loop ends), so a process an earlier command left running
 #: with its output still open writes to a file nobody reads any more, never into a later
 #: answer. Process starts are the loop's cost (~0.5 ms each on the host's CPU), so empty stdin
 #: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
@@ -52,13 +58,19 @@ from deploy.remote.transport import Channel
 #: a ``CHECK`` failed and the client has not seen it yet (``FAIL`` tells the helper the same).
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
-_dK=; _dF=; _dY=
-for _dY in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3 2>/dev/null)"; do
-  [ -x "$_dY" ] && break; _dY=
-done
+_dK=; _dF=; _dY=/usr/bin/python3
+[ -x "$_dY" ] || _dY=/usr/local/bin/python3
+[ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
-  "$_dY" -I -S -c "$_dA" 3 4 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
+  case $_dh in '#!'*) _dW= ;; esac
+  if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then
+    { "$_dW" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" || case $? in 1|2) exec "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" ;; esac
+    } 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  else
+    "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+  fi
   exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
   rm -f -- "$_dS/.helper.go" "$_dS/.helper.ack"; _dK=1
 fi
@@ -172,17 +184,32 @@ class Session:
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
+        #: Interpreters the host's file helper runs on itself (learnt with the lock's answer):
+        #: their compile checks are run by the helper (`deploy.remote.host`, issue 17).
+        self.compiles_here: set[str] = set()
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
-        """Send one request to the host's file helper; do not wait for its answer."""
+    def call(
+        self,
+        args: dict[str, Any],
+        payload: bytes = b"",
+        *,
+        check: bool = False,
+        timeout: float | None = None,
+    ) -> Call:
+        """Send one request to the host's file helper; do not wait for its answer.
+
+        ``check``: a request whose answer carries a command's ``status`` (the helper's
+        ``compile``) and that the helper treats as a ``CHECK`` (``args["check"]``): a status
+        other than 0 skips what follows. ``timeout``: its time limit, as `send_run`'s.
+        """
         if self.broken:
             raise SessionLost("the session was lost earlier in this run")
         head = json.dumps(args, sort_keys=True).encode()
-        call = Call(args)
+        call = Call(args, check=check, timeout=timeout)
         try:
             frame = b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload
             # a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet (32 KiB) per
@@ -278,6 +305,8 @@ class Session:
                 head = self._read_exactly(int(parts[1]), deadline)
                 call.payload = self._read_exactly(int(parts[2]), deadline)
                 call.answer = json.loads(head)
+                if call.failed_check and checked is None:
+                    checked = call
                 if not call.ok and failed is None and not call.skipped:
                     failed = call
         except SessionLost:

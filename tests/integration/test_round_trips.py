@@ -54,14 +54,19 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: and the exec's reply. The release's wait for the shell's exit status is gone (issue 17: one
 #: round trip per host at the end of every run); `test_releasing_the_lock_waits_for_no_round_trip`
 #: fails if it comes back. `python -m bench.wire` lists every wait on the wire.
-#: wait 3 -> 2: the compile check of the new bytes is sent as a CHECK behind the writes, and
+#: wait 3 -> 2: the compile check of the new bytes is sent as a check behind the writes, and
 #: the commit (manifest, end record) right behind it; the host writes the end record only if
 #: the check passed (deploy/engine/verdicts.py), so the run waits once for all of it.
-CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 2, "sftp": 0, "wait": 2}
-#: Per host, the same playbook again on the patched file: nothing to change. cmd 1: the
-#: compile check, answered from the record of the change run's (state_dir/compiled).
+#: cmd 2 -> 0 (issue 17, host CPU): the compile check sent with the lock only looks its record
+#: up, which the file helper answers as a request (`deploy.checks.compile.ahead_lookup`), and
+#: the helper runs on the compile check's interpreter (here this one), so it runs the check of
+#: the new bytes itself, as a request the commit depends on (`fileagent._compile`).
+CHANGE_RUN_BUDGET = {"exec": 1, "cmd": 0, "sftp": 0, "wait": 2}
+#: Per host, the same playbook again on the patched file: nothing to change. cmd 0: the
+#: compile check is answered from the record of the change run's (state_dir/compiled) by the
+#: file helper, with the lock's answer (was cmd 1, a command of the lock's shell).
 #: wait 1: the lock's answer brings the files and the compile check sent with it.
-RERUN_BUDGET = {"exec": 1, "cmd": 1, "sftp": 0, "wait": 1}
+RERUN_BUDGET = {"exec": 1, "cmd": 0, "sftp": 0, "wait": 1}
 HOSTS = 2
 #: The file change only: the sandbox hosts run no SGLang server for the service steps.
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")

@@ -79,6 +79,46 @@ def test_a_passed_check_lets_the_record_behind_it_be_written(
     assert journal.read_bytes() == b"end\n"
 
 
+def test_a_compile_the_helper_runs_as_a_check_skips_what_follows_when_it_fails(
+    private: Path,
+) -> None:
+    """The file helper runs on the compile check's interpreter and compiles in its place
+    (`Session.compiles_here`); sent with the commit, its failure must stop the commit exactly
+    as a failed ``CHECK`` of the shell's does, and be cleared once seen."""
+    from deploy.checks.compile import compile_command
+
+    bad, good, journal = private / "bad.py", private / "good.py", private / "journal"
+    bad.write_bytes(b"def f(:\n")
+    good.write_bytes(b"x = 1\n")
+    cache = str(private / "state" / "compiled")
+    python = os.path.realpath(sys.executable)
+    ahead = compile_command(python, str(good), cache=cache)
+    with LocalHost("local", home=str(private)) as host:
+        lock = acquire(host, str(private / "state"), {"run_id": "t"}, speculate=[ahead])
+        try:
+            assert host.session is not None and python in host.session.compiles_here
+            commands = host.ops.get("cmd", 0)
+            check = host.send_check(compile_command(python, str(bad), cache=cache), timeout=10)
+            record = host.append_file(str(journal), b"end\n", durable=True)
+            later = host.send_check("touch ran", timeout=10)
+            assert check is not None and record is not None and later is not None
+            host.flush()
+            assert host.ops.get("cmd", 0) == commands + 1, "the compile was no command"
+            assert not check.command and check.failed_check and check.answer is not None
+            assert check.answer["status"] == 1 and "SyntaxError" in check.answer["stderr"]
+            assert record.skipped and later.skipped
+            assert not journal.exists() and not (private / "ran").exists()
+            # Cleared once seen; a passing one lets the record behind it through.
+            passed = host.send_check(compile_command(python, str(good), cache=cache), timeout=10)
+            again = host.append_file(str(journal), b"end\n", durable=True)
+            host.flush()
+            assert passed is not None and not passed.failed_check and passed.answer is not None
+            assert passed.answer["status"] == 0 and again is not None and again.ok
+            assert journal.read_bytes() == b"end\n"
+        finally:
+            lock.release()
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> LocalRig:
     return LocalRig(tmp_path / "host")

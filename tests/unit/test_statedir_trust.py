@@ -15,6 +15,14 @@ from deploy.remote.lock import _SCRIPT, _TRUST
 from deploy.statedir.layout import scan_script
 
 NOBODY = 65534
+#: The shell every check here runs in: bash (a login shell), and POSIX sh (Debian's dash, as
+#: under become), which takes the other branch for the login user's uid (issue 17).
+SHELL = ["bash"]
+
+
+@pytest.fixture(autouse=True, params=["bash", "sh"])
+def shell(request: pytest.FixtureRequest) -> None:
+    SHELL[0] = request.param
 
 
 def run(state: Path | str) -> str:
@@ -22,11 +30,13 @@ def run(state: Path | str) -> str:
         state="'" + str(state) + "'",
         trust=_TRUST,
         agent="x",
+        boot="x",
+        helper_python="''",
         scan=scan_script("_dS"),
         holder="h",
         loop="echo LOOP\n",
     )
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([SHELL[0], "-c", script], capture_output=True, text=True, timeout=30)
     return proc.stdout.splitlines()[0] if proc.stdout else proc.stderr
 
 

@@ -1,0 +1,130 @@
+"""The host's CPU per run is mostly the processes the run starts there: count them (issue 17).
+
+At 20 hosts on two cores the hosts' CPU is what deploy's change run waits for, and on the
+host a process start is the unit of cost (~1 ms of CPU for a coreutil, ~10-25 ms for an
+interpreter). So the budget is a count, not a time: every process (fork, clone) created on
+the host in a run's SSH session — sshd's, the login shell's, the lock script's, the file
+helper's, every command's — less those a bare ``true`` exec creates on the same host (the
+floor in docs/performance.md: sshd's session and the login shell with its ``.bashrc``, which
+every tool pays). The count is taken with strace on the sandbox sshd daemon; the same run
+always creates the same processes, so the budget is exact: lower it when deploy gets
+cheaper, never raise it without a reason written next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from deploy.sandbox.sshd import SshHost
+from tests.integration.conftest import Deploy, KimiHost, open_remote
+
+#: The kimi-eagle3 change run on 0.5.9, beyond the floor's processes. 47 -> 28 (issue 17):
+#: the helper's start-up, the lock script (no id, no cat, no mkdir when state_dir/runs
+#: exists, no subshell for python3's path) and the compile check sent with the lock, looked
+#: up by the helper instead of run as a command (~10 processes).
+#: 28 -> 18: the compile check that is not sent ahead is the interpreter itself (key, lookup,
+#: compile and record in the process compiling needs; no sha256sum, readlink, head, stat,
+#: mkdir and their subshells).
+#: 18 -> 11: the file helper runs on the compile check's interpreter and compiles in its
+#: place (no command: no head, subshell, timeout, shell, wc, cat, interpreter start).
+CHANGE_RUN_PROCESSES = 11
+#: The same playbook again, nothing to change. 31 -> 9 (issue 17), as above; 9 -> 10: the
+#: helper is started by a subshell that can start it on python3 instead if the compile
+#: check's interpreter cannot run it (one fork, no exec).
+RERUN_PROCESSES = 10
+
+APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
+STRACE = shutil.which("strace")
+pytestmark = pytest.mark.skipif(STRACE is None, reason="strace counts the host's processes")
+
+_CREATED = re.compile(
+    r"^\d+ +(?:<\.\.\. )?(?:clone3?|v?fork)(?:\(| resumed>)(?!.*CLONE_THREAD).* = (\d+)$",
+    re.MULTILINE,
+)
+_SYSCALLS = ("-e", "trace=clone,clone3,fork,vfork,execve")
+_EXECUTED = re.compile(r'^\d+ +execve\("([^"]+)".* = 0$', re.MULTILINE)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@contextmanager
+def _traced(host: SshHost, log: Path) -> Iterator[list[str]]:
+    """Trace the host's daemon for the block; yields a list that then holds the exec'd
+    programs' paths, one per process created (count: ``len``), the created ones first."""
+    process = host._process
+    assert process is not None and STRACE is not None
+    daemon = process.pid
+    tracer = subprocess.Popen(
+        [STRACE, "-f", "-qq", "-s", "0", "-o", str(log), "-p", str(daemon), *_SYSCALLS]
+    )
+    status = Path(f"/proc/{daemon}/status")
+    deadline = time.monotonic() + 10
+    while "TracerPid:\t0\n" in status.read_text():
+        assert time.monotonic() < deadline and tracer.poll() is None, "strace did not attach"
+        time.sleep(0.01)
+    result: list[str] = []
+    try:
+        yield result
+        deadline = time.monotonic() + 30
+        while _children(daemon):  # the session's processes end a moment after the client
+            assert time.monotonic() < deadline, "the session did not end"
+            time.sleep(0.02)
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    text = log.read_text()
+    programs = [os.path.basename(p) for p in _EXECUTED.findall(text)]
+    result.extend(["(fork)"] * max(0, len(_CREATED.findall(text)) - len(programs)))
+    result.extend(programs)
+
+
+def _floor(host: SshHost, log: Path) -> list[str]:
+    with _traced(host, log) as created:
+        remote = open_remote(host)
+        try:
+            assert remote.run("true").exit_status == 0
+        finally:
+            remote.close()
+    return created
+
+
+def test_change_run_and_rerun_start_no_more_host_processes_than_budgeted(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]], tmp_path: Path
+) -> None:
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    floor = _floor(kimi.host, tmp_path / "floor.strace")
+    assert len(floor) > 1, "strace saw no process: not counting"
+    counts = {}
+    for kind, budget in (("change", CHANGE_RUN_PROCESSES), ("rerun", RERUN_PROCESSES)):
+        with _traced(kimi.host, tmp_path / f"{kind}.strace") as created:
+            result = deploy(*APPLY)
+        assert result.exit_code == 0, result.output
+        extra = len(created) - len(floor)
+        counts[kind] = extra
+        ours = sorted(set(created) - set(floor)) or ["(only programs the floor also runs)"]
+        assert extra <= budget, (
+            f"the {kind} run started {extra} processes on the host beyond the floor's "
+            f"{len(floor)}, budget {budget}; programs only deploy ran: {', '.join(ours)}"
+        )
+    # The floor is stable (the same login shell): a second one counts the same.
+    assert len(_floor(kimi.host, tmp_path / "floor2.strace")) == len(floor), counts

@@ -17,6 +17,9 @@ import click
 def interruptible(cancel: Any, run_id: str, playbook: str) -> None:
     """First SIGINT/SIGTERM: start no new step, roll back hosts mid-change, report (exit 1/3).
 
+    A host whose commit was already sent behind its last check (`deploy.engine.verdicts`)
+    commits if the check passes: the signal came after the run's last decision.
+
     A second signal abandons at once (exit 3), naming the hosts left mid-run and the command
     that recovers them: their journals record what changed, for the next apply or rollback.
     """
@@ -28,7 +31,8 @@ def interruptible(cancel: Any, run_id: str, playbook: str) -> None:
             cancel.set(f"interrupted by {name}")
             click.echo(
                 f"\ndeploy: {name}: starting no new step; hosts mid-change are being rolled "
-                "back (send it again to abandon them at once)",
+                "back, except where the commit was already sent behind its last check "
+                "(send it again to abandon them at once)",
                 err=True,
             )
             return

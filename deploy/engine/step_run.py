@@ -183,7 +183,10 @@ def run_steps(
         # write was refused on the host, and the summary does not repeat step errors.
         progress.step_finished(name, failed)
         result.changed_files.clear()
-        fail(remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress)
+        fail(
+            remote, spec, ctx, journal, result, failed.index, str(exc), exc, progress,
+            at_commit=True,
+        )  # fmt: skip
         return
     checked = verdicts.answered(remote)  # no wait: the commit's answers brought theirs
     if checked is not None:  # the host did not commit: undone as after any failed check
@@ -268,7 +271,11 @@ def fail(
     reason: str,
     exc: BaseException,
     progress: Progress,
+    *,
+    at_commit: bool = False,
 ) -> None:
+    """Fail the run at step ``index`` and roll the host back (``at_commit``: the failure came
+    while the commit, sent behind the run's last checks, was being answered)."""
     result.failed_step = index
     result.error = f"step {index + 1} failed: {reason}"
     if not journal.started:
@@ -281,10 +288,17 @@ def fail(
             exc = lost
     if isinstance(exc, HostUnreachable):
         result.outcome = "rollback failed"
-        result.error += (
-            "; the connection is gone, so nothing could be undone now: the host keeps an "
-            "unfinished journal that the next `deploy apply` or `deploy rollback` undoes"
-        )
+        if at_commit:  # the commit had been sent: the host may have written it
+            result.error += (
+                "; the connection was lost while the host committed: it either committed "
+                "(every check passed) or keeps an unfinished journal that the next `deploy "
+                "apply` or `deploy rollback` undoes; `deploy status` says which"
+            )
+        else:
+            result.error += (
+                "; the connection is gone, so nothing could be undone now: the host keeps an "
+                "unfinished journal that the next `deploy apply` or `deploy rollback` undoes"
+            )
         journal.close()
         return
     progress.host_event(remote.name, f"step {index + 1} failed; rolling back")

@@ -97,6 +97,7 @@ def test_cut_right_after_the_batch_leaves_the_host_consistent(make_fault_host, t
     # The client lost the connection before any answer: it cannot know whether the host
     # committed, and says so (a human must look, exit 3).
     assert process.returncode == 3, out + err
+    assert "lost while the host committed: it either committed" in out + err, out + err
 
     if then == "resume":
         deadline = time.monotonic() + 20

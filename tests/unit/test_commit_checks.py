@@ -312,3 +312,27 @@ def test_a_compile_warning_is_the_checks_stderr_not_the_lock_channels(private: P
             assert not host.session.channel.recv_stderr_ready(), "the lock's stderr stays empty"
         finally:
             lock.release()
+
+
+def test_what_the_lock_shell_writes_to_its_stderr_never_makes_waits_spin(private: Path) -> None:
+    """The compile check names an interpreter the helper cannot start on (here an ELF that
+    rejects ``-I`` on stderr and exits 1, as Python 2 exits 2): the helper starts on python3
+    instead, and the complaint is left on the lock channel's stderr. The session must read it
+    away, or the channel's pipe stays readable and every later wait spins in select."""
+    from deploy.checks.compile import compile_command
+
+    cat = os.path.realpath("/bin/cat")
+    good = private / "good.py"
+    good.write_bytes(b"x = 1\n")
+    speculate = [compile_command(cat, str(good), cache=str(private / "state" / "compiled"))]
+    with LocalHost("local", home=str(private)) as host:
+        lock = acquire(host, str(private / "state"), {"run_id": "t"}, speculate=speculate)
+        try:
+            assert host.session is not None and cat not in host.session.compiles_here
+            assert host.run("echo served").stdout == "served\n"
+            record = host.append_file(str(private / "journal"), b"end\n", durable=True)
+            host.flush()
+            assert record is not None and record.ok, "the helper runs on python3"
+            assert not host.session.channel.recv_stderr_ready(), "nothing left unread"
+        finally:
+            lock.release()

@@ -16,7 +16,7 @@ from deploy.statedir.layout import scan_script
 
 NOBODY = 65534
 #: The shell every check here runs in: bash (a login shell), and POSIX sh (Debian's dash, as
-#: under become), which takes the other branch for the login user's uid (issue 17).
+#: under become): both take the login user's uid from ``[ -O / ]`` or ``id -u`` (issue 17).
 SHELL = ["bash"]
 
 

@@ -157,13 +157,31 @@ def compile_here(args, sha256):
     identity = interpreter_identity(python)
     if identity and _recorded(key, cache, identity):
         return {"status": 0, "stdout": MARKER + " " + key + "\n", "stderr": ""}
-    try:
-        compile(data, path, "exec", dont_inherit=True)
-    except Exception as exc:  # SyntaxError, ValueError; a recursion or memory limit too
-        return {"status": 1, "stdout": "", "stderr": _problem(exc)}
+    warnings, problem = _compiled_source(data, path)
+    if problem:
+        return {"status": 1, "stdout": "", "stderr": warnings + problem}
     if identity:
         _record(cache, key, identity)
-    return {"status": 0, "stdout": key + "\n", "stderr": ""}
+    return {"status": 0, "stdout": key + "\n", "stderr": warnings}
+
+
+def _compiled_source(data, path):
+    """``compile()`` of ``data``: (the warnings it printed, the error or ""). Its warnings
+    (a SyntaxWarning is shown by default) go to ``sys.stderr``: here that is the lock's own
+    stderr, which nobody reads — bytes left there keep the client's channel readable, so its
+    waits would spin — so they are kept for the answer, where the command's stderr had them."""
+    import io
+    import sys
+
+    saved, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        try:
+            compile(data, path, "exec", dont_inherit=True)
+        except Exception as exc:  # SyntaxError, ValueError; a recursion or memory limit too
+            return sys.stderr.getvalue(), _problem(exc)
+        return sys.stderr.getvalue(), ""
+    finally:
+        sys.stderr = saved
 
 
 def _problem(exc):

@@ -70,13 +70,17 @@ def _write(state_dir, name, body, sha256):
     temp = name + ".tmp" + str(os.getpid())
     fd = os.open(temp, _CREATE, 0o600)
     try:
-        data = sha256(body).digest() + body
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    os.rename(temp, name)
+        try:
+            data = sha256(body).digest() + body
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.rename(temp, name)
+    except BaseException:
+        os.unlink(temp)  # a full disk, a directory in the way: no temp left run after run
+        raise
     for other in os.listdir(state_dir):
         if other.startswith(PREFIX) and state_dir + "/" + other != name:
             os.unlink(state_dir + "/" + other)

@@ -61,12 +61,17 @@ the path and its owner, and nothing in it — a planted "unfinished run" include
 acted on. Missing parts are created by the check's shell with mode 0700.
 """
 
-_TRUST = r"""if [ -n "${BASH_VERSION-}" ]; then _dI=$EUID; else _dI=$(id -u); fi
-case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
+#: ``_dI``, the uid the shell runs as: the owner of ``/`` when ``[ -O / ]`` (test's own
+#: geteuid(); no process: root, the usual case), else ``id -u``. Never bash's ``$EUID``: bash
+#: makes it read-only only when the environment did not bring one, so an ``EUID`` passed in
+#: (sshd SetEnv/AcceptEnv, sudo keeping the environment, pam_env) would name whose state_dir
+#: is trusted.
+_TRUST = r"""case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
 _dR=$(realpath -m -- "$_dS")
 set --
 for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
 _dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null)
+if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
 while read -r _du _df _do _dn; do
   [ -n "$_du" ] || continue
   if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"

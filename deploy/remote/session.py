@@ -407,7 +407,15 @@ class Session:
         return status, out, err, timed_out
 
     def _fill(self, deadline: float | None) -> None:
+        # The lock shell's own stderr (a helper start that fell back, a traceback, a warning)
+        # is no answer's: it is read away, since bytes left in it keep the channel's pipe
+        # readable and the select below would return at once, every wait spinning.
+        while self.channel.recv_stderr_ready():
+            self.channel.recv_stderr(1 << 16)
         while not self.channel.recv_ready():
+            if self.channel.recv_stderr_ready():
+                self.channel.recv_stderr(1 << 16)
+                continue
             ended = self.channel.closed or self.channel.exit_status_ready()
             if ended and not self.channel.recv_ready():
                 raise SessionLost("the host's shell ended")

@@ -107,3 +107,15 @@ def test_the_real_helper_starts_through_it(tmp_path: Path) -> None:
         os.close(ack_r)
         assert proc.returncode == 0 and out.endswith(b"hello\n"), out
     assert len([p for p in tmp_path.iterdir() if p.name.startswith(helperboot.PREFIX)]) == 1
+
+
+def test_a_write_that_fails_leaves_no_temp_file(tmp_path: Path) -> None:
+    """Something else in the way of the name (here a directory): the helper still starts from
+    the source, and the temp file written for the cache does not stay behind, run after run."""
+    _, (kept,) = _start(tmp_path)
+    kept.unlink()
+    kept.mkdir()
+    for _ in range(2):
+        out, _ = _start(tmp_path)
+        assert out == "ran __main__ ['-c', '3', '4']\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]

@@ -16,7 +16,7 @@ from deploy.statedir.layout import scan_script
 
 NOBODY = 65534
 #: The shell every check here runs in: bash (a login shell), and POSIX sh (Debian's dash, as
-#: under become), which takes the other branch for the login user's uid (issue 17).
+#: under become): both take the login user's uid from ``[ -O / ]`` or ``id -u`` (issue 17).
 SHELL = ["bash"]
 
 
@@ -25,7 +25,7 @@ def shell(request: pytest.FixtureRequest) -> None:
     SHELL[0] = request.param
 
 
-def run(state: Path | str) -> str:
+def run(state: Path | str, env: dict[str, str] | None = None) -> str:
     script = _SCRIPT.format(
         state="'" + str(state) + "'",
         trust=_TRUST,
@@ -36,7 +36,13 @@ def run(state: Path | str) -> str:
         holder="h",
         loop="echo LOOP\n",
     )
-    proc = subprocess.run([SHELL[0], "-c", script], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [SHELL[0], "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=None if env is None else {**os.environ, **env},
+    )
     return proc.stdout.splitlines()[0] if proc.stdout else proc.stderr
 
 
@@ -98,3 +104,16 @@ def test_other_owner_is_named_for_the_dir_or_for_a_symlinked_parent(base: Path) 
     os.lchown(link, 0, 0)
     real.chmod(0o777)  # the resolved path is checked too
     assert run(link / "state").startswith(f"UNTRUSTED\t{real}\tis writable")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's directory needs root")
+def test_the_users_uid_is_never_taken_from_the_environment(base: Path) -> None:
+    """bash makes ``$EUID`` read-only only when it is not in the environment: an ``EUID``
+    imported (sshd's SetEnv/AcceptEnv, sudo keeping the environment, pam_env) is an ordinary
+    variable. The trust rule must not accept another user's state_dir because of it."""
+    state = base / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, NOBODY, NOBODY)
+    for env in ({"EUID": str(NOBODY)}, {"EUID": str(NOBODY), "BASH_VERSION": "5"}):
+        assert run(state, env) == f"UNTRUSTED\t{state}\tis owned by nobody (uid {NOBODY})"
+    assert not (state / "runs").exists()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import socket
 import threading
 import time
@@ -73,6 +74,17 @@ _FABRIC_FILES = tuple(
 )
 
 
+#: What separates an ssh_config keyword from its value: paramiko's ``\s*=\s*|\s+`` (a tab
+#: too), read as "the first run of whitespace and ``=``".
+_SEPARATOR = re.compile(r"[\s=]+")
+
+
+def _keyword(line: str) -> tuple[str, str]:
+    """An ssh_config line's keyword (lower case) and the rest, split as paramiko splits them."""
+    keyword, *rest = _SEPARATOR.split(line, maxsplit=1)
+    return keyword.lower(), rest[0] if rest else ""
+
+
 def _routes(path: Path, depth: int = 0) -> bool:
     """Whether the ssh_config file ``path`` (and what it includes) uses a `ROUTING` keyword.
 
@@ -90,8 +102,7 @@ def _routes(path: Path, depth: int = 0) -> bool:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        keyword, _, rest = line.replace("=", " ", 1).partition(" ")
-        keyword = keyword.lower()
+        keyword, rest = _keyword(line)
         if keyword in ROUTING:
             return True
         if keyword == "include":

@@ -33,6 +33,11 @@ def _settings(config: Path) -> ConnectSettings:
         ("Match host 127.0.0.1\n  User root\n", False),
         ("Host *\n  proxyjump=bastion\n", False),
         ("Host *\n  CanonicalizeHostname yes\n", False),
+        # paramiko splits a keyword from its value at any whitespace (or "="): a tab too.
+        ("Host gpu-1\n\tHostName\t10.0.0.1\n", False),
+        ("Host *\n  ProxyJump\tbastion\n", False),
+        ("Host *\n  Port\t=\t2200\n", False),
+        ("Host *\n  ServerAliveInterval\t30\n", True),
     ],
 )
 def test_routing_keywords_anywhere_make_a_host_indirect(

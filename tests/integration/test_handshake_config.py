@@ -89,3 +89,30 @@ def test_a_handshake_goes_where_ssh_configs_hostname_sends_the_host(
     finally:
         decoy.close()
     assert decoy.received == [], decoy.received
+
+
+def test_ssh_configs_match_exec_is_not_run_for_bad_input(
+    make_kimi_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    """``Match exec`` runs a local command to decide the route: only once the input is valid
+    (at the login), never for a command that exits 2."""
+    _, deploy = make_kimi_hosts(["0.5.9"])
+    marker = tmp_path / "match-exec-ran"
+    config = tmp_path / "ssh_config"
+    config.write_text(f'Match exec "touch {marker}; false"\n  User nobody\n')
+    _edit_inventory(deploy, ssh_config=str(config))
+    _bad_run(deploy)
+    time.sleep(0.3)
+    assert not marker.exists()
+
+
+def test_a_fabric_python_config_is_not_run_for_bad_input(
+    make_kimi_hosts: MakeHosts, isolated_env: Path, tmp_path: Path
+) -> None:
+    """Fabric executes ~/.fabric.py to read its config: only once the input is valid."""
+    _, deploy = make_kimi_hosts(["0.5.9"])
+    marker = tmp_path / "fabric-py-ran"
+    (isolated_env / ".fabric.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    _bad_run(deploy)
+    time.sleep(0.3)
+    assert not marker.exists()

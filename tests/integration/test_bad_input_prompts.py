@@ -47,3 +47,14 @@ def test_a_listing_asks_for_no_password(make_kimi_hosts: MakeHosts) -> None:
     )
     assert "password" not in shown.lower(), shown
     assert code == 0 and "gpu-1" in shown, shown
+
+
+def test_a_refused_rollback_asks_for_no_password(make_kimi_hosts: MakeHosts) -> None:
+    """``--json`` without ``--yes``: there is no one to confirm to, so the rollback is
+    refused (exit 2) — before asking for the password it would have logged in with."""
+    _, deploy = make_kimi_hosts(["0.5.9"])
+    code, shown = on_terminal(
+        ["rollback", "--ask-pass", "--json"], deploy.workdir, _env(deploy), answers=[], timeout=30
+    )
+    assert "password" not in shown.lower(), shown
+    assert code == 2 and "refusing to roll back without confirmation" in shown, shown

@@ -164,12 +164,13 @@ def apply(
         }
         if not plans:
             raise InputError("no host matches the playbook's hosts and --limit")
-        plans = with_connection(plans)
         if detailed_exitcode and not check:
             raise InputError("--detailed-exitcode needs --check (it reports pending changes)")
         if list_hosts or list_tasks:
             click.echo(_listing(pb.playbook.name, plans, hosts=list_hosts, tasks=list_tasks))
             sys.exit(0)
+        # The secrets (--ask-pass, -K) are asked for only by a command that will log in.
+        plans = with_connection(plans)
         if not check and not yes and not interactive:
             raise InputError(
                 "refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"

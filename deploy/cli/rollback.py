@@ -74,11 +74,11 @@ def rollback(
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
         if not hosts:
             raise InputError("no host matches --limit")
-        hosts = with_connection(hosts)
         if not yes and (not sys.stdin.isatty() or as_json):
             raise InputError(
                 "refusing to roll back without confirmation: pass --yes (no terminal to ask on)"
             )
+        hosts = with_connection(hosts)  # asks for --ask-pass/-K: only once the input is good
         target = rollback_target.choose(run_id, str(inventory_path.resolve()), hosts)
     except InputError as exc:
         _fail(exc, out)

@@ -21,7 +21,8 @@ and a key exchange, ended before authentication (sshd logs it closed or reset
 "[preauth]"): no login, nothing run, nothing written. Not negotiated ahead: hosts reached
 through a ProxyJump or ProxyCommand (that would mean logging in to the jump host), hosts
 whose connection settings are templated (a playbook variable or ``-e`` could still change
-them), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
+them), hosts whose configuration runs something when read (an ssh_config ``Match exec``, a
+Fabric config file), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
 validate``).
 
 What people already have in ssh_config counts: User, Port, HostName, IdentityFile and

@@ -200,25 +200,35 @@ def negotiate(
 def _request_service(early: Negotiated, timeout: float) -> None:
     """Ask for the ``ssh-userauth`` service and wait for sshd's accept (one round trip).
 
-    Anything but a prompt accept drops the transport: the login then connects afresh and
-    meets whatever went wrong itself, in its usual words.
+    A server that answers nothing within ``timeout`` while the connection stays up is taken
+    at its word: the handshake keeps paramiko's authentication timeout as its error, which a
+    login over a fresh connection would have met after the same wait (sshd's first answer
+    after the key exchange is this one); connecting afresh would wait a second time. Anything
+    else but a prompt accept drops the transport: the login then connects afresh and meets
+    whatever went wrong itself, in its usual words.
     """
     transport = early.transport
     if transport is None:
         return
     handler = _ServiceAhead(transport)
     transport.auth_handler = handler
+    silent = False
     try:
         with trace.span("ssh.service_request", early.settings.name):
             handler.request()
             deadline = time.monotonic() + timeout
             while not handler.accepted.wait(0.1):
-                if not transport.is_active() or time.monotonic() > deadline:
+                if not transport.is_active():
+                    break
+                if time.monotonic() > deadline:
+                    silent = True
                     break
     except (OSError, EOFError, paramiko.SSHException):
         pass
     if not transport.service_accepted:
         early.close()
+        if silent:
+            early.error = paramiko.AuthenticationException("Authentication timeout.")
 
 
 class _SentBanner(paramiko.Packetizer):  # type: ignore[misc]  # untyped

@@ -20,7 +20,9 @@ What a handshake found (refused, no answer, an untrusted key) is raised only whe
 opens the host, in the same words as a connection made then.
 
 Hosts reached through a ProxyJump or ProxyCommand are not negotiated ahead (that would mean
-logging in to the jump host): `negotiate` declines them and they connect as before. Nor is
+logging in to the jump host): `negotiate` declines them and they connect as before. Nor
+are hosts whose configuration runs something when it is read (`inert`: an ssh_config
+``Match exec``, a Fabric config file): a command with bad input runs nothing. Nor is
 a handshake used when the host's final settings differ from the ones it was made with.
 
 Imports no SSH library: the command starts handshakes before it has imported paramiko, and
@@ -34,10 +36,11 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -73,12 +76,24 @@ _FABRIC_FILES = tuple(
 )
 
 
-def _routes(path: Path, depth: int = 0) -> bool:
-    """Whether the ssh_config file ``path`` (and what it includes) uses a `ROUTING` keyword.
+#: What separates an ssh_config keyword from its value: paramiko's ``\s*=\s*|\s+`` (a tab
+#: too), read as "the first run of whitespace and ``=``".
+_SEPARATOR = re.compile(r"[\s=]+")
 
-    Read conservatively: a keyword anywhere counts, whichever ``Host`` block it is in, and
+
+def _keyword(line: str) -> tuple[str, str]:
+    """An ssh_config line's keyword (lower case) and the rest, split as paramiko splits them."""
+    keyword, *rest = _SEPARATOR.split(line, maxsplit=1)
+    return keyword.lower(), rest[0] if rest else ""
+
+
+def _uses(path: Path, wanted: Callable[[str, str], bool], depth: int = 0) -> bool:
+    """Whether a line of the ssh_config file ``path`` (or of what it includes) is ``wanted``
+    (given its keyword and the rest).
+
+    Read conservatively: a line anywhere counts, whichever ``Host`` block it is in, and
     ``Include`` is followed (OpenSSH does; paramiko does not, so this errs on the safe side).
-    An unreadable file counts as routing.
+    An unreadable file counts as wanted.
     """
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -90,9 +105,8 @@ def _routes(path: Path, depth: int = 0) -> bool:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        keyword, _, rest = line.replace("=", " ", 1).partition(" ")
-        keyword = keyword.lower()
-        if keyword in ROUTING:
+        keyword, rest = _keyword(line)
+        if wanted(keyword, rest):
             return True
         if keyword == "include":
             if depth > 8:
@@ -101,20 +115,50 @@ def _routes(path: Path, depth: int = 0) -> bool:
                 pattern = os.path.expanduser(pattern)
                 if not os.path.isabs(pattern):
                     pattern = str(path.parent / pattern)
-                if any(_routes(Path(found), depth + 1) for found in sorted(glob.glob(pattern))):
+                if any(
+                    _uses(Path(found), wanted, depth + 1) for found in sorted(glob.glob(pattern))
+                ):
                     return True
     return False
+
+
+def _ssh_configs(settings: ConnectSettings) -> list[Path]:
+    """The ssh_config files Fabric reads for the host."""
+    names = (
+        [settings.ssh_config] if settings.ssh_config else ["~/.ssh/config", "/etc/ssh/ssh_config"]
+    )
+    return [Path(name).expanduser() for name in names]
+
+
+def _fabric_config() -> bool:
+    return any(os.path.exists(os.path.expanduser(name)) for name in _FABRIC_FILES)
 
 
 def direct(settings: ConnectSettings) -> bool:
     """Whether the host is reached at exactly its ``address`` and ``port`` (default 22): no
     ssh_config Fabric reads can reroute it (`ROUTING`), and no Fabric config file exists."""
-    if any(os.path.exists(os.path.expanduser(name)) for name in _FABRIC_FILES):
+    if _fabric_config():
         return False
-    files = (
-        [settings.ssh_config] if settings.ssh_config else ["~/.ssh/config", "/etc/ssh/ssh_config"]
+    return not any(_uses(path, lambda k, _: k in ROUTING) for path in _ssh_configs(settings))
+
+
+#: A ``Match`` line's ``exec`` criterion (``!exec`` too): paramiko runs its command.
+_EXEC = re.compile(r"\bexec\b", re.IGNORECASE)
+
+
+def inert(settings: ConnectSettings) -> bool:
+    """Whether reading the host's configuration the way Fabric does, for a handshake ahead,
+    runs nothing: no ssh_config ``Match exec`` (paramiko runs the command to decide the
+    route) and no Fabric config file (a ``.py`` one is executed; any may name another
+    ssh_config). A handshake runs before the input is known to be valid, and a command with
+    bad input runs nothing: such a host is reached only at the login, as before.
+    """
+    if _fabric_config():
+        return False
+    return not any(
+        _uses(path, lambda k, rest: k == "match" and _EXEC.search(rest) is not None)
+        for path in _ssh_configs(settings)
     )
-    return not any(_routes(Path(name).expanduser()) for name in files)
 
 
 #: The identification string a handshake's `Dial` sends: paramiko's own form. The transport
@@ -254,7 +298,7 @@ class Handshakes:
         dial: Dial | None = None
         try:
             with trace.span("ssh.handshake", pending.settings.name):
-                if self._cancelled.is_set():
+                if self._cancelled.is_set() or not inert(pending.settings):
                     return
                 dial = Dial(pending.settings) if direct(pending.settings) else None
                 from deploy.remote.early import negotiate

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.handshake import direct
+from deploy.remote.handshake import direct, inert
 from deploy.remote.settings import ConnectSettings
 
 
@@ -33,6 +33,11 @@ def _settings(config: Path) -> ConnectSettings:
         ("Match host 127.0.0.1\n  User root\n", False),
         ("Host *\n  proxyjump=bastion\n", False),
         ("Host *\n  CanonicalizeHostname yes\n", False),
+        # paramiko splits a keyword from its value at any whitespace (or "="): a tab too.
+        ("Host gpu-1\n\tHostName\t10.0.0.1\n", False),
+        ("Host *\n  ProxyJump\tbastion\n", False),
+        ("Host *\n  Port\t=\t2200\n", False),
+        ("Host *\n  ServerAliveInterval\t30\n", True),
     ],
 )
 def test_routing_keywords_anywhere_make_a_host_indirect(
@@ -66,3 +71,34 @@ def test_a_fabric_config_file_makes_every_host_indirect(isolated_env: Path, tmp_
     assert direct(_settings(config)) is True
     (isolated_env / ".fabric.yaml").write_text("port: 2200\n")
     assert direct(_settings(config)) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Host *\n  HostName 10.0.0.1\n", True),
+        ('Match exec "test -f ~/.vpn"\n  ProxyJump bastion\n', False),
+        ('Match host gpu-*\t!exec "true"\n  User root\n', False),
+        ("Include conf.d/*.conf\n", False),
+    ],
+)
+def test_a_match_exec_keeps_the_host_from_being_negotiated_ahead(
+    tmp_path: Path, text: str, expected: bool
+) -> None:
+    """paramiko runs a ``Match exec`` command when it reads ssh_config: not ahead of valid
+    input (an included file counts too)."""
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "vpn.conf").write_text('Match exec "vpn-up"\n  User root\n')
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    assert inert(_settings(config)) is expected
+
+
+def test_a_fabric_config_file_keeps_every_host_from_being_negotiated_ahead(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    assert inert(_settings(config)) is True
+    (isolated_env / ".fabric.py").write_text("port = 2200\n")
+    assert inert(_settings(config)) is False

@@ -41,6 +41,15 @@ MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 #: the handshakes have started (the file is read as YAML first, validated afterwards).
 BAD_PLAYBOOK = "name: bad\nhosts: gpu\nsteps:\n  - backup: {paths: [/etc/hostname]}\n"
 BAD_LINE = "bad.yaml:4:13 steps[0].backup.path: missing required key 'path'"
+#: The same mistake behind 300 valid steps: their validation gives the handshake thread time
+#: to reach sshd even on a loaded machine (with the mistake first, the run could exit before
+#: its connect was made, and the test would prove nothing).
+SLOW_BAD_PLAYBOOK = (
+    "name: bad\nhosts: gpu\nsteps:\n"
+    + "  - verify_tail: {path: /etc/hostname, last_line: x}\n" * 300
+    + "  - backup: {paths: [/etc/hostname]}\n"
+)
+SLOW_BAD_LINE = "bad.yaml:304:13 steps[300].backup.path: missing required key 'path'"
 
 #: Runs ``deploy`` in a child process (as the console script would) and prints, on exit,
 #: every `deploy.trace` span as JSON: [thread, name, start, end].
@@ -93,11 +102,11 @@ def test_bad_playbook_exits_2_after_a_key_exchange_and_no_login(
     make_kimi_hosts: MakeHosts,
 ) -> None:
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
+    (deploy.workdir / "bad.yaml").write_text(SLOW_BAD_PLAYBOOK)
     before, offset = sha256(kimi.model_file), len(kimi.host.log_text())
     result = deploy("apply", "./bad.yaml", "--yes")
     assert result.exit_code == 2, result.output
-    assert _one_line(result.stderr).startswith(f"deploy: {BAD_LINE}")
+    assert _one_line(result.stderr).startswith(f"deploy: {SLOW_BAD_LINE}")
     assert "Traceback" not in result.output
     log = _await_log(kimi.host, offset, "[preauth]")
     # The handshake reached sshd (so this test is about something), and stopped there: closed

@@ -278,7 +278,7 @@ class Problems:
         if not self.collect:
             if host is None:
                 raise error
-            raise InputError(f"{error.message} (host {host})", error.position)
+            raise InputError(f"{error.message} (host {one_line(host)})", error.position)
         for problem in getattr(error, "problems", None) or [error]:
             self.found.append((problem, host))
 
@@ -297,6 +297,7 @@ class Problems:
         lines = []
         for text, names in hosts.items():
             if names:
-                text += f" (host{'s' if len(names) > 1 else ''} {', '.join(names)})"
+                shown = ", ".join(one_line(name) for name in names)
+                text += f" (host{'s' if len(names) > 1 else ''} {shown})"
             lines.append(text)
         return lines

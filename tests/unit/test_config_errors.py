@@ -259,3 +259,18 @@ def test_missing_inventory_says_how_to_give_one(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"inventory not found: {tmp_path}/nope.yaml (use -i FILE or set DEPLOY_INVENTORY)"
     )
+
+
+def test_a_host_name_with_a_line_break_keeps_a_problem_on_one_line() -> None:
+    """YAML allows any string as a host's name; the "(host NAME)" a problem ends with must
+    not break the one-line rule (found by tests/faults/test_generated_config.py)."""
+    from deploy.config.errors import Problems
+
+    error = InputError("undefined variable 'x'")
+    with pytest.raises(InputError) as raised:
+        Problems(collect=False).report(error, "line\nbreak")
+    assert str(raised.value) == "undefined variable 'x' (host line\\nbreak)"
+    collected = Problems(collect=True)
+    collected.report(error, "a\rb")
+    collected.report(error, "c")
+    assert collected.lines() == ["undefined variable 'x' (hosts a\\rb, c)"]

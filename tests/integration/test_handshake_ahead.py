@@ -68,6 +68,21 @@ def _log_since(host: SshHost, offset: int) -> str:
     return host.log_text()[offset:]
 
 
+def _quiet_offset(host: SshHost, quiet: float = 0.3, limit: float = 5.0) -> int:
+    """The log's length once sshd has stopped writing to it for ``quiet`` s: sshd logs a
+    connection's end asynchronously, so an earlier test's lines can land after a bare
+    ``len()`` (seen on a loaded machine) and be taken for this test's contact."""
+    deadline = time.monotonic() + limit
+    size = len(host.log_text())
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = len(host.log_text())
+        if now == size:
+            break
+        size = now
+    return size
+
+
 def _await_log(host: SshHost, offset: int, needle: str, timeout: float = 10.0) -> str:
     """sshd's log since ``offset`` once it contains ``needle`` (sshd writes it asynchronously)."""
     deadline = time.monotonic() + timeout
@@ -223,7 +238,7 @@ def test_check_rollback_and_status_log_in_over_their_handshakes(
     connection its handshake made; one that contacts no host makes none."""
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     before = sha256(kimi.model_file)
-    offset = len(kimi.host.log_text())
+    offset = _quiet_offset(kimi.host)
     listed = deploy("apply", "kimi-eagle3", "--list-hosts", "--list-tasks")
     assert listed.exit_code == 0 and "gpu-1" in listed.stdout, listed.output
     time.sleep(0.2)
@@ -279,7 +294,7 @@ def test_a_host_behind_a_proxyjump_is_not_negotiated_ahead(
         known_hosts=str(ssh_host.known_hosts),
         ssh_config=str(config),
     )
-    offset = len(ssh_host.log_text())
+    offset = _quiet_offset(ssh_host)
     assert not direct(settings)
     assert negotiate(settings, threading.Event()) is None
     time.sleep(0.2)
@@ -290,7 +305,7 @@ def test_a_batch_called_off_is_never_contacted(make_kimi_hosts: MakeHosts) -> No
     """Only the hosts a run starts with are negotiated ahead: a later batch that ``max_fail``
     calls off stays "never contacted", as the batches' promise says — not even a handshake."""
     (broken, later), deploy = make_kimi_hosts([None, "0.5.9"])
-    offset = len(later.host.log_text())
+    offset = _quiet_offset(later.host)
     result = deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY, "--serial", "1", "--json")
     outcomes = {h["host"]: h["outcome"] for h in json.loads(result.stdout)["hosts"]}
     assert outcomes == {"gpu-1": "failed", "gpu-2": "skipped"}, result.output

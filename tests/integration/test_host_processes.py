@@ -108,23 +108,48 @@ def _floor(host: SshHost, log: Path) -> list[str]:
     return created
 
 
+def _measure(
+    kimi: KimiHost, deploy: Deploy, tmp_path: Path, attempt: int
+) -> tuple[int, int, dict[str, tuple[int, list[str]]]]:
+    """(floor before, floor after, {kind: (processes, programs)}) of a change run and its
+    re-run, each between two floors."""
+    floor = _floor(kimi.host, tmp_path / f"floor{attempt}.strace")
+    assert len(floor) > 1, "strace saw no process: not counting"
+    runs: dict[str, tuple[int, list[str]]] = {}
+    for kind in ("change", "rerun"):
+        with _traced(kimi.host, tmp_path / f"{kind}{attempt}.strace") as created:
+            result = deploy(*APPLY)
+        assert result.exit_code == 0, result.output
+        runs[kind] = (len(created), sorted(set(created) - set(floor)))
+    after = _floor(kimi.host, tmp_path / f"floor{attempt}b.strace")
+    return len(floor), len(after), runs
+
+
 def test_change_run_and_rerun_start_no_more_host_processes_than_budgeted(
     make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]], tmp_path: Path
 ) -> None:
+    """A measurement counts only if the floor counted the same before and after it (the
+    same login shell, so the same processes): on a loaded machine it once did not, and the
+    counts between were then not comparable. Such a measurement is taken again from a fresh
+    host state (the file put back), never judged with a looser budget."""
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    floor = _floor(kimi.host, tmp_path / "floor.strace")
-    assert len(floor) > 1, "strace saw no process: not counting"
-    counts = {}
-    for kind, budget in (("change", CHANGE_RUN_PROCESSES), ("rerun", RERUN_PROCESSES)):
-        with _traced(kimi.host, tmp_path / f"{kind}.strace") as created:
-            result = deploy(*APPLY)
-        assert result.exit_code == 0, result.output
-        extra = len(created) - len(floor)
-        counts[kind] = extra
-        ours = sorted(set(created) - set(floor)) or ["(only programs the floor also runs)"]
-        assert extra <= budget, (
-            f"the {kind} run started {extra} processes on the host beyond the floor's "
-            f"{len(floor)}, budget {budget}; programs only deploy ran: {', '.join(ours)}"
-        )
-    # The floor is stable (the same login shell): a second one counts the same.
-    assert len(_floor(kimi.host, tmp_path / "floor2.strace")) == len(floor), counts
+    original = kimi.model_file.read_bytes()
+    floors: list[tuple[int, int]] = []
+    for attempt in range(3):
+        if attempt:
+            kimi.model_file.write_bytes(original)
+            shutil.rmtree(kimi.host.state_dir, ignore_errors=True)
+        before, after, runs = _measure(kimi, deploy, tmp_path, attempt)
+        floors.append((before, after))
+        if before != after:
+            continue
+        for kind, budget in (("change", CHANGE_RUN_PROCESSES), ("rerun", RERUN_PROCESSES)):
+            count, ours = runs[kind]
+            extra = count - before
+            assert extra <= budget, (
+                f"the {kind} run started {extra} processes on the host beyond the floor's "
+                f"{before}, budget {budget}; programs only deploy ran: "
+                f"{', '.join(ours) or '(only programs the floor also runs)'}"
+            )
+        return
+    pytest.fail(f"the floor never counted the same before and after a measurement: {floors}")

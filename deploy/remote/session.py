@@ -61,6 +61,9 @@ _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 _dK=; _dF=; _dY=/usr/bin/python3
 [ -x "$_dY" ] || _dY=/usr/local/bin/python3
 [ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
+for _dq in "$_dS/.helper.go" "$_dS/.helper.ack"; do
+  { [ -e "$_dq" ] || [ -h "$_dq" ]; } && rm -f -- "$_dq"
+done
 if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
   exec 6<&0
   _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null

@@ -128,28 +128,30 @@ def _measure(
 def test_change_run_and_rerun_start_no_more_host_processes_than_budgeted(
     make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]], tmp_path: Path
 ) -> None:
-    """A measurement counts only if the floor counted the same before and after it (the
-    same login shell, so the same processes): on a loaded machine it once did not, and the
-    counts between were then not comparable. Such a measurement is taken again from a fresh
-    host state (the file put back), never judged with a looser budget."""
+    """A process count can only be inflated by what else the machine does, never lowered:
+    other root logins running at the same time (the suite's other workers) make the login
+    shell's ``pyenv init`` wait on pyenv's rehash lock, with ``mktemp`` and ``sleep`` (seen
+    under CI's load). So a measurement counts only if the floor counted the same before and
+    after it, and a run over budget is measured again from a fresh host state (the file put
+    back), up to 3 times: the budget must hold, exactly, in one clean measurement."""
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     original = kimi.model_file.read_bytes()
-    floors: list[tuple[int, int]] = []
+    seen: list[str] = []
     for attempt in range(3):
         if attempt:
             kimi.model_file.write_bytes(original)
             shutil.rmtree(kimi.host.state_dir, ignore_errors=True)
         before, after, runs = _measure(kimi, deploy, tmp_path, attempt)
-        floors.append((before, after))
-        if before != after:
-            continue
+        over = []
         for kind, budget in (("change", CHANGE_RUN_PROCESSES), ("rerun", RERUN_PROCESSES)):
             count, ours = runs[kind]
-            extra = count - before
-            assert extra <= budget, (
-                f"the {kind} run started {extra} processes on the host beyond the floor's "
-                f"{before}, budget {budget}; programs only deploy ran: "
-                f"{', '.join(ours) or '(only programs the floor also runs)'}"
-            )
-        return
-    pytest.fail(f"the floor never counted the same before and after a measurement: {floors}")
+            if count - before > budget:
+                over.append(
+                    f"the {kind} run started {count - before} processes on the host beyond "
+                    f"the floor's {before}, budget {budget}; programs only deploy ran: "
+                    f"{', '.join(ours) or '(only programs the floor also runs)'}"
+                )
+        if before == after and not over:
+            return
+        seen.append(f"attempt {attempt + 1}: floor {before} then {after}; " + "; ".join(over))
+    pytest.fail("\n".join(seen))

@@ -163,7 +163,7 @@ def test_rollback_undoes_one_run_and_refuses_an_older_one(rig: LocalRig, kimi: P
     assert rig.events(older)[-1] == "end", "and changes no run's state"
 
     undone = rig.rollback(newer)
-    assert undone.exit_code == 0
+    assert undone.exit_code == 0, undone.hosts[0].error
     assert undone.hosts[0].outcome == "restored"
     assert kimi.read_bytes() == after_first
     assert rig.events(newer)[-3:] == ["rollback_begin", "undone", "rollback_end"]

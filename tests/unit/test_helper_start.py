@@ -91,3 +91,20 @@ def test_a_wrapper_script_is_not_started_for_the_helper(tmp_path: Path, shell: s
     wrapper.chmod(0o755)
     answer = _lookup(tmp_path, str(wrapper), shell)
     assert answer["ok"] is True and not marker.exists()
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_fifos_a_killed_session_left_behind_do_not_stop_the_helper(
+    tmp_path: Path, shell: str
+) -> None:
+    """A session killed between creating the helper's fifos and removing them (its client
+    closed the channel at that moment) leaves them in state_dir. The next session holds the
+    lock, so they are nobody's: it replaces them, where it used to find no helper ("python3
+    is needed on the host") on every run from then on."""
+    state = tmp_path / "state"
+    (state / "runs").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    os.mkfifo(state / ".helper.go", 0o600)
+    os.symlink("/nonexistent", state / ".helper.ack")
+    assert "here" in _lookup(tmp_path, PYTHON, shell)
+    assert not (state / ".helper.go").exists() and not (state / ".helper.ack").is_symlink()

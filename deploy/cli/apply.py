@@ -119,7 +119,7 @@ def apply(
     force: bool,
 ) -> None:
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
-    from deploy.config import load
+    from deploy.config import inventory_file
     from deploy.engine.runid import new_run_id
     from deploy.remote.handshake import Handshakes
 
@@ -137,13 +137,16 @@ def apply(
     )
     handshakes = Handshakes()
     try:
-        inv = load.load_inventory(inventory_path)
+        # Only the inventory's models so far: the playbook's, the step modules and the
+        # templating are imported below, while the handshakes already go on.
+        inv = inventory_file.load_inventory(inventory_path)
         path = _find_playbook(playbook, inventory_path)
         if not offline:
             # The hosts are known: their handshakes go on while the rest is imported and
             # validated (deploy.remote.handshake); the login waits for valid input.
             early = _first_wave(inv, path, limit, serial, forks, check)
             handshakes_ahead(handshakes, early, accept_new=accept_new_host_keys)
+        from deploy.config import load
         from deploy.engine import batches, local_lock
         from deploy.engine.host_run import holder_info
 

@@ -115,12 +115,12 @@ def _find_playbook(name: str, inventory: Path) -> Path:
     Raises:
         InputError: in none of them; the message lists the first directory's playbooks.
     """
-    from deploy.config import load
+    from deploy.config.inventory_file import find_playbook
 
     first: InputError | None = None
     for directory in _playbook_dirs(inventory):
         try:
-            return load.find_playbook(name, directory)
+            return find_playbook(name, directory)
         except InputError as exc:
             first = first or exc
     assert first is not None

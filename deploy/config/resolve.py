@@ -29,7 +29,8 @@ from deploy.config.yamlpos import KeyPath, Positions, format_path
 from deploy.errors import InputError, SourcePosition
 
 if TYPE_CHECKING:
-    from deploy.config.load import LoadedInventory, LoadedPlaybook
+    from deploy.config.inventory_file import LoadedInventory
+    from deploy.config.load import LoadedPlaybook
 
 T = TypeVar("T")
 

@@ -19,11 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from deploy.config.inventory import HostSpec
 from deploy.engine.handshakes import connect_settings
@@ -32,16 +30,12 @@ from deploy.remote.early import negotiate
 from deploy.remote.handshake import Handshakes, direct
 from deploy.remote.settings import ConnectSettings
 from deploy.sandbox.sshd import SshHost
-from tests.integration.conftest import REPO, Deploy, KimiHost, sha256
+from tests.integration.conftest import REPO, sha256
+from tests.integration.handshakes import BAD_LINE, BAD_PLAYBOOK, MakeHosts, edit_inventory
 
 FILES_ONLY = ("--skip-tags", "service")
-MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 
-#: A playbook whose ``hosts:`` selects the host but whose step is invalid: found only after
-#: the handshakes have started (the file is read as YAML first, validated afterwards).
-BAD_PLAYBOOK = "name: bad\nhosts: gpu\nsteps:\n  - backup: {paths: [/etc/hostname]}\n"
-BAD_LINE = "bad.yaml:4:13 steps[0].backup.path: missing required key 'path'"
-#: The same mistake behind 300 valid steps: their validation gives the handshake thread time
+#: BAD_PLAYBOOK's mistake behind 300 valid steps: their validation gives the handshake thread time
 #: to reach sshd even on a loaded machine (with the mistake first, the run could exit before
 #: its connect was made, and the test would prove nothing).
 SLOW_BAD_PLAYBOOK = (
@@ -91,13 +85,6 @@ def _await_log(host: SshHost, offset: int, needle: str, timeout: float = 10.0) -
         time.sleep(0.05)
         text = _log_since(host, offset)
     return text
-
-
-def _edit_inventory(deploy: Deploy, **changes: object) -> None:
-    document = yaml.safe_load(deploy.inventory.read_text())
-    for entry in document["hosts"].values():
-        entry.update(changes)
-    deploy.inventory.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 def _closed_port() -> int:
@@ -177,7 +164,7 @@ def test_an_unknown_host_key_is_reported_only_with_valid_input(
     (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    _edit_inventory(deploy, known_hosts=str(empty))
+    edit_inventory(deploy, known_hosts=str(empty))
     before = sha256(kimi.model_file)
 
     bad = deploy("apply", "./bad.yaml", "--yes", "--accept-new-host-keys")
@@ -220,7 +207,7 @@ def test_a_closed_port_is_input_error_first_then_not_attempted(
     _, deploy = make_kimi_hosts(["0.5.9"])
     (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
     port = _closed_port()
-    _edit_inventory(deploy, port=port)
+    edit_inventory(deploy, port=port)
 
     bad = deploy("apply", "./bad.yaml", "--yes")
     assert bad.exit_code == 2, bad.output

@@ -247,6 +247,40 @@ def unfinished_now(host: FaultHost) -> bool:
     return bool(events) and events[-1] not in ("end", "rollback_end")
 
 
+def judge_next_command(
+    host: FaultHost,
+    fault: str,
+    point: str,
+    faulted: Outcome,
+    next_command: str,
+    *,
+    args: tuple[str, ...] = FILES_ONLY,
+    status_truthful: bool,
+) -> tuple[Record, str]:
+    """Run the command an operator runs after the fault, then `judge` the host.
+
+    ``apply`` (kimi-eagle3 with ``args``) must leave the file changed, ``rollback`` as it was
+    before. Returns the verdict and what the next command printed.
+    """
+    if next_command == "apply":
+        result = host.deploy("apply", "kimi-eagle3", *args, "--yes")
+        expect = "after"
+    else:
+        result = host.deploy("rollback", "--yes")
+        expect = "before"
+    record = judge(
+        host,
+        fault,
+        point,
+        faulted,
+        next_command,
+        Outcome(result.exit_code, "", result.output),
+        expect=expect,
+        status_truthful=status_truthful,
+    )
+    return record, result.output
+
+
 def judge(
     host: FaultHost,
     fault: str,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import yaml
 
-from tests.integration.conftest import Deploy, KimiHost
+from tests.integration.conftest import Deploy, KimiHost, Result
 
 MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 
@@ -26,6 +26,19 @@ def edit_inventory(deploy: Deploy, **changes: object) -> None:
     for entry in document["hosts"].values():
         entry.update(changes)
     deploy.inventory.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def bad_run(
+    deploy: Deploy, *options: str, playbook: str = BAD_PLAYBOOK, line: str = BAD_LINE
+) -> Result:
+    """``deploy apply ./bad.yaml --yes OPTIONS`` with ``playbook`` as bad.yaml: it must exit 2
+    with ``line`` as the one line on stderr."""
+    (deploy.workdir / "bad.yaml").write_text(playbook)
+    result = deploy("apply", "./bad.yaml", "--yes", *options)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"deploy: {line}"), result.stderr
+    return result
 
 
 class Listener:

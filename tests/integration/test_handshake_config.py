@@ -16,22 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Deploy
-from tests.integration.handshakes import (
-    BAD_LINE,
-    BAD_PLAYBOOK,
-    Listener,
-    MakeHosts,
-    edit_inventory,
-)
-
-
-def _bad_run(deploy: Deploy) -> None:
-    (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
-    result = deploy("apply", "./bad.yaml", "--yes")
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"deploy: {BAD_LINE}"), result.stderr
+from tests.integration.handshakes import Listener, MakeHosts, bad_run, edit_inventory
 
 
 class _Decoy(Listener):
@@ -62,7 +47,7 @@ def test_a_handshake_goes_where_ssh_configs_hostname_sends_the_host(
     edit_inventory(deploy, address="127.0.0.3", ssh_config=str(config))
     decoy = _Decoy("127.0.0.3", kimi.host.port)
     try:
-        _bad_run(deploy)
+        bad_run(deploy)
         time.sleep(0.3)
     finally:
         decoy.close()
@@ -79,7 +64,7 @@ def test_ssh_configs_match_exec_is_not_run_for_bad_input(
     config = tmp_path / "ssh_config"
     config.write_text(f'Match exec "touch {marker}; false"\n  User nobody\n')
     edit_inventory(deploy, ssh_config=str(config))
-    _bad_run(deploy)
+    bad_run(deploy)
     time.sleep(0.3)
     assert not marker.exists()
 
@@ -91,6 +76,6 @@ def test_a_fabric_python_config_is_not_run_for_bad_input(
     _, deploy = make_kimi_hosts(["0.5.9"])
     marker = tmp_path / "fabric-py-ran"
     (isolated_env / ".fabric.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    _bad_run(deploy)
+    bad_run(deploy)
     time.sleep(0.3)
     assert not marker.exists()

@@ -185,6 +185,34 @@ def helper_stopped(
     then the stopped helper is SIGKILLed: the host keeps exactly the part of the request that
     had reached the helper, as when the link dies mid-transfer.
     """
+
+    def inject(seen: dict[str, Any]) -> dict[str, Any]:
+        journal = host.journal_lines()
+        if fault == "cut":
+            host.proxy.cut()
+        else:
+            os.kill(process["p"].pid, signal.SIGKILL)
+        os.kill(seen["pid"], signal.SIGKILL)
+        return {"journal_lines": journal}
+
+    with helper_stop_armed(host, stop, inject) as stopped:
+        yield stopped
+
+
+@contextlib.contextmanager
+def helper_stop_armed(
+    host: FaultHost,
+    stop: HelperStop,
+    act: Callable[[dict[str, Any]], dict[str, Any]],
+) -> Iterator[dict[str, Any]]:
+    """Arm ``stop`` in the host's file helper for one command; when the helper stops there,
+    call ``act`` with its marker (from a watcher thread, while the helper is stopped).
+
+    Yields a dict that is filled, once ``act`` returned, with the marker and what ``act``
+    returned. ``act`` decides what the fault is and what becomes of the stopped helper
+    (`helper_stopped`: a cut or a kill, then the helper killed). The rule is removed as soon
+    as the helper stopped, so that the next command's helper does not see it.
+    """
     assert host.helper_rule is not None
     marker = host.helper_rule.with_name("helper-stopped.json")
     marker.unlink(missing_ok=True)
@@ -198,13 +226,7 @@ def helper_stopped(
                 seen = json.loads(marker.read_text())
                 # the rule is for this run only: the next command's helper must not see it
                 host.helper_rule.unlink(missing_ok=True)  # type: ignore[union-attr]
-                journal = host.journal_lines()
-                if fault == "cut":
-                    host.proxy.cut()
-                else:
-                    os.kill(process["p"].pid, signal.SIGKILL)
-                os.kill(seen["pid"], signal.SIGKILL)
-                stopped.update(seen, journal_lines=journal)
+                stopped.update(seen, **act(seen))
                 return
             time.sleep(0.005)
 
@@ -223,6 +245,40 @@ def unfinished_now(host: FaultHost) -> bool:
     """Whether the host's newest journal lacks its final line (read from disk, not deploy)."""
     events = host.journal_events()
     return bool(events) and events[-1] not in ("end", "rollback_end")
+
+
+def judge_next_command(
+    host: FaultHost,
+    fault: str,
+    point: str,
+    faulted: Outcome,
+    next_command: str,
+    *,
+    args: tuple[str, ...] = FILES_ONLY,
+    status_truthful: bool,
+) -> tuple[Record, str]:
+    """Run the command an operator runs after the fault, then `judge` the host.
+
+    ``apply`` (kimi-eagle3 with ``args``) must leave the file changed, ``rollback`` as it was
+    before. Returns the verdict and what the next command printed.
+    """
+    if next_command == "apply":
+        result = host.deploy("apply", "kimi-eagle3", *args, "--yes")
+        expect = "after"
+    else:
+        result = host.deploy("rollback", "--yes")
+        expect = "before"
+    record = judge(
+        host,
+        fault,
+        point,
+        faulted,
+        next_command,
+        Outcome(result.exit_code, "", result.output),
+        expect=expect,
+        status_truthful=status_truthful,
+    )
+    return record, result.output
 
 
 def judge(

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import FILES_ONLY, FaultHost
-from tests.faults.harness import HelperStop, Outcome, judge
+from tests.faults.harness import HelperStop, Outcome, helper_stop_armed, judge
 from tests.faults.test_matrix_files import status_is_truthful
 
 #: The end record is the fifth append to the run's journal (begin, backup, intent, done, end):
@@ -45,34 +44,15 @@ def cut_at_end_record(host: FaultHost, then: str) -> Iterator[dict[str, Any]]:
     """Stop the helper as the end record's request reaches it, cut the connection at the
     proxy, then ``then``: "kill" the helper (the record is lost with the connection) or
     "resume" it (it appends what it had received, after the cut)."""
-    assert host.helper_rule is not None
-    marker = host.helper_rule.with_name("helper-stopped.json")
-    marker.unlink(missing_ok=True)
-    host.helper_rule.write_text(json.dumps(END_RECORD.rule(host, marker)))
-    stopped: dict[str, Any] = {}
-    done = threading.Event()
 
-    def watch() -> None:
-        while not done.is_set():
-            if marker.exists():
-                seen = json.loads(marker.read_text())
-                host.helper_rule.unlink(missing_ok=True)  # type: ignore[union-attr]
-                events = [e["event"] for e in _journal(host)]
-                host.proxy.cut()
-                os.kill(seen["pid"], signal.SIGKILL if then == "kill" else signal.SIGCONT)
-                stopped.update(seen, events=events)
-                return
-            time.sleep(0.005)
+    def cut(seen: dict[str, Any]) -> dict[str, Any]:
+        events = [e["event"] for e in _journal(host)]
+        host.proxy.cut()
+        os.kill(seen["pid"], signal.SIGKILL if then == "kill" else signal.SIGCONT)
+        return {"events": events}
 
-    watcher = threading.Thread(target=watch, name="end-record-stop", daemon=True)
-    watcher.start()
-    try:
+    with helper_stop_armed(host, END_RECORD, cut) as stopped:
         yield stopped
-    finally:
-        done.set()
-        watcher.join(timeout=10)
-        host.helper_rule.unlink(missing_ok=True)
-        marker.unlink(missing_ok=True)
 
 
 def _compiled(host: FaultHost) -> set[str]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,11 +40,9 @@ def _events(host: FaultHost) -> list[str]:
     return [json.loads(line)["event"] for line in journal.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("status", [0, 1])
-def test_a_cut_while_the_check_runs_leaves_the_host_consistent(
-    make_fault_host, status: int
-) -> None:  # type: ignore[no-untyped-def]
-    host: FaultHost = make_fault_host()
+def _apply_until_the_check_blocks(host: FaultHost) -> tuple[Path, subprocess.Popen[str]]:
+    """Start a change run whose compile check blocks in `WRAPPER`, and return once it runs:
+    the wrapper's directory (write the check's exit status to ``go`` to end it) and the run."""
     place = host.ssh.root / "blocking-python"
     place.mkdir()
     python = place / "python3"
@@ -57,6 +57,15 @@ def test_a_cut_while_the_check_runs_leaves_the_host_consistent(
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the compile check never started"
         time.sleep(0.02)
+    return place, process
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_a_cut_while_the_check_runs_leaves_the_host_consistent(
+    make_fault_host, status: int
+) -> None:  # type: ignore[no-untyped-def]
+    host: FaultHost = make_fault_host()
+    place, process = _apply_until_the_check_blocks(host)
     assert _events(host) == ["begin", "backup", "intent", "done"]
     host.proxy.cut()
     out, err = process.communicate(timeout=120)
@@ -93,20 +102,7 @@ def test_a_first_sigint_while_the_check_runs_is_answered_by_the_checks_verdict(
     (deploy/engine/verdicts.py): a pass commits (exit 0, truthfully), a failure is rolled
     back (exit 1) — the host and the report agree either way."""
     host: FaultHost = make_fault_host()
-    place = host.ssh.root / "blocking-python"
-    place.mkdir()
-    python = place / "python3"
-    python.write_text(WRAPPER.format(dir=place, python=sys.executable))
-    python.chmod(0o755)
-    (place / "block").touch()
-    process = host.deploy.popen(
-        "apply", "kimi-eagle3", *FILES_ONLY, "--yes", "--json", "-e", f"sglang_python={python}"
-    )
-    deadline = time.monotonic() + 60
-    while not (place / "started").exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the compile check never started"
-        time.sleep(0.02)
+    place, process = _apply_until_the_check_blocks(host)
     process.send_signal(signal.SIGINT)
     time.sleep(0.5)
     (place / "go").write_text(str(status))

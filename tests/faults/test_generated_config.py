@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from deploy.config.load import load_inventory, load_playbook, resolve
 from deploy.errors import InputError
 from tests.faults.conftest import record_check
+from tests.unit.test_config_property import REQUIRED
 
 NASTY = [
     "a b",
@@ -82,22 +83,11 @@ def inventories(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-STEP_ARGS = {
-    "backup": ["path"],
-    "python_insert": ["path", "class", "code"],
-    "patch": ["path", "diff"],
-    "append": ["path", "text"],
-    "verify_python": ["path"],
-    "verify_tail": ["path", "last_line"],
-    "verify_command": ["run"],
-}
-
-
 @st.composite
 def playbooks(draw: st.DrawFn) -> dict[str, Any]:
     steps = []
-    for action in draw(st.lists(st.sampled_from(sorted(STEP_ARGS)), min_size=1, max_size=3)):
-        args = {key: draw(text) for key in STEP_ARGS[action]}
+    for action in draw(st.lists(st.sampled_from(sorted(REQUIRED)), min_size=1, max_size=3)):
+        args = {key: draw(text) for key in REQUIRED[action]}
         steps.append({action: args, **({"name": draw(text)} if draw(st.booleans()) else {})})
     return {
         "name": draw(text),

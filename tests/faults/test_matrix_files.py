@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from tests.faults.conftest import FILES_ONLY, FaultHost
+from tests.faults.conftest import FaultHost
 from tests.faults.harness import (
     FILE_BOUNDARIES,
     Boundary,
@@ -24,6 +24,7 @@ from tests.faults.harness import (
     faulted_apply,
     helper_stopped,
     judge,
+    judge_next_command,
 )
 
 CASES = [
@@ -58,25 +59,12 @@ def test_fault_at_boundary(
     assert faulted.state_after in ("before", "after"), "the file is never half-written"
     truthful_status = status_is_truthful(host, faulted.unfinished_after)
 
-    if next_command == "apply":
-        result = host.deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
-        expect = "after"
-    else:
-        result = host.deploy("rollback", "--yes")
-        expect = "before"
-    record = judge(
-        host,
-        fault,
-        boundary.name,
-        faulted,
-        next_command,
-        Outcome(result.exit_code, "", result.output),
-        expect=expect,
-        status_truthful=truthful_status,
+    record, next_output = judge_next_command(
+        host, fault, boundary.name, faulted, next_command, status_truthful=truthful_status
     )
     assert record.bytes_lost == 0
-    assert record.consistent, f"{record}\n{result.output}"
-    assert record.truthful, f"{record}\nfault run said:\n{faulted.output}\nnext:\n{result.output}"
+    assert record.consistent, f"{record}\n{next_output}"
+    assert record.truthful, f"{record}\nfault run said:\n{faulted.output}\nnext:\n{next_output}"
 
 
 TWO_WRITES = """\

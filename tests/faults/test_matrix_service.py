@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.faults.conftest import FaultHost
-from tests.faults.harness import Boundary, Outcome, faulted_apply, journal_at_least, judge
+from tests.faults.harness import Boundary, faulted_apply, journal_at_least, judge_next_command
 
 
 def _events(host: FaultHost) -> list[dict[str, object]]:
@@ -77,22 +77,15 @@ def test_service_fault(make_fault_host, fault: str, boundary: Boundary, next_com
     host: FaultHost = make_fault_host(service=True, load_seconds=2.0)
     faulted = faulted_apply(host, fault, boundary, args=())
     assert faulted.state_after in ("before", "after"), "the file is never half-written"
-    if next_command == "apply":
-        result = host.deploy("apply", "kimi-eagle3", "--yes")
-        expect = "after"
-    else:
-        result = host.deploy("rollback", "--yes")
-        expect = "before"
-    record = judge(
+    record, next_output = judge_next_command(
         host,
         fault,
         f"service: {boundary.name}",
         faulted,
         next_command,
-        Outcome(result.exit_code, "", result.output),
-        expect=expect,
+        args=(),
         status_truthful=True,
     )
     assert record.bytes_lost == 0
-    assert record.consistent, f"{record}\nfault:\n{faulted.output[-2000:]}\nnext:\n{result.output}"
-    assert record.truthful, f"{record}\nfault:\n{faulted.output[-2000:]}\nnext:\n{result.output}"
+    assert record.consistent, f"{record}\nfault:\n{faulted.output[-2000:]}\nnext:\n{next_output}"
+    assert record.truthful, f"{record}\nfault:\n{faulted.output[-2000:]}\nnext:\n{next_output}"

@@ -285,22 +285,32 @@ def test_validate_checks_everything_offline(kimi_059: tuple[KimiHost, Deploy]) -
     assert "ok:" in result.stdout
 
 
+def _through_ssh_config(tmp_path: Path, kimi: KimiHost, alias: str, config: str) -> Path:
+    """Write ``config`` as ~/.ssh/config and an inventory whose one host is the ``alias`` it
+    defines, with ``kimi``'s known_hosts, state_dir and model file; return the inventory."""
+    ssh_dir = Path(os.environ["HOME"]) / ".ssh"
+    ssh_dir.mkdir(exist_ok=True)
+    (ssh_dir / "config").write_text(config)
+    inventory = tmp_path / f"{alias}.yaml"
+    inventory.write_text(
+        f"hosts:\n  gpu-1:\n    address: {alias}\n"
+        f"    known_hosts: {kimi.host.known_hosts}\n    state_dir: {kimi.host.state_dir}\n"
+        f"    vars: {{model_file: {kimi.model_file}, sglang_python: {sys.executable}}}\n"
+    )
+    return inventory
+
+
 def test_ssh_config_alias_is_resolved_by_fabric(
     kimi_059: tuple[KimiHost, Deploy], tmp_path: Path
 ) -> None:
     """An inventory may name an ~/.ssh/config alias: HostName, Port, User, IdentityFile."""
     kimi, deploy = kimi_059
-    ssh_dir = Path(os.environ["HOME"]) / ".ssh"
-    ssh_dir.mkdir(exist_ok=True)
-    (ssh_dir / "config").write_text(
+    inventory = _through_ssh_config(
+        tmp_path,
+        kimi,
+        "gpu-alias",
         f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {kimi.host.port}\n  User {kimi.host.user}\n"
-        f"  IdentityFile {kimi.host.identity_file}\n"
-    )
-    inventory = tmp_path / "alias.yaml"
-    inventory.write_text(
-        "hosts:\n  gpu-1:\n    address: gpu-alias\n"
-        f"    known_hosts: {kimi.host.known_hosts}\n    state_dir: {kimi.host.state_dir}\n"
-        f"    vars: {{model_file: {kimi.model_file}, sglang_python: {sys.executable}}}\n"
+        f"  IdentityFile {kimi.host.identity_file}\n",
     )
     result = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
     assert result.exit_code == 0, result.output
@@ -317,19 +327,14 @@ def test_proxyjump_hops_are_held_to_known_hosts(
     hosts, deploy = make_kimi_hosts(["0.5.9"])
     target = hosts[0]
     jump = sshd_sandbox.start("jump")
-    ssh_dir = Path(os.environ["HOME"]) / ".ssh"
-    ssh_dir.mkdir(exist_ok=True)
-    (ssh_dir / "config").write_text(
+    inventory = _through_ssh_config(
+        tmp_path,
+        target,
+        "gpu-behind-jump",
         f"Host gpu-behind-jump\n  HostName 127.0.0.1\n  Port {target.host.port}\n"
         f"  User {target.host.user}\n  IdentityFile {target.host.identity_file}\n"
         f"  ProxyJump {jump.user}@localhost:{jump.port}\n"
-        f"Host localhost\n  IdentityFile {jump.identity_file}\n"
-    )
-    inventory = tmp_path / "jump.yaml"
-    inventory.write_text(
-        "hosts:\n  gpu-1:\n    address: gpu-behind-jump\n"
-        f"    known_hosts: {target.host.known_hosts}\n    state_dir: {target.host.state_dir}\n"
-        f"    vars: {{model_file: {target.model_file}, sglang_python: {sys.executable}}}\n"
+        f"Host localhost\n  IdentityFile {jump.identity_file}\n",
     )
     refused = deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes", "-i", str(inventory))
     assert refused.exit_code == 4, refused.output

@@ -19,11 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from deploy.config.inventory import HostSpec
 from deploy.engine.handshakes import connect_settings
@@ -32,16 +30,12 @@ from deploy.remote.early import negotiate
 from deploy.remote.handshake import Handshakes, direct
 from deploy.remote.settings import ConnectSettings
 from deploy.sandbox.sshd import SshHost
-from tests.integration.conftest import REPO, Deploy, KimiHost, sha256
+from tests.integration.conftest import REPO, sha256
+from tests.integration.handshakes import MakeHosts, bad_run, edit_inventory
 
 FILES_ONLY = ("--skip-tags", "service")
-MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 
-#: A playbook whose ``hosts:`` selects the host but whose step is invalid: found only after
-#: the handshakes have started (the file is read as YAML first, validated afterwards).
-BAD_PLAYBOOK = "name: bad\nhosts: gpu\nsteps:\n  - backup: {paths: [/etc/hostname]}\n"
-BAD_LINE = "bad.yaml:4:13 steps[0].backup.path: missing required key 'path'"
-#: The same mistake behind 300 valid steps: their validation gives the handshake thread time
+#: BAD_PLAYBOOK's mistake behind 300 valid steps: their validation gives the handshake thread time
 #: to reach sshd even on a loaded machine (with the mistake first, the run could exit before
 #: its connect was made, and the test would prove nothing).
 SLOW_BAD_PLAYBOOK = (
@@ -93,13 +87,6 @@ def _await_log(host: SshHost, offset: int, needle: str, timeout: float = 10.0) -
     return text
 
 
-def _edit_inventory(deploy: Deploy, **changes: object) -> None:
-    document = yaml.safe_load(deploy.inventory.read_text())
-    for entry in document["hosts"].values():
-        entry.update(changes)
-    deploy.inventory.write_text(yaml.safe_dump(document, sort_keys=False))
-
-
 def _closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as probe:
@@ -107,21 +94,12 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _one_line(result_stderr: str) -> str:
-    lines = result_stderr.strip().splitlines()
-    assert len(lines) == 1, result_stderr
-    return lines[0]
-
-
 def test_bad_playbook_exits_2_after_a_key_exchange_and_no_login(
     make_kimi_hosts: MakeHosts,
 ) -> None:
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    (deploy.workdir / "bad.yaml").write_text(SLOW_BAD_PLAYBOOK)
     before, offset = sha256(kimi.model_file), len(kimi.host.log_text())
-    result = deploy("apply", "./bad.yaml", "--yes")
-    assert result.exit_code == 2, result.output
-    assert _one_line(result.stderr).startswith(f"deploy: {SLOW_BAD_LINE}")
+    result = bad_run(deploy, playbook=SLOW_BAD_PLAYBOOK, line=SLOW_BAD_LINE)
     assert "Traceback" not in result.output
     log = _await_log(kimi.host, offset, "[preauth]")
     # The handshake reached sshd (so this test is about something), and stopped there: closed
@@ -174,15 +152,12 @@ def test_an_unknown_host_key_is_reported_only_with_valid_input(
     make_kimi_hosts: MakeHosts, tmp_path: Path
 ) -> None:
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    _edit_inventory(deploy, known_hosts=str(empty))
+    edit_inventory(deploy, known_hosts=str(empty))
     before = sha256(kimi.model_file)
 
-    bad = deploy("apply", "./bad.yaml", "--yes", "--accept-new-host-keys")
-    assert bad.exit_code == 2, bad.output
-    assert _one_line(bad.stderr).startswith(f"deploy: {BAD_LINE}")
+    bad_run(deploy, "--accept-new-host-keys")
     assert empty.read_text() == "", "accept-new records a key only at the login"
 
     unknown = deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY)
@@ -200,13 +175,10 @@ def test_a_changed_host_key_is_reported_only_with_valid_input(
     make_kimi_hosts: MakeHosts,
 ) -> None:
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
     kimi.host.restart(new_host_key=True)
     known = kimi.host.known_hosts.read_text()
 
-    bad = deploy("apply", "./bad.yaml", "--yes", "--accept-new-host-keys")
-    assert bad.exit_code == 2, bad.output
-    assert _one_line(bad.stderr).startswith(f"deploy: {BAD_LINE}")
+    bad_run(deploy, "--accept-new-host-keys")
 
     changed = deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY, "--accept-new-host-keys")
     assert changed.exit_code == 4, changed.output
@@ -218,13 +190,10 @@ def test_a_closed_port_is_input_error_first_then_not_attempted(
     make_kimi_hosts: MakeHosts,
 ) -> None:
     _, deploy = make_kimi_hosts(["0.5.9"])
-    (deploy.workdir / "bad.yaml").write_text(BAD_PLAYBOOK)
     port = _closed_port()
-    _edit_inventory(deploy, port=port)
+    edit_inventory(deploy, port=port)
 
-    bad = deploy("apply", "./bad.yaml", "--yes")
-    assert bad.exit_code == 2, bad.output
-    assert _one_line(bad.stderr).startswith(f"deploy: {BAD_LINE}")
+    bad_run(deploy)
 
     refused = deploy("apply", "kimi-eagle3", "--yes", *FILES_ONLY)
     assert refused.exit_code == 4, refused.output

@@ -12,42 +12,30 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from tests.integration.conftest import Deploy, KimiHost
+from tests.integration.handshakes import Listener, MakeHosts
 
-MakeHosts = Callable[..., tuple[list[KimiHost], Deploy]]
 NEWKEYS = 21
 
 
-class _StallAfterKex:
+class _StallAfterKex(Listener):
     """A loopback relay to ``port`` that stops forwarding the client's bytes after NEWKEYS."""
 
     def __init__(self, port: int) -> None:
         self.target = port
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.1)
-        self.port = int(self.server.getsockname()[1])
         self.accepted = 0
         self._sockets: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+    def handle(self, client: socket.socket) -> None:
+        self.accepted += 1
+        upstream = socket.create_connection(("127.0.0.1", self.target))
+        self._sockets += [client, upstream]
+        threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
 
     @staticmethod
     def _down(source: socket.socket, sink: socket.socket) -> None:
@@ -79,9 +67,7 @@ class _StallAfterKex:
                 sink.sendall(out)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.server.close()
+        super().close()
         for sock in self._sockets:
             sock.close()
 

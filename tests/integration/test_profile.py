@@ -23,14 +23,9 @@ from tests.integration.conftest import REPO, Deploy, KimiHost
 pytestmark = pytest.mark.ssh
 
 
-def test_profiler_records_every_documented_span_of_a_change_run(
-    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]],
-) -> None:
-    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    before = kimi.model_file.read_bytes()
-    command = ["apply", "kimi-eagle3", "--yes", "--skip-tags", "service"]
-    command += ["-i", str(deploy.inventory)]
-    proc = subprocess.run(
+def _profile(deploy: Deploy, *command: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench.profile WORKDIR COMMAND...``, as the bench runs it, from the repo."""
+    return subprocess.run(
         [sys.executable, "-m", "bench.profile", str(deploy.workdir), *command],
         cwd=REPO,
         capture_output=True,
@@ -39,20 +34,22 @@ def test_profiler_records_every_documented_span_of_a_change_run(
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=False,
     )
+
+
+def test_profiler_records_every_documented_span_of_a_change_run(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]],
+) -> None:
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    before = kimi.model_file.read_bytes()
+    command = ["apply", "kimi-eagle3", "--yes", "--skip-tags", "service"]
+    command += ["-i", str(deploy.inventory)]
+    proc = _profile(deploy, *command)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     document = json.loads(proc.stdout)
     assert kimi.model_file.read_bytes() != before  # a real change run, not a no-op
     # The change run sends its only command, the compile check, with the commit (host.check):
     # a command waited for on its own (host.run) comes from --check's compile of the plan.
-    checked = subprocess.run(
-        [sys.executable, "-m", "bench.profile", str(deploy.workdir), *command, "--check"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
+    checked = _profile(deploy, *command, "--check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     seen = set(document["trace"]) | set(json.loads(checked.stdout)["trace"])
     assert seen == set(trace.SPANS), "a documented span never fired"

@@ -9,7 +9,6 @@ built-in step changed in the same run.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,10 @@ from deploy.engine.host_run import RunOptions, apply_host
 from deploy.engine.journal import new_run_id
 from deploy.engine.results import HostResult
 from deploy.sandbox.sshd import SshdSandbox
-from deploy.steps import register, unregister
-from tests.unit.test_step_registration import StampStep
+from tests.unit.test_step_registration import stamp  # noqa: F401 (a fixture, used by name)
 
-
-@pytest.fixture
-def stamp() -> Iterator[None]:
-    register(StampStep)
-    try:
-        yield
-    finally:
-        unregister("stamp")
+#: Every test here runs with the throwaway step registered (the unit test's fixture).
+pytestmark = pytest.mark.usefixtures("stamp")
 
 
 PLAYBOOK = """\
@@ -59,9 +51,7 @@ def _run(sshd_sandbox: SshdSandbox, tmp_path: Path, check: str) -> tuple[HostRes
     return result, conf, marker
 
 
-def test_a_registered_step_runs_on_a_host(
-    sshd_sandbox: SshdSandbox, tmp_path: Path, stamp: None
-) -> None:
+def test_a_registered_step_runs_on_a_host(sshd_sandbox: SshdSandbox, tmp_path: Path) -> None:
     result, conf, marker = _run(sshd_sandbox, tmp_path, check="true")
     assert result.outcome == "changed", result.error
     assert marker.read_text() == "hello"
@@ -71,7 +61,7 @@ def test_a_registered_step_runs_on_a_host(
 
 
 def test_a_registered_steps_change_is_undone_by_its_own_handler(
-    sshd_sandbox: SshdSandbox, tmp_path: Path, stamp: None
+    sshd_sandbox: SshdSandbox, tmp_path: Path
 ) -> None:
     result, conf, marker = _run(sshd_sandbox, tmp_path, check="false")
     assert result.outcome == "rolled back", result.error

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,23 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 KIMI = REPO / "playbooks" / "kimi-eagle3.yaml"
 FILES_ONLY = {"skip_tags": ["service"]}
 CLASS = "KimiK25ForConditionalGeneration"
-
-
-@pytest.fixture
-def private(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    root.mkdir(mode=0o700)
-    return root
-
-
-@pytest.fixture
-def locked(private: Path) -> Iterator[LocalHost]:
-    with LocalHost("local", home=str(private)) as host:
-        lock = acquire(host, str(private / "state"), {"run_id": "t"})
-        try:
-            yield host
-        finally:
-            lock.release()
 
 
 def test_a_failed_check_skips_what_follows_until_the_client_saw_it(
@@ -117,19 +99,6 @@ def test_a_compile_the_helper_runs_as_a_check_skips_what_follows_when_it_fails(
             assert journal.read_bytes() == b"end\n"
         finally:
             lock.release()
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> LocalRig:
-    return LocalRig(tmp_path / "host")
-
-
-@pytest.fixture
-def kimi(rig: LocalRig, kimi_source: Callable[[str], bytes]) -> Path:
-    model = rig.files / "kimi_k25.py"
-    model.write_bytes(kimi_source("0.5.9"))
-    rig.write_inventory(model_file=str(model), sglang_python=sys.executable)
-    return model
 
 
 def _older_python(rig: LocalRig) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,22 +14,21 @@ from deploy.errors import InputError
 HEAD = "name: demo\nhosts: all\nsteps:\n"
 
 
-def playbook_error(tmp_path: Path, text: str) -> InputError:
-    path = tmp_path / "pb.yaml"
+def _load_error(load: Callable[[Path], object], path: Path, text: str) -> InputError:
+    """The one-line error ``load`` raises for a file holding ``text``."""
     path.write_text(text)
     with pytest.raises(InputError) as info:
-        load_playbook(path)
+        load(path)
     assert "\n" not in str(info.value)
     return info.value
+
+
+def playbook_error(tmp_path: Path, text: str) -> InputError:
+    return _load_error(load_playbook, tmp_path / "pb.yaml", text)
 
 
 def inventory_error(tmp_path: Path, text: str) -> InputError:
-    path = tmp_path / "hosts.yaml"
-    path.write_text(text)
-    with pytest.raises(InputError) as info:
-        load_inventory(path)
-    assert "\n" not in str(info.value)
-    return info.value
+    return _load_error(load_inventory, tmp_path / "hosts.yaml", text)
 
 
 def message(error: InputError, tmp_path: Path) -> str:

@@ -85,6 +85,7 @@ documents = st.recursive(
     ),
     max_leaves=25,
 )
+#: The keys each file and verify step requires (tests/faults/test_generated_config.py too).
 REQUIRED = {
     "backup": ["path"],
     "python_insert": ["path", "class", "code"],

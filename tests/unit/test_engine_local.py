@@ -17,10 +17,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from tests.unit.local_rig import LocalRig
 
@@ -39,21 +36,6 @@ def class_methods(source: bytes) -> tuple[set[str], set[str]]:
     module = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS)
     return {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}, module
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> LocalRig:
-    return LocalRig(tmp_path / "host")
-
-
-@pytest.fixture
-def kimi(rig: LocalRig, kimi_source: Callable[[str], bytes]) -> Path:
-    """SGLang 0.5.9's real kimi_k25.py on the local host, mode 0640, named by the inventory."""
-    model = rig.files / "kimi_k25.py"
-    model.write_bytes(kimi_source("0.5.9"))
-    os.chmod(model, 0o640)
-    rig.write_inventory(model_file=str(model), sglang_python=sys.executable)
-    return model
 
 
 KIMI = REPO / "playbooks" / "kimi-eagle3.yaml"

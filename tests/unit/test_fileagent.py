@@ -11,6 +11,8 @@ import base64
 import hashlib
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,11 +158,32 @@ def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> 
     assert path.read_bytes() == b"new\n"
 
 
+def _start_helper(
+    stdout: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """The file helper as the session loop starts it: a request's bytes on its stdin, its
+    header line on the ``go`` pipe, an ack line back on the ``ack`` pipe per request.
+
+    Returns the process, the ``go`` pipe's write end and the ``ack`` pipe's read end (the
+    helper's ends are closed here, so that it sees the end of ``go`` when the test closes it).
+    """
+    go_r, go_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", program("fileagent"), str(go_r), str(ack_w)],
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        pass_fds=(go_r, ack_w),
+        env=env,
+    )
+    os.close(go_r)
+    os.close(ack_w)
+    return proc, go_w, ack_r
+
+
 def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> None:
     """The wire: a refused write, then a journal append that must not happen, then CLEAR."""
     import json
-    import subprocess
-    import sys
 
     path = _target(tmp_path)
     os.link(path, tmp_path / "second")
@@ -176,17 +199,7 @@ def test_requests_after_a_failure_are_skipped_until_cleared(tmp_path: Path) -> N
         (b"CLEAR\n", b""),
         frame({"op": "append", "path": str(journal), "durable": True}, b"rollback\n"),
     ]
-    go_r, go_w = os.pipe()
-    ack_r, ack_w = os.pipe()
-    source = program("fileagent")
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        pass_fds=(go_r, ack_w),
-    )
-    os.close(go_r)
-    os.close(ack_w)
+    proc, go_w, ack_r = _start_helper(subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     acks = []
     with os.fdopen(ack_r, "rb") as ack:
@@ -216,8 +229,6 @@ def test_the_helper_parses_as_python_3_8() -> None:
 def test_once_answers_reads_only(tmp_path: Path) -> None:
     """The lock-free form (``--check``): fd-based reads in one process, and nothing else."""
     import json
-    import subprocess
-    import sys
 
     path = _target(tmp_path)
     link = tmp_path / "link"
@@ -255,8 +266,6 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
     helper serves that request whole (the hook only pauses). Other requests pass by."""
     import json
     import signal
-    import subprocess
-    import sys
     import time
 
     first, second = tmp_path / "first", tmp_path / "second"
@@ -272,18 +281,9 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
             }
         )
     )
-    go_r, go_w = os.pipe()
-    ack_r, ack_w = os.pipe()
-    source = program("fileagent")
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", source, str(go_r), str(ack_w)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        pass_fds=(go_r, ack_w),
-        env={**os.environ, fileagent.FAULT_ENV: str(rule)},
+    proc, go_w, ack_r = _start_helper(
+        subprocess.DEVNULL, env={**os.environ, fileagent.FAULT_ENV: str(rule)}
     )
-    os.close(go_r)
-    os.close(ack_w)
     assert proc.stdin is not None
     try:
         with os.fdopen(ack_r, "rb") as ack:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,44 +21,31 @@ from deploy.remote.lock import acquire
 from tests.unit.local_rig import LocalRig
 
 
-@pytest.fixture
-def private(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    root.mkdir(mode=0o700)
-    return root
-
-
-@pytest.fixture
-def host(private: Path) -> Iterator[LocalHost]:
-    with LocalHost("local", home=str(private)) as opened:
-        yield opened
-
-
-def test_commands_report_status_output_and_take_stdin(host: LocalHost, private: Path) -> None:
-    result = host.run("cat; echo out; echo err >&2; pwd; exit 3", stdin=b"in\n")
+def test_commands_report_status_output_and_take_stdin(local_host: LocalHost, private: Path) -> None:
+    result = local_host.run("cat; echo out; echo err >&2; pwd; exit 3", stdin=b"in\n")
     assert (result.exit_status, result.stdout, result.stderr) == (
         3,
         f"in\nout\n{private}\n",
         "err\n",
     )
-    assert host.ops["exec"] == 1
+    assert local_host.ops["exec"] == 1
 
 
-def test_an_exec_timeout_is_reported(host: LocalHost) -> None:
-    result = host.run("sleep 5", timeout=0.3)
+def test_an_exec_timeout_is_reported(local_host: LocalHost) -> None:
+    result = local_host.run("sleep 5", timeout=0.3)
     assert result.timed_out and result.exit_status == -1
     assert result.duration < 3
 
 
-def test_under_the_lock_commands_run_in_its_session(host: LocalHost, private: Path) -> None:
-    lock = acquire(host, str(private / "state"), {"run_id": "t"})
+def test_under_the_lock_commands_run_in_its_session(local_host: LocalHost, private: Path) -> None:
+    lock = acquire(local_host, str(private / "state"), {"run_id": "t"})
     try:
-        assert host.session is not None
-        assert host.run("echo hi").stdout == "hi\n"
-        timed = host.run("sleep 5", timeout=1)
+        assert local_host.session is not None
+        assert local_host.run("echo hi").stdout == "hi\n"
+        timed = local_host.run("sleep 5", timeout=1)
         assert timed.timed_out, "timeout(1) stopped the command on the host"
-        assert host.run("echo after").stdout == "after\n", "the session survives a timeout"
-        assert host.ops["exec"] == 1 and host.ops["cmd"] == 3
+        assert local_host.run("echo after").stdout == "after\n", "the session survives a timeout"
+        assert local_host.ops["exec"] == 1 and local_host.ops["cmd"] == 3
         other = LocalHost("other", home=str(private)).open()
         try:
             with pytest.raises(LockHeld, match="run t"):
@@ -68,20 +54,21 @@ def test_under_the_lock_commands_run_in_its_session(host: LocalHost, private: Pa
             other.close()
     finally:
         lock.release()
-    assert host.session is None
+    assert local_host.session is None
 
 
-def test_state_dir_under_a_writable_parent_is_untrusted(host: LocalHost, private: Path) -> None:
+def test_state_dir_under_a_writable_parent_is_untrusted(
+    local_host: LocalHost, private: Path
+) -> None:
     shared = private / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)  # no sticky bit: anyone could swap state_dir
     with pytest.raises(StateDirUntrusted, match="writable by group or others"):
-        acquire(host, str(shared / "state"), {"run_id": "t"})
+        acquire(local_host, str(shared / "state"), {"run_id": "t"})
     assert not (shared / "state").exists(), "nothing was created or read there"
 
 
-def test_an_untrusted_state_dir_leaves_the_host_not_attempted(tmp_path: Path) -> None:
-    rig = LocalRig(tmp_path / "host")
+def test_an_untrusted_state_dir_leaves_the_host_not_attempted(rig: LocalRig) -> None:
     os.chmod(rig.root, 0o775)
     target = rig.files / "f.txt"
     target.write_bytes(b"a\n")
@@ -105,16 +92,16 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_http_reaches_a_loopback_port_and_only_loopback(host: LocalHost) -> None:
+def test_http_reaches_a_loopback_port_and_only_loopback(local_host: LocalHost) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     port = server.server_address[1]
     try:
-        response = host.http("127.0.0.1", port, "GET", "/health", timeout=5)
+        response = local_host.http("127.0.0.1", port, "GET", "/health", timeout=5)
         assert response.status == 200 and response.json() == {"ok": True}
     finally:
         server.shutdown()
         server.server_close()
     with pytest.raises(ServerUnavailable):
-        host.http("127.0.0.1", port, "GET", "/health", timeout=5)  # closed now: refused
+        local_host.http("127.0.0.1", port, "GET", "/health", timeout=5)  # closed now: refused

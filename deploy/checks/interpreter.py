@@ -36,6 +36,45 @@ sets ``_tI``. Shell variables used: ``_t*``. The text runs in bash and dash
 
 from __future__ import annotations
 
+#: How an interpreter is trusted (docs/operations.md shows this text).
+TRUST_RULE = """deploy runs interpreters on the host: the file helper (which does every root write,
+saved copy and journal record) on the compile check's interpreter, the compile check itself
+(`verify_python`'s `python`), and the restart's `imports` lookup (the server's interpreter, with
+its environment and cwd). Before root starts one, the host checks it by the rule state_dir
+follows: the interpreter as given and as resolved through symlinks and every directory above
+each; for a venv, its `pyvenv.cfg` and the `home` it names (as written and resolved); and the
+standard library directories of its prefixes (`lib`, `lib/python3*` with `encodings` and
+`lib-dynload`, `lib64` too) must be owned by root or the login user and not be writable by group
+or others. So a venv or conda env another user (say `ml`) owns, made or changed by them, is not
+run as root; neither is one whose `pyvenv.cfg` points at their directories. For the `imports`
+lookup the site directories of those prefixes, the user site of the environment's `HOME`, every
+`PYTHONPATH` entry and the cwd count too, and a server that runs as another user is always looked
+up as that user, with its groups. The check is made in the lock's own exec for the file helper
+(no extra process) and by each command for itself.
+
+With a trusted interpreter nothing changes. Otherwise:
+
+- the file helper runs on the host's own `python3`, as it did before the helper moved to the
+  compile check's interpreter;
+- the compile check runs THAT interpreter (its Python version is the point) as its owner
+  (`setpriv --reuid --regid --init-groups`, else `runuser -u`), with the file's bytes on its
+  stdin, opened by root: the step says `compiled as ml (uid 1001), not root: /opt/venv is owned
+  by ml (uid 1001)`. No compile record is read or written for it (a record is trusted by later
+  runs, and the owner's process could say anything), so such a check costs its interpreter's
+  start on every run and a no-change re-run waits one round trip more (2, not 1); a run with
+  a trusted interpreter keeps its round trips and processes;
+- the `imports` lookup runs as that user too, and the restart step's plan says so.
+
+When there is nobody to run it as — a path anyone may write, or parts owned by two other users —
+or neither `setpriv` nor `runuser` can switch to the owner, the command is refused in one line
+(`refusing to run /opt/venv/bin/python as root: ...`, exit status 77) and the step fails (the
+host is put back). A login that is not root runs the interpreter as itself, as before. Not
+covered: files inside a standard library directory that passed (only root can give one away
+there), root's own `LD_PRELOAD`/`LD_LIBRARY_PATH`, what a trusted `#!` wrapper (a pyenv shim)
+chooses to start, `agent_python` (deploy's process agent needs root and is not switched), and
+the restarted server itself, which deploy starts as root whatever user the old one ran as.
+"""
+
 #: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
 #: ``pyvenv.cfg`` Python would read (``_tP``'s directory, else the one above) — and ``_tH``, its
 #: last ``home`` value (Python keeps the last), spaces, tabs and CRs stripped as Python strips them. ``_tX``: a

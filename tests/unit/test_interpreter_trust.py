@@ -10,13 +10,14 @@ real user: tests/integration/test_interpreter_owner.py.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from deploy.checks.interpreter import CHECK, ran_as
+from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS, ran_as
 from tests.unit.test_helper_start import _lookup
 
 OTHER = 4321
@@ -178,3 +179,39 @@ def test_the_helper_never_runs_on_a_venv_whose_home_another_user_owns(
     cfg.write_text(cfg.read_text().replace("home =", f"home = {home}\n#", 1))
     answer = _lookup(tmp_path, str(venv / "bin" / "python"), shell)
     assert answer["ok"] is True and answer["here"] is False
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("tools", ["all", "none"])
+def test_with_no_way_to_run_it_as_its_owner_root_refuses_in_one_line(
+    tmp_path: Path, shell: str, tools: str
+) -> None:
+    """uid 4321 is no user (``id -g`` fails, ``runuser`` needs a name); without setpriv and
+    runuser nobody can be switched to either: one line, exit 77, the interpreter never run."""
+    python = _interpreter(tmp_path / "py")
+    ran = tmp_path / "ran"
+    python.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    os.chown(python, OTHER, OTHER)
+    path = os.environ["PATH"]
+    if tools == "none":
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for tool in ("realpath", "stat", "id", "printf"):
+            found = shutil.which(tool)
+            assert found
+            (bin_dir / tool).symlink_to(found)
+        path = str(bin_dir)
+    script = f"_tP='{python}'\n{CHECK}{RUN_AS}" + 'exec $_tS "$_tP"\n'
+    done = subprocess.run(
+        [shutil.which(shell) or shell, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": path},
+    )
+    assert done.returncode == REFUSED, (done.stdout, done.stderr)
+    assert done.stderr == (
+        f"deploy: refusing to run {python} as root: {python} is owned by UNKNOWN (uid {OTHER}); "
+        f"neither setpriv nor runuser can run it as UNKNOWN (uid {OTHER})\n"
+    )
+    assert not ran.exists()

@@ -71,8 +71,9 @@ or neither `setpriv` nor `runuser` can switch to the owner, the command is refus
 host is put back). A login that is not root runs the interpreter as itself, as before. Not
 covered: files inside a standard library directory that passed (only root can give one away
 there), root's own `LD_PRELOAD`/`LD_LIBRARY_PATH`, what a trusted `#!` wrapper (a pyenv shim)
-chooses to start, `agent_python` (deploy's process agent needs root and is not switched), and
-the restarted server itself, which deploy starts as root whatever user the old one ran as.
+chooses to start, `agent_python` (deploy's process agent needs root and is not switched), `verify_command`'s
+commands (the playbook's own), and the restarted server itself, which deploy starts as root
+whatever user the old one ran as.
 """
 
 #: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the

@@ -132,6 +132,12 @@ def test_planted_interpreter_code_never_runs_as_root_and_the_check_still_uses_it
     marker.write_text("")  # the venv's own making started it (as the user)
     (kimi,), deploy = make_kimi_hosts(["0.5.9"], sglang_python=str(python))
 
+    # --check compiles the planned bytes from stdin: as the owner too
+    check = deploy(*APPLY, "--check")
+    assert check.exit_code == 0, check.output
+    assert marker.read_text().split() == [str(user.uid)], "--check: started once, as its owner"
+    marker.write_text("")
+
     first = deploy(*APPLY)
     assert first.exit_code == 0, first.output
     started = marker.read_text().split()

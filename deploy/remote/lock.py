@@ -91,8 +91,9 @@ if [ -z "$_tX" ]; then set -- "$@" -
     + r"""fi
 _dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
 if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
-_tI=$_dI; _dm=
-while read -r _du _df _do _dn; do
+_tI=$_dI; _dm=; set -f; _dJ=$IFS; IFS=$_dN
+for _dl in $_dL; do
+  IFS=$_dJ; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _dl=${_dl#* }; _do=${_dl%% *}; _dn=${_dl#* }
   [ -n "$_du" ] || continue
   if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
   if [ "$_dn" = - ]; then _dm=1; continue; fi
@@ -102,9 +103,8 @@ while read -r _du _df _do _dn; do
   else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
   fi
   printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
-done <<_dEOF
-$_dL
-_dEOF
+done
+IFS=$_dJ; set +f
 for _dp in runs lock; do
   _dX=
   if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"

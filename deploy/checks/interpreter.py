@@ -36,6 +36,8 @@ sets ``_tI``. Shell variables used: ``_t*``. The text runs in bash and dash
 
 from __future__ import annotations
 
+import shlex
+
 #: How an interpreter is trusted (docs/operations.md shows this text).
 TRUST_RULE = """deploy runs interpreters on the host: the file helper (which does every root write,
 saved copy and journal record) on the compile check's interpreter, the compile check itself
@@ -71,9 +73,10 @@ or neither `setpriv` nor `runuser` can switch to the owner, the command is refus
 host is put back). A login that is not root runs the interpreter as itself, as before. Not
 covered: files inside a standard library directory that passed (only root can give one away
 there), root's own `LD_PRELOAD`/`LD_LIBRARY_PATH`, what a trusted `#!` wrapper (a pyenv shim)
-chooses to start, `agent_python` (deploy's process agent needs root and is not switched), `verify_command`'s
-commands (the playbook's own), and the restarted server itself, which deploy starts as root
-whatever user the old one ran as.
+chooses to start, `verify_command`'s commands (the playbook's own), and the restarted server
+itself, which deploy starts as root whatever user the old one ran as. A service's
+`agent_python` (deploy's process agent, which must be root to stop and start servers) other
+than the default `python3` is checked the same way and refused, not switched, when untrusted.
 """
 
 #: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
@@ -208,3 +211,23 @@ def ran_as(stdout: str) -> str | None:
         if line.startswith(AS_OWNER):
             return line.removeprefix("deploy-interpreter: ")
     return None
+
+
+def root_only_if_trusted(python: str, command: str) -> str:
+    """Shell that runs ``command`` (which starts ``python``) only if the host trusts
+    ``python`` (`CHECK`) or the session is not root's; else one line on stderr, exit
+    `REFUSED`. For what must run as root or not at all: deploy's process agent
+    (``agent_python``), which stops and starts servers. Its default, ``python3``, is the
+    host's own, as the file helper's fallback is, and is run as before (no check, no
+    process)."""
+    if python == "python3":
+        return command
+    quoted = shlex.quote(python)
+    return (
+        f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
+        'if [ -n "$_tP" ] && [ -O / ]; then\n'
+        + CHECK
+        + 'if [ -n "$_tX" ]; then echo "deploy: refusing to run $_tP as root: $_tX" >&2; '
+        + f"exit {REFUSED}; fi\nfi\n"
+        + command
+    )

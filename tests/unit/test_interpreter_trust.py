@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS, ran_as
+from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS, ran_as, root_only_if_trusted
 from tests.unit.test_helper_start import _lookup
 
 OTHER = 4321
@@ -215,3 +215,24 @@ def test_with_no_way_to_run_it_as_its_owner_root_refuses_in_one_line(
         f"neither setpriv nor runuser can run it as UNKNOWN (uid {OTHER})\n"
     )
     assert not ran.exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_process_agent_runs_only_on_a_trusted_interpreter(tmp_path: Path, shell: str) -> None:
+    """``agent_python`` must run as root (it stops and starts servers): not switched to its
+    owner but refused in one line; trusted, it runs as before; ``python3`` is not checked."""
+    python = _interpreter(tmp_path / "py")
+    ran = tmp_path / "ran"
+    python.write_text(f'#!/bin/sh\necho "$@" > {ran}\n')
+    command = root_only_if_trusted(str(python), f"{python} -c AGENT probe")
+    done = subprocess.run([shell, "-c", command], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and ran.read_text() == "-c AGENT probe\n", done.stderr
+    ran.unlink()
+    os.chown(tmp_path / "py", OTHER, OTHER)
+    done = subprocess.run([shell, "-c", command], capture_output=True, text=True, timeout=30)
+    assert done.returncode == REFUSED and not ran.exists()
+    assert done.stderr == (
+        f"deploy: refusing to run {python} as root: {tmp_path / 'py'} is owned by UNKNOWN "
+        f"(uid {OTHER})\n"
+    )
+    assert root_only_if_trusted("python3", "python3 -c X") == "python3 -c X"

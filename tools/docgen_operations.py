@@ -8,6 +8,7 @@ import pkgutil
 
 from deploy import errors, masking, schema
 from deploy import schedule as scheduling
+from deploy.checks import interpreter
 from deploy.config import inventory as inventory_models
 from deploy.engine import (
     batches,
@@ -194,6 +195,10 @@ def render_operations() -> str:
         "### Trusting state_dir",
         "",
         markdown(lock.TRUST_RULE),
+        "",
+        "### Trusting the interpreters deploy runs as root",
+        "",
+        markdown(interpreter.TRUST_RULE),
         "",
         "### On the workstation",
         "",

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import shlex
 
+from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS
+
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
 _SCRIPT = """import sys
 p = sys.argv[1]
@@ -189,7 +191,8 @@ _STATIC_SIZE = 1_000_000
 #: absolute interpreter is answered by the file helper instead (`ahead_lookup`).
 _CACHED = r"""c={cache}; p={path}; k=; f=; r=
 case {python} in /*) i={python} ;; *) i=$(command -v {python} 2>/dev/null) ;; esac
-[ -n "${{{ahead}-}}" ] || exec {compile} "$p" "$c" "$i"
+[ -n "${{{ahead}-}}" ] || {{ _tP=$i
+{guard}}}
 k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
 if [ -z "$k" ] || [ ! -f "$c/$k" ]; then echo {not_recorded} >&2; exit {ahead_status}; fi
 if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
@@ -225,7 +228,8 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     (module docstring); a reused result prints `CACHED` on stdout (see `was_reused`).
     """
     if cache is None:
-        return " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _SCRIPT, path))
+        command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _SCRIPT, path))
+        return _found(python) + _guard(command, f"<{shlex.quote(path)}", path)
     script = (
         _CACHING_SCRIPT.replace("MARKER", CACHED)
         .replace("STATIC", str(_STATIC_SIZE))
@@ -238,7 +242,7 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
         path=shlex.quote(path),
         python=shlex.quote(python),
         marker=shlex.quote(CACHED),
-        compile=run,
+        guard=_guard(f'{run} "$p" "$c" "$i"', '<"$p"', path),
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
         ahead=AHEAD_VARIABLE,
@@ -302,7 +306,36 @@ def compiled_sha256(stdout: str) -> str | None:
 
 def compile_stdin_command(python: str, path: str) -> str:
     """Like `compile_command`, for content sent on stdin (``path`` names it in messages)."""
-    return " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _STDIN_SCRIPT, path))
+    command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _STDIN_SCRIPT, path))
+    return _found(python) + _guard(command, "", path)
+
+
+def _found(python: str) -> str:
+    """Shell: ``_tP``, the interpreter as the shell would run it (empty: not found)."""
+    quoted = shlex.quote(python)
+    return (
+        f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
+    )
+
+
+def _guard(trusted: str, stdin: str, path: str) -> str:
+    """Shell that runs ``trusted`` (a command that execs the interpreter ``_tP``, as root when
+    the session is root's) if the host trusts ``_tP`` (`deploy.checks.interpreter`), and
+    otherwise compiles the bytes on stdin (``stdin``: a redirection giving them, opened by
+    this shell) with that same interpreter started as its owner: the check still says what
+    THAT interpreter makes of the file, and nothing the owner planted runs as root. Nothing
+    is recorded then (a record is trusted by every later run; the owner's process could lie).
+    An interpreter that is not found is left to ``trusted`` (exit 127, as before)."""
+    owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
+    return (
+        'if [ -n "$_tP" ]; then\n'
+        + CHECK
+        + 'fi\n[ -n "$_tP" ] && [ -n "$_tX" ] || exec '
+        + trusted
+        + "\n"
+        + RUN_AS
+        + f'exec $_tS "$_tP" {owner} {stdin}\n'
+    )
 
 
 def compile_problem(exit_status: int, stderr: str, *, python: str | None = None) -> str | None:
@@ -321,5 +354,7 @@ def compile_problem(exit_status: int, stderr: str, *, python: str | None = None)
     if exit_status == EXIT_NOT_EXECUTABLE:
         return f"interpreter cannot be executed (permission denied?){':' + name if name else ''}"
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if exit_status == REFUSED and lines and lines[-1].startswith("deploy: refusing to run"):
+        return lines[-1].removeprefix("deploy: ")  # `deploy.checks.interpreter.RUN_AS`
     reason = lines[-1] if lines else f"exit status {exit_status}, no output"
     return f"does not compile{' with' + name if name else ''}: {reason}"

@@ -96,7 +96,9 @@ def _probe_imports(imports, args, answer):
             return {"error": f"cannot read the interpreter of pid {info['pid']}"}
         return {
             "source": f"pid {info['pid']}",
-            "results": resolve_imports(imports, python, info.get("env") or {}, info.get("cwd")),
+            "results": resolve_imports(
+                imports, python, info.get("env") or {}, info.get("cwd"), info["pid"]
+            ),
         }
     fallback = args.get("fallback") or {}
     env = dict(os.environ)

@@ -13,6 +13,9 @@ import shutil
 import socket
 import subprocess
 
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.agent_trust import run_as, switcher
+
 TCP_LISTEN = "0A"
 
 
@@ -130,10 +133,17 @@ def _interpreter(info):
     return exe
 
 
-def resolve_imports(imports, python, env, cwd):
-    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file."""
+def resolve_imports(imports, python, env, cwd, pid=None):
+    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file.
+
+    ``pid``: the running server this stands for. Run as root only when nobody else could
+    change what it runs (`deploy.remote.agent_trust.run_as`); else as the server's user or the
+    interpreter's owner (each entry's ``ran_as`` says so), or not at all (its ``error``)."""
     results = []
+    ids, note, refused = run_as(python, env, cwd or "/", pid)
     try:
+        if refused:
+            raise ValueError(refused)
         done = subprocess.run(
             [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
             env=env,
@@ -141,14 +151,16 @@ def resolve_imports(imports, python, env, cwd):
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
+            preexec_fn=switcher(ids),
         )
         found = json.loads(done.stdout) if done.returncode == 0 else None
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         failure = None if found else (lines[-1] if lines else f"exit {done.returncode}")
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
         found, failure = None, str(exc)
     for module, wanted in sorted(imports.items()):
         entry = {"module": module, "python": python, "cwd": cwd, "expected": wanted}
+        entry["ran_as"] = note
         entry["expected_real"] = os.path.realpath(wanted)
         answer = (found or {}).get(module) or {"error": failure or "no answer"}
         origin = answer.get("origin")

@@ -2,7 +2,8 @@
 
 The lock's shell starts the file helper (`deploy.remote.fileagent`) once per run as
 ``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.session.LOOP`), PYTHON being the
-interpreter the run's compile check names when there is one (the helper can then compile in
+interpreter the run's compile check names when there is one and the lock found it trusted
+(`deploy.checks.interpreter`: no other user can change it) (the helper can then compile in
 place of a process of it: `deploy.remote.fileagent_compiled.compile_here`), else python3. Compiling
 the helper's ~26 kB of source was the largest part of its start-up: ~9 ms of the host's CPU
 per run in a fresh interpreter, against ~3 ms to load the same code with ``marshal`` (issue

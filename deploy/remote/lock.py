@@ -32,6 +32,7 @@ import paramiko
 
 from deploy import trace
 from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
+from deploy.checks.interpreter import JUDGE, PATHS, VENV
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -66,23 +67,44 @@ acted on. Missing parts are created by the check's shell with mode 0700.
 #: makes it read-only only when the environment did not bring one, so an ``EUID`` passed in
 #: (sshd SetEnv/AcceptEnv, sudo keeping the environment, pam_env) would name whose state_dir
 #: is trusted.
-_TRUST = r"""case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
-_dR=$(realpath -m -- "$_dS")
+_TRUST = (
+    r"""case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
+_tX=-; _dN='
+'
+if [ -n "$_dW" ]; then _tP=$_dW
+"""
+    + VENV
+    + r"""fi
+if [ -z "$_tX" ]; then
+  if [ -n "$_tH" ]; then _dx=$(realpath -m -- "$_dS" "$_tP" "$_tH"); else _dx=$(realpath -m -- "$_dS" "$_tP"); fi
+  _dR=${_dx%%"$_dN"*}; _tR=${_dx#*"$_dN"}; _tG=
+  [ -n "$_tH" ] && { _tG=${_tR#*"$_dN"}; _tR=${_tR%%"$_dN"*}; }
+  case $_tR$_tG in *"$_dN"*) _tX="a resolved path holds a line break"; _dR=$(realpath -m -- "$_dS") ;; esac
+else _dR=$(realpath -m -- "$_dS")
+fi
 set --
 for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
-_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null)
+if [ -z "$_tX" ]; then set -- "$@" -
+"""
+    + PATHS
+    + JUDGE
+    + r"""fi
+_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
 if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
-while read -r _du _df _do _dn; do
+_tI=$_dI; _dm=; set -f; _dJ=$IFS; IFS=$_dN
+for _dl in $_dL; do
+  IFS=$_dJ; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _dl=${_dl#* }; _do=${_dl%% *}; _dn=${_dl#* }
   [ -n "$_du" ] || continue
+  if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
+  if [ "$_dn" = - ]; then _dm=1; continue; fi
   if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
   elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
   elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
   else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
   fi
   printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
-done <<_dEOF
-$_dL
-_dEOF
+done
+IFS=$_dJ; set +f
 for _dp in runs lock; do
   _dX=
   if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"
@@ -90,7 +112,9 @@ for _dp in runs lock; do
   fi
   [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
 done
+[ -z "$_tX" ] || _dW=
 """
+)
 
 _SCRIPT = r"""_dU=$(umask); umask 077
 _dS={state}

@@ -200,6 +200,9 @@ class ServiceStep(Step[ServiceArgsT]):
             else:
                 planned.summary += "; new server: the service's command"
             planned.summary += f" ({planned.data['why']})"
+            ran = runtime(ctx, self.service).get("imports_ran_as")
+            if ran:
+                planned.summary += f"; the module lookup ran {ran}"
         return planned
 
     def preflight(self, ctx: StepContext) -> None:
@@ -224,6 +227,10 @@ class ServiceStep(Step[ServiceArgsT]):
         problem = imports_problem(answer)
         if problem:
             raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+        ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
+        if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
+            runtime(ctx, self.service)["imports_ran_as"] = ran
+            ctx.note(f"{self.service}: the module lookup ran {ran}")
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deploy.checks.interpreter import root_only_if_trusted
 from deploy.checks.loglines import newest_line
 from deploy.config.services import ServiceSpec
 from deploy.edits.cmdline import masked_argv
@@ -53,6 +54,7 @@ class ServiceControl:
         # travel on stdin, so an environment of any size fits and none of it shows in
         # /proc/PID/cmdline, which every local user can read.
         command = f"{quote(self.spec.agent_python)} -c {quote(AGENT_SOURCE)} {quote(operation)}"
+        command = root_only_if_trusted(self.spec.agent_python, command)
         result = self.remote.run(command, stdin=json.dumps(args).encode(), timeout=timeout)
         if not result.ok:
             raise StepFailed(

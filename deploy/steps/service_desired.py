@@ -114,9 +114,10 @@ def imports_problem(answer: dict[str, Any]) -> str | None:
             if item.get("origin_real")
             else f"is not found ({item.get('error')})"
         )
+        ran = f", looked up {item['ran_as']}" if item.get("ran_as") else ""
         problems.append(
             f"{item['module']} {where} for {item['python']} ({answer.get('source')}, "
-            f"cwd {item.get('cwd')}), not to {item['expected_real']}, the file this playbook "
-            "changes: the restarted server would not load the change"
+            f"cwd {item.get('cwd')}{ran}), not to {item['expected_real']}, the file this "
+            "playbook changes: the restarted server would not load the change"
         )
     return "; ".join(problems) or None

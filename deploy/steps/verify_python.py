@@ -25,6 +25,7 @@ from deploy.checks.compile import (
     compiled_sha256,
     was_reused,
 )
+from deploy.checks.interpreter import ran_as
 from deploy.checks.python_ast import check_python
 from deploy.config.inventory import StrictModel, empty_list
 from deploy.errors import CheckFailed
@@ -171,11 +172,14 @@ class VerifyPythonStep(Step[VerifyPythonArgs]):
         args = self.args
         problem = compile_problem(status, err, python=args.python) if args.compiles else None
         if problem:
-            problems.append(problem)
+            who = ran_as(out)
+            problems.append(f"{problem} (compiled {who})" if who else problem)
         if problems:
             prefix = f"{args.path}: "
             return prefix + "; ".join(p.removeprefix(prefix) for p in problems)
         summary = base.replace("check ", "checked ", 1) + ": ok"
         if args.compiles and was_reused(out):
             summary += " (compile result reused: same bytes, same interpreter binary)"
+        if args.compiles and (who := ran_as(out)):
+            summary += f" (compiled {who})"
         return summary

@@ -181,7 +181,9 @@ def test_check_tail(
 
 def test_compile_command_quotes_every_argument() -> None:
     command = compile_command("/opt/my venv/bin/python", "/srv/it's here.py")
-    words = shlex.split(command)
+    assert command.startswith("case '/opt/my venv/bin/python' in /*) _tP='/opt/my venv/bin/python'")
+    # what a trusted interpreter runs (deploy.checks.interpreter: the host checks it first)
+    words = shlex.split(command.partition("|| exec ")[2].partition("\n_tS=")[0])
     assert words[0] == "/opt/my venv/bin/python"
     assert words[-1] == "/srv/it's here.py"
     assert words[1:5] == ["-B", "-I", "-S", "-c"]

@@ -1,0 +1,188 @@
+"""Who may run the server's interpreter for the module lookup: a part of the process agent.
+
+`deploy.remote.agent_proc.resolve_imports` starts the server's own interpreter with the
+server's environment and cwd to find where a module would be loaded from. That start runs code
+from wherever that interpreter looks at start-up — its standard library, ``pyvenv.cfg``'s
+``home``, every ``.pth`` file in its site directories, the cwd (``-c`` puts it first on
+``sys.path``), ``PYTHONPATH``/``PYTHONHOME``/``HOME`` of that environment, and ``LD_PRELOAD``
+if the environment sets one. The agent runs as root, so whoever can change any of these would
+run code as root. Rule (the shell's for the compile check, `deploy.checks.interpreter`, plus the
+lookup's own inputs):
+
+- a server running as another user (not root, not the login user) is looked up as that user,
+  with its groups: its environment is its own, and it sees what the server sees;
+- otherwise every path below must be owned by root or the login user and not be writable by
+  group or others (a root-owned sticky directory passes as a parent), as written and resolved,
+  with every directory above: the interpreter, its ``pyvenv.cfg`` and ``home``, the standard
+  library and site directories of its prefixes (and of ``PYTHONHOME``), the user site of the
+  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd;
+- if one does not, the lookup runs as the one other user who owns them; with none to pick (a
+  path anyone may write, or two owners) it is refused, in one line.
+
+Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
+"""
+
+import glob
+import os
+import pwd
+
+_SITE = (
+    "lib",
+    "lib64",
+    "lib/python3*",
+    "lib64/python3*",
+    "lib/python3*/encodings",
+    "lib/python3*/lib-dynload",
+    "lib/python3*/site-packages",
+    "lib64/python3*/site-packages",
+    "lib/python3*/dist-packages",
+    "lib/python3/dist-packages",
+    "local/lib/python3*/dist-packages",
+)
+
+
+def _chain(path):
+    """``path`` and every directory above it (``/`` is judged once, by the caller)."""
+    out = []
+    while path and path != "/":
+        out.append(path)
+        path = path.rpartition("/")[0]
+    return out
+
+
+def _venv_home(python):
+    """(pyvenv.cfg, its last ``home``) as Python reads them for ``python``, or (None, None)."""
+    here = python.rpartition("/")[0]
+    for directory in (here, here.rpartition("/")[0]):
+        cfg = directory + "/pyvenv.cfg"
+        if directory and os.path.isfile(cfg):
+            home = ""
+            with open(cfg, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    key, eq, value = line.partition("=")
+                    if eq and key.strip().lower() == "home":
+                        home = value.strip()
+            return cfg, home
+    return None, None
+
+
+def lookup_paths(python, env, cwd):
+    """Every path the lookup's trust depends on (module docstring); a reason when one cannot
+    be judged (a relative interpreter or home), else None."""
+    if not python.startswith("/"):
+        return [], python + " is not an absolute path"
+    real = os.path.realpath(python)
+    paths = ["/", *_chain(python), *_chain(real)]
+    prefixes = [real.rpartition("/")[0].rpartition("/")[0]]
+    cfg, home = _venv_home(python)
+    if cfg is not None:
+        if not home.startswith("/"):
+            return [], cfg + " names no absolute home (" + home + ")"
+        paths += [cfg, *_chain(home), *_chain(os.path.realpath(home))]
+        prefixes += [cfg.rpartition("/")[0], os.path.realpath(home).rpartition("/")[0]]
+    if env.get("PYTHONHOME"):
+        prefixes += env["PYTHONHOME"].split(":")
+    user = env.get("PYTHONUSERBASE") or (env.get("HOME", "") + "/.local" if env.get("HOME") else "")
+    if user:
+        prefixes.append(user)
+    for prefix in prefixes:
+        for pattern in _SITE:
+            paths += glob.glob(glob.escape(prefix) + "/" + pattern)
+    for entry in [cwd or "/", *(env.get("PYTHONPATH") or "").split(":")]:
+        if entry.startswith("/"):
+            paths += _chain(entry) + _chain(os.path.realpath(entry))
+    return list(dict.fromkeys(paths)), None
+
+
+def judge(paths, me):
+    """(reason or None, the one other owner's uid or None): `deploy.checks.interpreter.JUDGE`'s
+    rule in Python. The uid is -1 when there is nobody to pick."""
+    reason, owner, writable = None, None, None
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        mode = st.st_mode
+        if st.st_uid not in (0, me):
+            reason = reason or f"{path} is owned by {_name(st.st_uid)} (uid {st.st_uid})"
+            owner = st.st_uid if owner in (None, st.st_uid) else -1
+        elif (mode & 0o170000) == 0o120000 or not mode & 0o022 or _sticky_root(st):
+            continue
+        else:
+            if writable is None:  # anyone may change it: the reason to give
+                writable = f"{path} is writable by group or others (mode {mode & 0o7777:o})"
+            owner = -1
+    return writable or reason, owner
+
+
+def _sticky_root(st):
+    """A root-owned sticky directory (``/tmp``): nobody else can rename what is in it."""
+    return bool(st.st_mode & 0o1000) and st.st_uid == 0 and (st.st_mode & 0o170000) == 0o040000
+
+
+def _name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "UNKNOWN"
+
+
+def _ids(pid):
+    """(uid, gid, groups) the process runs as (effective), from /proc/PID/status."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return int(fields["Uid"][1]), int(fields["Gid"][1]), [int(g) for g in fields.get("Groups", [])]
+
+
+def run_as(python, env, cwd, pid=None):
+    """How to start the lookup: ``(None, None, None)`` as we are; ``(ids, note, None)``
+    with ``ids`` = (uid, gid, groups) to switch to and the note the report shows; or
+    ``(None, None, refusal)``."""
+    me = os.geteuid()
+    if pid is not None:
+        try:
+            uid, gid, groups = _ids(pid)
+        except (OSError, KeyError, ValueError, IndexError):
+            return None, None, f"cannot read whom pid {pid} runs as"
+        if uid not in (0, me):
+            if me != 0:
+                return None, None, None
+            return (
+                (uid, gid, groups),
+                f"as {_name(uid)} (uid {uid}), the user pid {pid} runs as",
+                None,
+            )
+    paths, reason = lookup_paths(python, env, cwd)
+    owner = -1
+    if reason is None:
+        reason, owner = judge(paths, me)
+    if reason is None or me != 0:
+        return None, None, None
+    if owner is None or owner < 0:
+        why = "no single user owns it to run it as"
+        return None, None, f"refusing to run {python} as root: {reason}; {why}"
+    try:
+        entry = pwd.getpwuid(owner)
+    except KeyError:
+        return None, None, f"refusing to run {python} as root: {reason}; uid {owner} is no user"
+    groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+    note = f"as {entry.pw_name} (uid {owner}), not root: {reason}"
+    return (owner, entry.pw_gid, groups), note, None
+
+
+def switcher(ids):
+    """A ``preexec_fn`` that becomes ``ids`` (uid, gid, groups) for good, or None."""
+    if ids is None:
+        return None
+    uid, gid, groups = ids
+
+    def switch():
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)
+
+    return switch

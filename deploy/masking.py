@@ -26,6 +26,7 @@ paths and numbers that reports need; list one in ``secret_vars`` to hide it.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -53,8 +54,15 @@ _WORDS = re.compile(r"[^a-z0-9]+")
 
 def is_secret_name(name: str, listed: Iterable[str] = ()) -> bool:
     """Whether a variable called ``name`` holds a secret (by its name, or listed explicitly)."""
+    return _secret_by_name(name) or name in set(listed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_by_name(name: str) -> bool:
+    """The name rule alone, kept per name: every report asks it of the same few dozen keys
+    (``summary``, ``diff``...) once per host and step."""
     words = _WORDS.split(name.lower())
-    return any(w.endswith(SECRET_WORDS) for w in words) or name in set(listed)
+    return any(w.endswith(SECRET_WORDS) for w in words)
 
 
 class Masker:
@@ -98,6 +106,8 @@ class Masker:
         pattern = self._pattern
         if pattern is not None:
             text = pattern.sub(MASK, text)
+        if "=" not in text:  # what `_NAME_VALUE` needs; most strings of a report have none
+            return text
         return _NAME_VALUE.sub(_masked_pair, text)
 
     def mask_data(self, data: Any) -> Any:

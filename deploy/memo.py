@@ -7,6 +7,12 @@ A fleet is usually many copies of the same file: twenty hosts on SGLang 0.5.9 ho
 across the run's host threads: the first thread to ask computes, the others asking for the same
 input wait for its answer instead of computing it again ("single flight"). Failures are not
 kept (each caller gets its own exception, with its own traceback), and the table is bounded.
+
+The same file often sits at a different path on each host (one virtualenv per host, or the
+benchmark's hosts sharing one machine), and a path that only names the file in error messages
+must not make each host compute the answer again: `once_ignoring` leaves such arguments out of
+the key. That is right only when a successful answer does not depend on them; failures, which
+do name the path, are never kept, so each caller still gets an exception naming its own file.
 """
 
 from __future__ import annotations
@@ -44,6 +50,20 @@ def once(fn: Callable[P, R]) -> Callable[P, R]:
     return bounded(SIZE)(fn)
 
 
+def once_ignoring(*names: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`once`, with the keyword arguments ``names`` left out of the key (see the module doc).
+
+    Only for arguments a successful answer does not depend on (a path used in error messages
+    only): the first caller's answer is every caller's. They must be passed by keyword.
+    """
+    ignored = frozenset(names)
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        return _memoize(fn, SIZE, ignored)
+
+    return decorate
+
+
 def bounded(size: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """`once`, keeping at most ``size`` inputs (for results that are large, like ASTs)."""
 
@@ -53,14 +73,16 @@ def bounded(size: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return decorate
 
 
-def _memoize(fn: Callable[P, R], size: int) -> Callable[P, R]:
+def _memoize(
+    fn: Callable[P, R], size: int, ignored: frozenset[str] = frozenset()
+) -> Callable[P, R]:
     table: OrderedDict[tuple[Any, ...], _Slot] = OrderedDict()
     guard = threading.Lock()
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         key = tuple(a if isinstance(a, bytes | str) else repr(a) for a in args) + tuple(
-            (k, repr(v)) for k, v in sorted(kwargs.items())
+            (k, repr(v)) for k, v in sorted(kwargs.items()) if k not in ignored
         )
         with guard:
             slot = table.get(key)

@@ -116,21 +116,20 @@ def check_python(
         path: used in messages only.
 
     A file that does not parse gives exactly one problem, "PATH:LINE: does not parse: MSG".
-    Computed once per distinct input across the run's hosts (`deploy.memo`).
+    Computed once per distinct input across the run's hosts (`deploy.memo`), whatever the
+    path: every problem starts with the path, which is put in front of the shared answer.
 
     Raises:
         ValueError: ``last_statement`` is not exactly one statement of valid Python (a
             mistake in the playbook, which the config layer should have caught).
     """
-    return list(
-        _problems(
-            source,
-            class_has=class_has,
-            not_module_level=not_module_level,
-            last_statement=last_statement,
-            path=path,
-        )
+    found = _problems(
+        source,
+        class_has=class_has,
+        not_module_level=not_module_level,
+        last_statement=last_statement,
     )
+    return [path + problem for problem in found]
 
 
 @once
@@ -140,8 +139,10 @@ def _problems(
     class_has: dict[str, list[str]] | None,
     not_module_level: list[str] | None,
     last_statement: str | None,
-    path: str,
 ) -> tuple[str, ...]:
+    """`check_python`'s problems without the path they start with, so that hosts holding the
+    same bytes at different paths share one computation; the caller puts its path in front."""
+    path = ""  # every message starts with the path: `check_python` puts it in front
     expected_last = _one_statement(last_statement) if last_statement is not None else None
     try:
         tree = parse(source, filename=path)

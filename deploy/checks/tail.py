@@ -18,24 +18,32 @@ def check_tail(
     and at the end of ``expected``, are left out of the comparison; otherwise they count.
     Each differing line is reported as ``PATH:LINE: expected '...', found '...'``.
     """
-    actual = [line.decode("utf-8", errors="replace") for line in source.splitlines()]
-    wanted = list(expected)
+    lines = source.splitlines()
+    # Only the lines compared are decoded (a file's tail, not its thousands of lines): the
+    # check runs on every host, and the lines before them only count.
+    end = len(lines)
     if ignore_blank:
-        actual = _without_trailing_blanks(actual)
-        wanted = _without_trailing_blanks(wanted)
+        while end and not _text(lines[end - 1]).strip():
+            end -= 1
+    wanted = _without_trailing_blanks(list(expected)) if ignore_blank else list(expected)
     if not wanted:
         return []
-    if len(actual) < len(wanted):
+    if end < len(wanted):
         return [
-            f"{path}: has {len(actual)} line{'s' if len(actual) != 1 else ''}, "
+            f"{path}: has {end} line{'s' if end != 1 else ''}, "
             f"expected it to end with these {len(wanted)}: {wanted!r}"
         ]
-    first = len(actual) - len(wanted)
+    first = end - len(wanted)
+    actual = [_text(line) for line in lines[first:end]]
     return [
         f"{path}:{first + index + 1}: expected {want!r}, found {got!r}"
-        for index, (want, got) in enumerate(zip(wanted, actual[first:], strict=True))
+        for index, (want, got) in enumerate(zip(wanted, actual, strict=True))
         if want != got
     ]
+
+
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", errors="replace")
 
 
 def _without_trailing_blanks(lines: list[str]) -> list[str]:

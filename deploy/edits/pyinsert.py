@@ -42,7 +42,7 @@ from deploy.edits.text import (
     strip_ending,
 )
 from deploy.errors import EditError
-from deploy.memo import once
+from deploy.memo import once_ignoring
 
 Where = str | tuple[str, str]
 #: What to do with a class member of the same name whose definition differs from the code's.
@@ -75,7 +75,7 @@ def _parse(source: bytes, path: str) -> ast.Module:
         raise EditError(f"{where}: does not parse: {getattr(exc, 'msg', exc)}") from exc
 
 
-@once
+@once_ignoring("path")
 def insert_into_class(
     source: bytes,
     class_name: str,
@@ -95,7 +95,8 @@ def insert_into_class(
         if_exists: for a same-named member whose definition differs: ``"fail"`` raises,
             ``"replace"`` overwrites it in place, ``"keep"`` leaves it untouched (counted as
             present). A member with the same AST is always left alone.
-        path: used in messages only.
+        path: used in messages only (so a fleet holding the same bytes at different paths
+            computes the edit once: `deploy.memo.once_ignoring`).
 
     Returns:
         ``changed=False`` when every definition is already there with the same AST (or, with

@@ -201,7 +201,6 @@ def diff_encoding(data: bytes) -> str:
     return encoding
 
 
-@once
 def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
     """A ``diff -u`` rendering of ``old`` -> ``new`` for ``--check``/``--diff`` output.
 
@@ -210,20 +209,26 @@ def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
     line without a newline gets GNU diff's ``\\ No newline at end of file`` marker. Text is
     decoded for display only (UTF-8, else the file's coding cookie, else UTF-8 with
     replacement characters). Content with NUL bytes is reported as
-    ``Binary files a/PATH and b/PATH differ``. Equal inputs give ``""``. Computed once per
-    distinct input across the run's hosts (`deploy.memo`): difflib is the costliest step of a
-    plan.
+    ``Binary files a/PATH and b/PATH differ``. Equal inputs give ``""``. The hunks are computed
+    once per distinct input across the run's hosts (`deploy.memo`), whatever the path on each
+    host: difflib is the costliest step of a plan.
     """
     if old == new:
         return ""
     name = path.lstrip("/")
     if b"\0" in old or b"\0" in new:
         return f"Binary files a/{name} and b/{name} differ\n"
+    return f"--- a/{name}\n+++ b/{name}\n" + _hunks(old, new, context)
+
+
+@once
+def _hunks(old: bytes, new: bytes, context: int) -> str:
+    """The hunks of `unified_diff` (everything after the two header lines), one per line."""
     a = old.splitlines(keepends=True)
     b = new.splitlines(keepends=True)
     a_text = _display_lines(old, a)
     b_text = _display_lines(new, b)
-    out = [f"--- a/{name}", f"+++ b/{name}"]
+    out: list[str] = []
     for group in grouped(diff_opcodes(a, b), context):
         first, last = group[0], group[-1]
         old_range = _hunk_range(first[1], last[2])
@@ -241,7 +246,7 @@ def unified_diff(old: bytes, new: bytes, path: str, context: int = 3) -> str:
             for j in range(j1, j2):
                 out.append("+" + b_text[j])
                 _mark_no_newline(out, b, j)
-    return "\n".join(out) + "\n"
+    return "".join(line + "\n" for line in out)
 
 
 def _display_lines(data: bytes, lines: list[bytes]) -> list[str]:

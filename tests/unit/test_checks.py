@@ -179,6 +179,58 @@ def test_check_tail(
     assert check_tail(source, expected, path="f", **kwargs) == problems
 
 
+def _tail_as_before(source: bytes, expected: list[str], ignore_blank: bool) -> list[str]:
+    """`check_tail` as it was when it decoded every line: the oracle for the one that decodes
+    only the tail."""
+    actual = [line.decode("utf-8", errors="replace") for line in source.splitlines()]
+    wanted = list(expected)
+    if ignore_blank:
+        while actual and not actual[-1].strip():
+            actual.pop()
+        while wanted and not wanted[-1].strip():
+            wanted.pop()
+    if not wanted:
+        return []
+    if len(actual) < len(wanted):
+        return [
+            f"f: has {len(actual)} line{'s' if len(actual) != 1 else ''}, "
+            f"expected it to end with these {len(wanted)}: {wanted!r}"
+        ]
+    first = len(actual) - len(wanted)
+    return [
+        f"f:{first + index + 1}: expected {want!r}, found {got!r}"
+        for index, (want, got) in enumerate(zip(wanted, actual[first:], strict=True))
+        if want != got
+    ]
+
+
+def test_check_tail_decodes_only_the_tail_and_says_what_decoding_all_said() -> None:
+    import itertools
+
+    from deploy.checks import tail
+
+    pieces = [b"a", b"b", b"", b" ", b"\x0c", b"\xe9", b"\xc3", b"\xa9"]
+    endings = [b"\n", b"\r\n", b"\r"]
+    sources = [b""]
+    for count in (1, 2, 3):
+        for lines in itertools.product(pieces, repeat=count):
+            sources += [e.join(lines) + e for e in endings] + [b"\n".join(lines)]
+    expectations = [[], ["b"], ["a", "b"], ["b", ""], ["", ""], ["\ufffd"], ["é"], [" ", "b"]]
+    for source, expected, blank in itertools.product(sources, expectations, (True, False)):
+        got = check_tail(source, expected, ignore_blank=blank, path="f")
+        assert got == _tail_as_before(source, expected, blank), (source, expected, blank)
+
+    decoded: list[bytes] = []
+    real = tail._text
+    big = b"".join(b"line %d\n" % n for n in range(5000)) + b"EntryClass = [A]\n\n\n"
+    try:
+        tail._text = lambda line: decoded.append(line) or real(line)  # type: ignore[assignment]
+        assert check_tail(big, ["EntryClass = [A]"], path="f") == []
+    finally:
+        tail._text = real  # type: ignore[assignment]
+    assert len(decoded) == 4, "the blank lines at the end and the last line, then the one compared"
+
+
 def test_compile_command_quotes_every_argument() -> None:
     command = compile_command("/opt/my venv/bin/python", "/srv/it's here.py")
     assert command.startswith("case '/opt/my venv/bin/python' in /*) _tP='/opt/my venv/bin/python'")

@@ -223,6 +223,10 @@ def stop(args):
 
 
 def start(args):
+    user = args.get("user")
+    ids, become, refusal = start_as(user)
+    if refusal:  # before anything is created: not even the log
+        return {"error": refusal}
     log_file = args["log_file"]
     os.makedirs(os.path.dirname(log_file), mode=0o700, exist_ok=True)
     if args.get("env_mode") == "exact":
@@ -233,10 +237,6 @@ def start(args):
         for name in args.get("env_unset") or []:
             env.pop(name, None)
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
-    user = args.get("user")
-    ids, become, refusal = start_as(user)
-    if refusal:
-        return {"error": refusal}
     with open(log_file, "ab") as log:
         log.write((args.get("header") or "").encode() + b"\n")
         log.flush()

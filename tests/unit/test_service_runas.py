@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +183,45 @@ def test_the_plan_refuses_before_any_stop_when_the_helper_cannot_switch() -> Non
     assert svc.start_refusal(None) is None
     svc.helper_ids = [0, 0, 0]
     assert svc.start_refusal(ML) is None
+
+
+def test_a_helper_that_is_not_root_refuses_another_user_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """The helper's program, run as a real unprivileged user (useradd, setpriv), asked to
+    start a server as root: one line, no process, no log, no pid file."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("makes a user and switches to it: run as root, with setpriv")
+    from deploy.remote.hostprogram import program
+    from tests.faults.attacker import ATTACKER_PYTHON, _ensure_user
+
+    user = _ensure_user()
+    marker = Path(tempfile.mkdtemp(prefix="deploy-runas-", dir="/tmp"))
+    try:
+        marker.chmod(0o777)
+        args = {
+            "argv": ["/bin/sh", "-c", f"touch {marker}/ran"],
+            "env": {},
+            "env_mode": "exact",
+            "cwd": "/",
+            "log_file": f"{marker}/services/x.log",
+            "pid_file": f"{marker}/x.pid",
+            "header": "",
+            "user": {"uid": 0, "gid": 0, "groups": [0], "name": "root"},
+        }
+        done = subprocess.run(
+            [*user.argv(ATTACKER_PYTHON, "-I", "-S", "-c", program("agent"), "start")],
+            input=json.dumps(args).encode(),
+            capture_output=True,
+            timeout=60,
+            cwd="/",
+        )
+        answer = json.loads(done.stdout)
+        assert set(answer) == {"error"}, answer
+        assert answer["error"].startswith("cannot start the server as root (uid 0, gid 0)")
+        assert f"runs as uid {user.uid}, not root" in answer["error"]
+        assert "\n" not in answer["error"]
+        time.sleep(0.2)
+        assert sorted(p.name for p in marker.iterdir()) == [], "nothing started or created"
+    finally:
+        shutil.rmtree(marker, ignore_errors=True)

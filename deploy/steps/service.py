@@ -12,8 +12,8 @@ uid, gid and supplementary groups from /proc/PID/status: a server run as ``ml`` 
 ``command:`` used (as deploy's helper runs: a service names no user). The undo starts the old
 server as the user it ran as (a journal record from before users were kept: as before). A
 helper that is not root cannot switch users: the restart is refused before anything is
-stopped rather than start the server as another user. The plan (and ``--check``) shows old -> new command line and
-environment as a diff, secret-looking values (a name with a word ending in token, password,
+stopped rather than start the server as another user. The plan (and ``--check``) shows old ->
+new command line and environment as a diff, secret-looking values (a name with a word ending in token, password,
 secret or key: `deploy.masking`) as ``***``. The running server is part of the desired state: a restart happens when
 an earlier step of this run changed something *or* the running server differs from the desired
 one (``only_if_changed``, default true; false restarts always). A re-run on a host already in

@@ -23,6 +23,7 @@ from deploy.engine import (
 from deploy.engine import status as host_status
 from deploy.remote import lock
 from deploy.statedir import layout, records, runs
+from deploy.steps import service_state
 from tools.docgen_markdown import _NOTICE, _cell, markdown
 
 # --- docs/operations.md -----------------------------------------------------------------------
@@ -199,6 +200,10 @@ def render_operations() -> str:
         "### Trusting the interpreters deploy runs as root",
         "",
         markdown(interpreter.TRUST_RULE),
+        "",
+        "### The user a restarted server runs as",
+        "",
+        markdown(service_state.RUN_AS_RULE),
         "",
         "### On the workstation",
         "",

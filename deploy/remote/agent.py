@@ -26,9 +26,14 @@ Operations:
     ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left; then SIGKILL
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
-``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header}``
+``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin from /dev/null, stdout and stderr
-    appended to ``log_file``, so the SSH session can end at once; record its pid.
+    appended to ``log_file``, so the SSH session can end at once; record its pid. With
+    ``user`` ({uid, gid, groups, name}: whom the replaced server ran as) the child takes
+    exactly those groups, gid and uid before it runs the server (`deploy.remote.agent_proc.start_ids`); a helper that
+    is not root cannot, and refuses rather than start the server as itself. The log is opened
+    here, in deploy's own directory, and handed to the server as its stdout: the server needs
+    no right to it, and no file of ours lands in the user's directories.
 """
 
 import contextlib
@@ -54,6 +59,7 @@ from deploy.remote.agent_proc import (
     _stat_fields,
     _titled,
     resolve_imports,
+    start_as,
 )
 
 
@@ -69,6 +75,7 @@ def probe(args):
         "titled": [
             item for item in (_describe(pid) for pid in _titled(args.get("prefix"))) if item
         ],
+        "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
     }
     imports = args.get("imports")
     if imports:
@@ -216,6 +223,10 @@ def stop(args):
 
 
 def start(args):
+    user = args.get("user")
+    ids, become, refusal = start_as(user)
+    if refusal:  # before anything is created: not even the log
+        return {"error": refusal}
     log_file = args["log_file"]
     os.makedirs(os.path.dirname(log_file), mode=0o700, exist_ok=True)
     if args.get("env_mode") == "exact":
@@ -240,9 +251,13 @@ def start(args):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=become,  # groups, gid, uid, in that order, before the exec
             )
-        except OSError as exc:
-            return {"error": f"cannot start {argv[0]}: {exc.strerror or exc}"}
+        except (OSError, subprocess.SubprocessError) as exc:
+            who = f" as uid {ids[0]}" if ids else ""
+            return {
+                "error": f"cannot start {argv[0]}{who}: {getattr(exc, 'strerror', None) or exc}"
+            }
     pid_file = args.get("pid_file")
     if pid_file:
         tmp = pid_file + ".tmp"
@@ -256,6 +271,7 @@ def start(args):
         "sid": child.pid,
         "log_offset": offset,
         "argv": argv,
+        "user": user or None,
     }
 
 

@@ -9,6 +9,7 @@ agent's one program (`deploy.remote.hostprogram`): standard library only, no ann
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -57,6 +58,69 @@ def _environ(pid):
     return env
 
 
+def parse_status(text):
+    """The real uid, real gid and supplementary groups in a ``/proc/PID/status`` text, as
+    ``{"uid", "gid", "groups"}``; None when a field is missing or malformed. The real ids, not
+    the effective ones: they are whom the server runs as (a set-uid helper's effective id is
+    not the operator's choice)."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.split()
+    try:
+        return {
+            "uid": int(fields["Uid"][0]),
+            "gid": int(fields["Gid"][0]),
+            "groups": [int(group) for group in fields.get("Groups", [])],
+        }
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
+def _user(pid):
+    """Whom ``pid`` runs as (`parse_status`) with the user's name when it has one."""
+    ids = parse_status(_read(f"/proc/{pid}/status") or "")
+    if ids is not None:
+        try:
+            ids["name"] = pwd.getpwuid(ids["uid"]).pw_name
+        except KeyError:
+            ids["name"] = None
+    return ids
+
+
+def start_ids(user, me):
+    """How the start becomes ``user`` (the replaced server's uid, gid and groups), given the
+    agent's own ``me`` = (euid, uid, gid): ``(ids, None)`` with ``ids`` to switch to in the
+    child (None: start as the agent runs), or ``(None, refusal)`` in one line. With no
+    ``user`` (a server from the command template, or a journal record from before users were
+    recorded) the server starts as the agent runs, as it always did."""
+    if not user:
+        return None, None
+    try:
+        uid, gid = int(user["uid"]), int(user["gid"])
+        groups = [int(group) for group in user.get("groups") or []]
+    except (KeyError, TypeError, ValueError):
+        return None, "cannot tell whom to start the server as: " + repr(user)[:80]
+    euid, ruid, rgid = me
+    if euid == 0:
+        return (uid, gid, groups), None
+    if (euid, ruid, rgid) == (uid, uid, gid):
+        return None, None  # already that user; it cannot change its groups, nor need to
+    name = user.get("name") or "uid " + str(uid)
+    return None, (
+        f"cannot start the server as {name} (uid {uid}, gid {gid}) as the server it replaces "
+        f"ran: deploy's process helper runs as uid {euid}, not root, and cannot switch users "
+        "(log in as root or use become); not starting it as another user"
+    )
+
+
+def start_as(user):
+    """`start_ids` for this helper: ``(ids, preexec_fn or None, refusal or None)``."""
+    ids, refusal = start_ids(user, (os.geteuid(), os.getuid(), os.getgid()))
+    return ids, switcher(ids), refusal
+
+
 def _alive(pid):
     fields = _stat_fields(pid)
     return fields is not None and fields["state"] not in ("Z", "X")
@@ -74,6 +138,7 @@ def _describe(pid, with_env=False, table=None):
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
+        info["user"] = _user(pid)
         try:
             info["exe"] = os.readlink(f"/proc/{pid}/exe")
         except OSError:

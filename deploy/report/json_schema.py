@@ -59,6 +59,13 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 #: figure name -> (step kind, meaning); ``N`` stands for a concurrency (1 and the gate's).
 FIGURES: dict[str, tuple[str, str]] = {
+    "uid": (
+        "restart",
+        "The uid the new server was started as: that of the server it replaced (its name, "
+        "gid and groups are in the summary); absent when it was started from the service's "
+        "`command` as deploy's helper runs (no server to copy from).",
+    ),
+    "gid": ("restart", "The gid the new server was started as (see `uid`)."),
     "ready_s": ("wait_healthy", "Seconds until the health URL answered 200."),
     "smoke_tokens": ("smoke", "Completion tokens of the smoke generation."),
     "tokens_per_s_cN": (

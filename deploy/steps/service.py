@@ -6,9 +6,14 @@ stopped, so that undo starts the *old* server the old way — the playbook's new
 the change being undone. A server someone started by hand on the port is adopted the same way.
 
 A restart keeps the server the operator has: the new server is the running one's own argv,
-environment and cwd plus the declared ``args``/``env`` changes, and only with no server running
-is the service's ``command:`` used. The plan (and ``--check``) shows old -> new command line and
-environment as a diff, secret-looking values (a name with a word ending in token, password,
+environment and cwd plus the declared ``args``/``env`` changes, started as the same user (real
+uid, gid and supplementary groups from /proc/PID/status: a server run as ``ml`` comes back as
+``ml``, one run as root as root), and only with no server running is the service's
+``command:`` used (as deploy's helper runs: a service names no user). The undo starts the old
+server as the user it ran as (a journal record from before users were kept: as before). A
+helper that is not root cannot switch users: the restart is refused before anything is
+stopped rather than start the server as another user. The plan (and ``--check``) shows old ->
+new command line and environment as a diff, secret-looking values (a name with a word ending in token, password,
 secret or key: `deploy.masking`) as ``***``. The running server is part of the desired state: a restart happens when
 an earlier step of this run changed something *or* the running server differs from the desired
 one (``only_if_changed``, default true; false restarts always). A re-run on a host already in
@@ -118,6 +123,14 @@ def control(ctx: StepContext, name: str) -> ServiceControl:
     return ServiceControl(ctx.remote, ctx.state_dir, name, spec)
 
 
+def run_as_note(user: dict[str, object] | None) -> str:
+    """`` as ml (uid 1234, gid 1234, groups 1234,44)`` for a known user, else ""."""
+    from deploy.steps.service_state import describe_user
+
+    who = describe_user(user)
+    return f" as {who}" if who else ""
+
+
 def runtime(ctx: StepContext, name: str) -> dict[str, object]:
     return ctx.runtime.setdefault(name, {})
 
@@ -175,6 +188,10 @@ class ServiceStep(Step[ServiceArgsT]):
                     )
         if self.stops and state.running:
             svc.check_ownership(state, force=ctx.force)
+        if isinstance(self.args, RestartArgs) and want.source == "running server":
+            refusal = svc.start_refusal(want.user)
+            if refusal:
+                raise StepFailed(f"{ctx.host}: {refusal}; nothing was stopped")
         if self.kind == "start" and state.running:
             return Planned(
                 summary=f"{self.service} already running ({state.describe()})", noop=True
@@ -197,6 +214,8 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             if want.source == "running server":
                 planned.summary += "; new server: the running one plus the declared changes"
+                if want.user:
+                    planned.summary += "; start" + run_as_note(want.user)
             else:
                 planned.summary += "; new server: the service's command"
             planned.summary += f" ({planned.data['why']})"
@@ -263,7 +282,9 @@ class ServiceStep(Step[ServiceArgsT]):
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":
-                started = svc.start(argv=want.argv, env=want.env, cwd=want.cwd, run_id=ctx.run_id)
+                started = svc.start(
+                    argv=want.argv, env=want.env, cwd=want.cwd, run_id=ctx.run_id, user=want.user
+                )
             elif want is not None and isinstance(self.args, RestartArgs):
                 started = svc.start(
                     run_id=ctx.run_id,
@@ -279,7 +300,9 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
-            parts.append(f"started pid {started.get('pid')}")
+            parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
+            if started.get("user"):
+                planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])
         ctx.journal.write(
             {"event": "done", "op": "service", "step": ctx.step_index, "service": self.service}
         )

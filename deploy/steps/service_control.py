@@ -28,7 +28,7 @@ from deploy.remote.host import quote
 from deploy.remote.hostprogram import program
 from deploy.statedir.layout import Layout
 from deploy.steps.service_gpus import wait_gpus_released
-from deploy.steps.service_state import ServiceState
+from deploy.steps.service_state import ServiceState, ids_from_helper
 from deploy.steps.wait_healthy import POLL_INTERVAL
 
 __all__ = ["AGENT_SOURCE", "ServiceControl", "ServiceState"]
@@ -46,6 +46,8 @@ class ServiceControl:
         base = Layout(state_dir).services
         self.log_file = f"{base}/{name}.log"
         self.pid_file = f"{base}/{name}.pid"
+        #: (euid, uid, gid) of the host-side helper, from the last probe.
+        self.helper_ids: list[int] | None = None
 
     # -- host-side helper ----------------------------------------------------------------------
 
@@ -105,7 +107,20 @@ class ServiceControl:
         probe = self._probe(imports=imports, fallback=fallback)
         return self._state(probe), dict(probe.get("imports") or {})
 
+    def start_refusal(self, user: dict[str, Any] | None) -> str | None:
+        """Why the helper could not start a server as ``user`` (it is not root and not that
+        user), from the last probe; None when it can, or when no probe said whom it runs as.
+        Asked before anything is stopped: the helper's `start` refuses the same way."""
+        from deploy.remote.agent_proc import start_ids
+
+        if not user or self.helper_ids is None:
+            return None
+        refusal: str | None = start_ids(user, tuple(self.helper_ids))[1]  # type: ignore[no-untyped-call]
+        return refusal
+
     def _state(self, probe: dict[str, Any]) -> ServiceState:
+        ids = probe.get("helper_ids")
+        self.helper_ids = [int(i) for i in ids] if isinstance(ids, list) and len(ids) == 3 else None
         info = probe.get("pid_file_process")
         origin = "deploy"
         prefix = self.spec.process_prefix
@@ -134,6 +149,7 @@ class ServiceControl:
             origin=origin,
             listen=list(info.get("listen") or []),
             exe=info.get("exe"),
+            **ids_from_helper(info.get("user")),
         )
 
     def _systemd_state(self) -> ServiceState:
@@ -230,10 +246,13 @@ class ServiceControl:
         run_id: str = "",
         command: str | None = None,
         env_unset: list[str] | None = None,
+        user: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Start the server detached: with ``argv``/``env`` exactly as given (a server derived
         from the running one, or undo), else from ``command`` (default: the spec's template)
-        with ``env`` (default: the spec's) over the session's environment."""
+        with ``env`` (default: the spec's) over the session's environment. With ``user``
+        (`ServiceState.run_as`: the replaced server's uid, gid and groups) it runs as exactly
+        that user, or is refused in one line; without, as the helper runs (root)."""
         if self.spec.manager == "systemd":
             self._systemctl("start", str(self.spec.unit))
             return {"pid": None, "log_offset": 0}
@@ -243,6 +262,8 @@ class ServiceControl:
             "cwd": cwd or self.spec.cwd,
             "header": f"=== deploy run {run_id}: starting {self.name} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ===",
         }
+        if user is not None:
+            args["user"] = user
         if argv:
             args.update(argv=argv, env=env or {}, env_mode="exact")
         else:

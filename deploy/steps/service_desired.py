@@ -1,8 +1,9 @@
 """The server a restart wants, from the one that runs, and the checks around replacing it.
 
-- `desired`: the running server's own argv, environment and cwd plus the restart's declared
-  changes (`deploy.edits.cmdline`), else the service's ``command:`` template; whether the
-  running server already is that server (then a restart is not needed for it).
+- `desired`: the running server's own argv, environment, cwd and user (uid, gid, groups) plus
+  the restart's declared changes (`deploy.edits.cmdline`), else the service's ``command:``
+  template (started as deploy's helper runs: a service names no user); whether the running
+  server already is that server (then a restart is not needed for it).
 - `reach_problem`: the new server must listen on every address:port the old one did (a server
   back on 127.0.0.1 where the old one listened on 0.0.0.0 passes every check made over SSH to
   the host's loopback, and refuses every remote client).
@@ -41,6 +42,9 @@ class Desired:
     satisfied: bool = False
     #: Old -> new command line and environment, secret-looking values masked.
     diff: str = ""
+    #: Whom it runs as (`ServiceState.run_as`: the running server's uid, gid and groups);
+    #: None: as deploy's helper runs (the command template, or unknown).
+    user: dict[str, Any] | None = None
     #: address:port the new server must listen on ([] = no requirement).
     reach: list[str] = field(default_factory=list)
     reach_note: str = ""
@@ -69,6 +73,7 @@ def desired(state: ServiceState, args: RestartArgs | None, spec: ServiceSpec) ->
         env = derive_env(state.env, env_set, env_unset)
         same = same_argv(state.argv, argv, spec.match) and env == state.env
         result = Desired("running server", argv, env, state.cwd, satisfied=same)
+        result.user = state.run_as()
         result.diff = describe_change(state.argv, argv, state.env, env, match=spec.match)
         touched = {canonical(name) for name in [*set_, *remove]}
         if touched & {"--host", "--port"}:

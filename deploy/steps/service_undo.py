@@ -19,6 +19,7 @@ from deploy.remote.api import Host
 from deploy.statedir.records import Undone
 from deploy.steps.base import Recorder, RecordUndo
 from deploy.steps.service_control import ServiceControl, ServiceState
+from deploy.steps.service_state import describe_user
 from deploy.steps.wait_healthy import POLL_INTERVAL
 
 
@@ -60,7 +61,13 @@ def restore_previous(
         if svc.spec.manager == "systemd":
             started = svc.start()
         else:
-            started = svc.start(argv=before.argv, env=before.env, cwd=before.cwd, run_id="rollback")
+            started = svc.start(
+                argv=before.argv,
+                env=before.env,
+                cwd=before.cwd,
+                run_id="rollback",
+                user=before.run_as(),  # None in a record from before users were kept: root
+            )
         seconds = svc.wait_healthy(
             pid=started.get("pid"),
             path=svc.spec.health_path,
@@ -75,7 +82,11 @@ def restore_previous(
             f"Files are restored; {name} is NOT serving"
         ) from exc
     total = time.monotonic() - began
-    return f"{name}: old server (pid {started.get('pid')}) healthy in {total:.0f} s ({seconds:.1f} s to ready)"
+    who = describe_user(started.get("user"))
+    return (
+        f"{name}: old server (pid {started.get('pid')}{', as ' + who if who else ''}) healthy "
+        f"in {total:.0f} s ({seconds:.1f} s to ready)"
+    )
 
 
 class ServiceUndo(RecordUndo):

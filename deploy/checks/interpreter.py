@@ -81,7 +81,9 @@ than the default `python3` is checked the same way and refused, not switched, wh
 
 #: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
 #: ``pyvenv.cfg`` Python would read (``_tP``'s directory, else the one above) — and ``_tH``, its
-#: last ``home`` value (Python keeps the last), spaces, tabs and CRs stripped as Python strips them. ``_tX``: a
+#: first ``home`` value: CPython's getpath stops at the first (3.11 checked: with two ``home``
+#: lines its stdlib came from the first; tests/unit/test_interpreter_attacks.py), with spaces,
+#: tabs, CR, VT and FF stripped around key and value as ``str.strip`` strips them. ``_tX``: a
 #: reason already (a relative path, a line break). Builtins only.
 VENV = r"""_tX=; _tV=; _tH=; _tU=; _tN=; _tw=
 case $_tP in /*) ;; *) _tX="$_tP is not an absolute path" ;; esac
@@ -95,11 +97,11 @@ if [ -n "$_tV" ]; then
     case $_tl in *=*) ;; *) continue ;; esac
     _tk=${_tl%%=*}; _tk=${_tk#"${_tk%%[!_WS_]*}"}; _tk=${_tk%"${_tk##*[!_WS_]}"}
     case $_tk in [Hh][Oo][Mm][Ee]) ;; *) continue ;; esac
-    _tH=${_tl#*=}; _tH=${_tH#"${_tH%%[!_WS_]*}"}; _tH=${_tH%"${_tH##*[!_WS_]}"}
+    _tH=${_tl#*=}; _tH=${_tH#"${_tH%%[!_WS_]*}"}; _tH=${_tH%"${_tH##*[!_WS_]}"}; break
   done <"$_tV" 2>/dev/null
   case $_tH in /*) ;; *) _tX="$_tV names no absolute home ($_tH)" ;; esac
 fi
-""".replace("_WS_", " \t\r")
+""".replace("_WS_", " \t\r\v\f")
 
 #: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Appends
 #: to the positional parameters every path the rule checks (module docstring), for the

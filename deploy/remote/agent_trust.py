@@ -51,7 +51,8 @@ def _chain(path):
 
 
 def _venv_home(python):
-    """(pyvenv.cfg, its last ``home``) as Python reads them for ``python``, or (None, None)."""
+    """(pyvenv.cfg, its first ``home``) as Python reads them for ``python``, or (None, None):
+    CPython's getpath stops at the first ``home`` line."""
     here = python.rpartition("/")[0]
     for directory in (here, here.rpartition("/")[0]):
         cfg = directory + "/pyvenv.cfg"
@@ -62,6 +63,7 @@ def _venv_home(python):
                     key, eq, value = line.partition("=")
                     if eq and key.strip().lower() == "home":
                         home = value.strip()
+                        break
             return cfg, home
     return None, None
 

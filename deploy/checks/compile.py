@@ -211,6 +211,11 @@ echo {not_recorded} >&2; exit {ahead_status}"""
 #: How `_CACHED`'s first line ends (`ahead_lookup` reads the line back).
 _FIRST_END = "; k=; f=; r="
 
+#: The whole environment of an interpreter run as its owner (`_guard`): ``env -i`` keeps
+#: root's (``HF_TOKEN``, cloud keys in ``.bashrc``) from a process that user controls;
+#: ``-I`` makes Python ignore the rest anyway. Where ``setpriv``/``runuser`` are found.
+_OWNER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
@@ -325,7 +330,16 @@ def _guard(trusted: str, stdin: str, path: str) -> str:
     this shell) with that same interpreter started as its owner: the check still says what
     THAT interpreter makes of the file, and nothing the owner planted runs as root. Nothing
     is recorded then (a record is trusted by every later run; the owner's process could lie).
-    An interpreter that is not found is left to ``trusted`` (exit 127, as before)."""
+    An interpreter that is not found is left to ``trusted`` (exit 127, as before).
+
+    The owner's process gets the bytes and nothing else of root's: an empty environment but
+    `_OWNER_PATH` (root's may hold tokens), stdout to ``/dev/null`` and stderr to a pipe this
+    shell drains to EOF, then copies to its own stderr — never the files root opened for the
+    command's answer (the lock loop's ``state_dir/.session.N.*``), into which a process the
+    owner left behind could write once the command had ended, and so into the next answer's
+    frame (tests/integration/test_interpreter_attacks.py). Its stdout was not read anyway
+    (`ran_as` reads this shell's line; an owner's ``deploy-compile: reused`` line could only
+    mislead). It costs the untrusted path one fork, the command substitution."""
     owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
     return (
         'if [ -n "$_tP" ]; then\n'
@@ -334,7 +348,8 @@ def _guard(trusted: str, stdin: str, path: str) -> str:
         + trusted
         + "\n"
         + RUN_AS
-        + f'exec $_tS "$_tP" {owner} {stdin}\n'
+        + f'_te=$(exec env -i {_OWNER_PATH} $_tS "$_tP" {owner} {stdin} 2>&1 >/dev/null); _tr=$?\n'
+        + '[ -z "$_te" ] || printf \'%s\\n\' "$_te" >&2\nexit "$_tr"\n'
     )
 
 

@@ -60,8 +60,10 @@ With a trusted interpreter nothing changes. Otherwise:
   compile check's interpreter;
 - the compile check runs THAT interpreter (its Python version is the point) as its owner
   (`setpriv --reuid --regid --init-groups`, else `runuser -u`), with the file's bytes on its
-  stdin, opened by root: the step says `compiled as ml (uid 1001), not root: /opt/venv is owned
-  by ml (uid 1001)`. No compile record is read or written for it (a record is trusted by later
+  stdin, opened by root, an empty environment but `PATH` (not root's: it may hold tokens), its
+  stdout discarded and its stderr read through a pipe (never a file root opened, which a process
+  it left behind could write to later): the step says `compiled as ml (uid 1001), not root:
+  /opt/venv is owned by ml (uid 1001)`. No compile record is read or written for it (a record is trusted by later
   runs, and the owner's process could say anything), so such a check costs its interpreter's
   start on every run and a no-change re-run waits one round trip more (2, not 1); a run with
   a trusted interpreter keeps its round trips and processes;

@@ -1,0 +1,92 @@
+"""What the interpreter's owner gets when deploy runs their interpreter as them.
+
+A compile check whose interpreter another user (``ml``, a real user made with useradd:
+`tests.faults.attacker`) can change runs that interpreter as them (`deploy.checks.compile`,
+`deploy.checks.interpreter.RUN_AS`). Their code runs then, by design; it must get the bytes to
+compile and nothing of root's: not root's environment (an ``HF_TOKEN`` in root's ``.bashrc``),
+and not the files root opened for the command's answer (``state_dir/.session.N.out``/``.err``
+in the lock's loop, `deploy.remote.session.LOOP`), where a process the owner leaves behind
+could write after the command ended — into the next answer's frame. The command runs here as
+the loop runs it, as root, in bash and dash, with its output in root's files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.checks.compile import compile_command, compile_stdin_command
+from deploy.checks.interpreter import AS_OWNER
+from tests.faults.attacker import ATTACKER_PYTHON, Attacker
+from tests.integration import test_interpreter_owner as owner
+
+#: The real user and their directory (`tests.integration.test_interpreter_owner`).
+user = owner.user
+home = owner.home
+
+SECRET = "hunter2-root-only"
+
+#: The owner's interpreter: records its environment, leaves a process behind that writes to
+#: the stdout and stderr it was given once the check is over, then runs the real python3.
+_WRAPPER = """#!/bin/sh
+env > {home}/env
+( sleep 0.5; echo INJECTED-OUT; echo INJECTED-ERR >&2 ) &
+exec {python} "$@"
+"""
+
+
+def _wrapper(attacker: Attacker, theirs: Path) -> Path:
+    python = theirs / "python"
+    script = _WRAPPER.format(home=theirs, python=ATTACKER_PYTHON)
+    subprocess.run(
+        attacker.argv("sh", "-c", 'cat > "$1" && chmod 755 "$1"', "-", str(python)),
+        input=script.encode(),
+        check=True,
+        timeout=60,
+    )
+    return python
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+@pytest.mark.parametrize("form", ["stdin", "cached"])
+def test_the_owner_gets_neither_roots_environment_nor_its_answer_files(
+    user: Attacker,
+    home: Path,
+    tmp_path: Path,
+    shell: str,
+    form: str,
+) -> None:
+    python = _wrapper(user, home)
+    source = tmp_path / "model.py"
+    source.write_text("class A:\n    pass\n")
+    if form == "stdin":
+        command, stdin = compile_stdin_command(str(python), str(source)), source.read_bytes()
+    else:
+        cache = tmp_path / "compiled"
+        command, stdin = compile_command(str(python), str(source), cache=str(cache)), b""
+    out, err = tmp_path / ".session.1.out", tmp_path / ".session.1.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        done = subprocess.run(
+            [shell, "-c", command],
+            input=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/root", "HF_TOKEN": SECRET},
+            cwd=tmp_path,
+            timeout=60,
+        )
+    sizes = out.stat().st_size, err.stat().st_size
+    assert done.returncode == 0, err.read_text()
+    assert out.read_text().startswith(f"{AS_OWNER}{user.name} (uid {user.uid}), not root: ")
+
+    env = (home / "env").read_text()
+    assert SECRET not in env, "root's environment reached the owner's process"
+
+    time.sleep(1.0)  # the owner's process left behind writes at 0.5 s
+    assert (out.stat().st_size, err.stat().st_size) == sizes, (
+        "the owner wrote into root's answer files after the check ended: "
+        f"{out.read_text()!r} {err.read_text()!r}"
+    )

@@ -233,21 +233,21 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     (module docstring); a reused result prints `CACHED` on stdout (see `was_reused`).
     """
     if cache is None:
-        command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _SCRIPT, path))
-        return _found(python) + _guard(command, f"<{shlex.quote(path)}", path)
+        command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _SCRIPT, path))
+        return _found(python) + _guard(python, command, f"<{shlex.quote(path)}", path)
     script = (
         _CACHING_SCRIPT.replace("MARKER", CACHED)
         .replace("STATIC", str(_STATIC_SIZE))
         .replace("KEEP", str(CACHE_KEEP))
         .replace("DAYS", str(CACHE_DAYS))
     )
-    run = " ".join(shlex.quote(a) for a in (python, *_FLAGS, "-c", script))
+    run = " ".join(shlex.quote(a) for a in (*_FLAGS, "-c", script))
     return _CACHED.format(
         cache=shlex.quote(cache),
         path=shlex.quote(path),
         python=shlex.quote(python),
         marker=shlex.quote(CACHED),
-        guard=_guard(f'{run} "$p" "$c" "$i"', '<"$p"', path),
+        guard=_guard(python, f'{run} "$p" "$c" "$i"', '<"$p"', path),
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
         ahead=AHEAD_VARIABLE,
@@ -311,8 +311,8 @@ def compiled_sha256(stdout: str) -> str | None:
 
 def compile_stdin_command(python: str, path: str) -> str:
     """Like `compile_command`, for content sent on stdin (``path`` names it in messages)."""
-    command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _STDIN_SCRIPT, path))
-    return _found(python) + _guard(command, "", path)
+    command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
+    return _found(python) + _guard(python, command, "", path)
 
 
 def _found(python: str) -> str:
@@ -323,14 +323,21 @@ def _found(python: str) -> str:
     )
 
 
-def _guard(trusted: str, stdin: str, path: str) -> str:
-    """Shell that runs ``trusted`` (a command that execs the interpreter ``_tP``, as root when
+def _guard(python: str, trusted: str, stdin: str, path: str) -> str:
+    """Shell that runs the interpreter ``_tP`` with the arguments ``trusted`` (as root when
     the session is root's) if the host trusts ``_tP`` (`deploy.checks.interpreter`), and
     otherwise compiles the bytes on stdin (``stdin``: a redirection giving them, opened by
     this shell) with that same interpreter started as its owner: the check still says what
     THAT interpreter makes of the file, and nothing the owner planted runs as root. Nothing
     is recorded then (a record is trusted by every later run; the owner's process could lie).
     An interpreter that is not found is left to ``trusted`` (exit 127, as before).
+
+    A trusted interpreter is started by its resolved path, ``_tR``, the one the check judged
+    with every directory above: started as given (or found again on PATH) it was reached
+    through directories the check never saw — those above a symlink's target — which their
+    owner could swap between the check and the exec (tests/unit/test_interpreter_attacks.py).
+    Under ``-I -S`` a venv adds nothing to the compile (no site), and a ``pyvenv.cfg`` the
+    resolved binary would read must be the one judged (`deploy.checks.interpreter.PATHS`).
 
     The owner's process gets the bytes and nothing else of root's: an empty environment but
     `_OWNER_PATH` (root's may hold tokens), stdout to ``/dev/null`` and stderr to a pipe this
@@ -342,9 +349,10 @@ def _guard(trusted: str, stdin: str, path: str) -> str:
     mislead). It costs the untrusted path one fork, the command substitution."""
     owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
     return (
-        'if [ -n "$_tP" ]; then\n'
+        '_tR=\nif [ -n "$_tP" ]; then\n'
         + CHECK
-        + 'fi\n[ -n "$_tP" ] && [ -n "$_tX" ] || exec '
+        + f'fi\n_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={shlex.quote(python)}\n'
+        + '[ -n "$_tP" ] && [ -n "$_tX" ] || exec "$_tE" '
         + trusted
         + "\n"
         + RUN_AS

@@ -52,7 +52,10 @@ run as root; neither is one whose `pyvenv.cfg` points at their directories. For 
 lookup the site directories of those prefixes, the user site of the environment's `HOME`, every
 `PYTHONPATH` entry and the cwd count too, and a server that runs as another user is always looked
 up as that user, with its groups. The check is made in the lock's own exec for the file helper
-(no extra process) and by each command for itself.
+(no extra process) and by each command for itself. Root then starts the file helper and the
+compile check by the resolved path it judged (a directory above a symlink's target, which the
+check never saw, could be swapped between the check and the exec), and a `pyvenv.cfg` that
+path would read must be the one judged.
 
 With a trusted interpreter nothing changes. Otherwise:
 
@@ -105,13 +108,20 @@ if [ -n "$_tV" ]; then
 fi
 """.replace("_WS_", " \t\r\v\f")
 
-#: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Appends
+#: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Root
+#: starts a trusted interpreter as ``_tR`` (the path judged, with no symlink left to follow
+#: through a directory nobody judged), so a ``pyvenv.cfg`` that ``_tR`` would read must be
+#: ``_tV``, the one whose ``home`` was judged; else ``_tX`` says so. Appends
 #: to the positional parameters every path the rule checks (module docstring), for the
 #: caller's one ``stat``. Builtins only (globs; ``[ -e ]`` drops what does not exist). A
 #: directory already listed ends a chain (its parents are listed too): each line of the
 #: caller's ``stat`` costs its shell ~50 us to judge, and the resolved path mostly shares the
 #: given one's directories.
-PATHS = r"""_ts=/
+PATHS = r"""_ts=/ _tq=
+for _tk in "${_tR%/*}" "${_tR%/*/*}"; do
+  if [ -n "$_tk" ] && [ -f "$_tk/pyvenv.cfg" ]; then _tq=$_tk/pyvenv.cfg; break; fi
+done
+if [ -n "$_tq" ] && ! [ "$_tq" -ef "$_tV" ]; then _tX="$_tR would read $_tq, not ${_tV:-no pyvenv.cfg}"; fi
 for _tq in "$_tP" "$_tR" "$_tH" "$_tG"; do
   while [ -n "$_tq" ]; do
     case $_ts in *"

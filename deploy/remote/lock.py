@@ -112,7 +112,7 @@ for _dp in runs lock; do
   fi
   [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
 done
-[ -z "$_tX" ] || _dW=
+if [ -z "$_tX" ]; then _dW=$_tR; else _dW=; fi
 """
 )
 

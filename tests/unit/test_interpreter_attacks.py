@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.checks.compile import compile_command
 from deploy.remote.agent_trust import lookup_paths  # type: ignore[attr-defined]
 from tests.unit.test_interpreter_trust import OTHER, SHELLS, _judge
 
@@ -68,3 +69,63 @@ def test_a_pyvenv_cfg_with_two_homes_is_judged_by_the_one_cpython_uses(
     paths, reason = lookup_paths(str(python), {}, "/")
     assert reason is None
     assert str(theirs / "bin") in paths, "the lookup judges the first home too"
+
+
+def _swapped_after_the_check(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """Root's venv ``ml/venv`` (its ``bin/python`` a root symlink to a real CPython), reached
+    through root's symlink ``opt/sglang``, in a directory another user owns (``ml``): the check
+    trusts ``opt/sglang/bin/python`` (every path it judges is root's). The user then renames
+    their own venv into its place, right after the check's ``stat`` — the race they would run
+    in a loop, won here every time by a ``stat`` on PATH that makes the swap once it has
+    answered. Returns the interpreter as given, the file the user's interpreter writes its uid
+    to when it starts, and the environment to run in."""
+    theirs = tmp_path / "ml"
+    (theirs / "venv" / "bin").mkdir(parents=True)
+    (theirs / "venv" / "bin" / "python").symlink_to(BASE)
+    marker = tmp_path / "started-as"
+    (theirs / "evil" / "bin").mkdir(parents=True)
+    evil = theirs / "evil" / "bin" / "python"
+    evil.write_text(f'#!/bin/sh\nid -u >> {marker}\nexec {BASE} "$@"\n')
+    evil.chmod(0o755)
+    for path in [theirs / "evil", *(theirs / "evil").rglob("*")]:
+        os.lchown(path, OTHER, OTHER)
+    os.chown(theirs, OTHER, OTHER)
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "opt" / "sglang").symlink_to(theirs / "venv")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    stat = shim / "stat"
+    stat.write_text(
+        f'#!/bin/sh\n/usr/bin/stat "$@"; _s=$?\nif [ -d {theirs}/evil ]; then\n'
+        f"  mv {theirs}/venv {theirs}/old && mv {theirs}/evil {theirs}/venv\nfi\nexit $_s\n"
+    )
+    stat.chmod(0o755)
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "HOME": "/root"}
+    return tmp_path / "opt" / "sglang" / "bin" / "python", marker, env
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("cached", [False, True])
+def test_root_runs_the_interpreter_it_checked_not_one_swapped_in_after(
+    tmp_path: Path, shell: str, cached: bool
+) -> None:
+    """The compile check execs the path it judged, resolved: a directory swapped after the
+    check, above a symlink's target, cannot put another interpreter there. It ran the path as
+    given, through the swapped directory: the user's interpreter started as root."""
+    python, marker, env = _swapped_after_the_check(tmp_path)
+    assert _judge(shell, python)["reason"] == "", "trusted at the time of the check"
+    assert not (tmp_path / "ml" / "old").exists(), "the judge above ran the real stat"
+    source = tmp_path / "model.py"
+    source.write_text("x = 1\n")
+    cache = str(tmp_path / "compiled") if cached else None
+    done = subprocess.run(
+        [shell, "-c", compile_command(str(python), str(source), cache=cache)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert (tmp_path / "ml" / "old").exists(), "the swap happened, after the check's stat"
+    assert not marker.exists(), f"root started the swapped-in interpreter: {marker.read_text()}"
+    assert done.returncode == 0, done.stderr

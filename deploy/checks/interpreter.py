@@ -233,15 +233,19 @@ def root_only_if_trusted(python: str, command: str) -> str:
     `REFUSED`. For what must run as root or not at all: deploy's process agent
     (``agent_python``), which stops and starts servers. Its default, ``python3``, is the
     host's own, as the file helper's fallback is, and is run as before (no check, no
-    process)."""
+    process). A ``command`` that starts with ``python`` starts it by the resolved path the
+    check judged (`PATHS`: never through a directory the check did not see)."""
     if python == "python3":
         return command
     quoted = shlex.quote(python)
+    if command.startswith(quoted + " "):
+        command = '"$_tE"' + command.removeprefix(quoted)
     return (
         f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
-        'if [ -n "$_tP" ] && [ -O / ]; then\n'
+        '_tR=\nif [ -n "$_tP" ] && [ -O / ]; then\n'
         + CHECK
         + 'if [ -n "$_tX" ]; then echo "deploy: refusing to run $_tP as root: $_tX" >&2; '
         + f"exit {REFUSED}; fi\nfi\n"
+        + f'_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={quoted}\n'
         + command
     )

@@ -7,6 +7,7 @@ tests/integration/test_interpreter_attacks.py.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from deploy.checks.compile import compile_command
+from deploy.checks.interpreter import root_only_if_trusted
 from deploy.remote.agent_trust import lookup_paths  # type: ignore[attr-defined]
 from tests.unit.test_interpreter_trust import OTHER, SHELLS, _judge
 
@@ -105,21 +107,27 @@ def _swapped_after_the_check(tmp_path: Path) -> tuple[Path, Path, dict[str, str]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("form", ["compile", "cached compile", "agent_python"])
 def test_root_runs_the_interpreter_it_checked_not_one_swapped_in_after(
-    tmp_path: Path, shell: str, cached: bool
+    tmp_path: Path, shell: str, form: str
 ) -> None:
-    """The compile check execs the path it judged, resolved: a directory swapped after the
-    check, above a symlink's target, cannot put another interpreter there. It ran the path as
-    given, through the swapped directory: the user's interpreter started as root."""
+    """The compile check and the process agent (`root_only_if_trusted`) exec the path they
+    judged, resolved: a directory swapped after the check, above a symlink's target, cannot put
+    another interpreter there. They ran the path as given (or found on PATH again), through
+    the swapped directory: the user's interpreter started as root."""
     python, marker, env = _swapped_after_the_check(tmp_path)
     assert _judge(shell, python)["reason"] == "", "trusted at the time of the check"
     assert not (tmp_path / "ml" / "old").exists(), "the judge above ran the real stat"
     source = tmp_path / "model.py"
     source.write_text("x = 1\n")
-    cache = str(tmp_path / "compiled") if cached else None
+    if form == "agent_python":
+        agent = f"{shlex.quote(str(python))} -I -S -c 'import sys; print(sys.argv[1])' ok"
+        command = root_only_if_trusted(str(python), agent)
+    else:
+        cache = str(tmp_path / "compiled") if form == "cached compile" else None
+        command = compile_command(str(python), str(source), cache=cache)
     done = subprocess.run(
-        [shell, "-c", compile_command(str(python), str(source), cache=cache)],
+        [shell, "-c", command],
         capture_output=True,
         text=True,
         env=env,

@@ -14,7 +14,7 @@ import socket
 import subprocess
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import run_as, switcher
+from deploy.remote.agent_trust import lookup_env, run_as, switcher
 
 TCP_LISTEN = "0A"
 
@@ -146,7 +146,7 @@ def resolve_imports(imports, python, env, cwd, pid=None):
             raise ValueError(refused)
         done = subprocess.run(
             [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
-            env=env,
+            env=lookup_env(env, ids),
             cwd=cwd or "/",
             stdin=subprocess.DEVNULL,
             capture_output=True,

@@ -17,7 +17,9 @@ lookup's own inputs):
   library and site directories of its prefixes (and of ``PYTHONHOME``), the user site of the
   environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd;
 - if one does not, the lookup runs as the one other user who owns them; with none to pick (a
-  path anyone may write, or two owners) it is refused, in one line.
+  path anyone may write, or two owners) it is refused, in one line;
+- run as another user, the lookup gets only the variables that decide imports (`lookup_env`):
+  not the agent's own (root's) nor a server's secrets.
 
 Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
 """
@@ -174,6 +176,21 @@ def run_as(python, env, cwd, pid=None):
     groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
     note = f"as {entry.pw_name} (uid {owner}), not root: {reason}"
     return (owner, entry.pw_gid, groups), note, None
+
+
+#: Besides ``PYTHON*``, what a lookup run as another user keeps of its environment: what
+#: decides where the interpreter imports from, or lets it start. The rest is not theirs to
+#: read: the agent's own environment is root's (a token in ``.bashrc``) when no server runs,
+#: and a server's may hold the service's secrets.
+_IMPORT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+def lookup_env(env, ids):
+    """The environment to start the lookup with: ``env`` as it is when it runs as we are
+    (``ids`` None), else only what decides imports (`_IMPORT_ENV`)."""
+    if ids is None:
+        return env
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _IMPORT_ENV}
 
 
 def switcher(ids):

@@ -33,14 +33,14 @@ SECRET = "hunter2-root-only"
 #: the stdout and stderr it was given once the check is over, then runs the real python3.
 _WRAPPER = """#!/bin/sh
 env > {home}/env
-( sleep 0.5; echo INJECTED-OUT; echo INJECTED-ERR >&2 ) &
-exec {python} "$@"
+{linger}exec {python} "$@"
 """
+_LINGER = "( sleep 0.5; echo INJECTED-OUT; echo INJECTED-ERR >&2 ) &\n"
 
 
-def _wrapper(attacker: Attacker, theirs: Path) -> Path:
+def _wrapper(attacker: Attacker, theirs: Path, *, linger: bool = True) -> Path:
     python = theirs / "python"
-    script = _WRAPPER.format(home=theirs, python=ATTACKER_PYTHON)
+    script = _WRAPPER.format(home=theirs, python=ATTACKER_PYTHON, linger=_LINGER * linger)
     subprocess.run(
         attacker.argv("sh", "-c", 'cat > "$1" && chmod 755 "$1"', "-", str(python)),
         input=script.encode(),
@@ -90,3 +90,30 @@ def test_the_owner_gets_neither_roots_environment_nor_its_answer_files(
         "the owner wrote into root's answer files after the check ended: "
         f"{out.read_text()!r} {err.read_text()!r}"
     )
+
+
+def test_the_module_lookup_run_as_the_owner_gets_only_what_decides_imports(
+    user: Attacker, home: Path
+) -> None:
+    """The restart's module lookup with no server running (`deploy.remote.agent._probe_imports`:
+    the agent's own environment, root's, plus the service's declared one) on an interpreter
+    the user owns runs as them: it must not hand them root's tokens, only what decides where
+    Python imports from (its answer is still right)."""
+    from deploy.remote.agent_proc import resolve_imports
+
+    python = _wrapper(user, home, linger=False)
+    model = owner._model(user, home)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/root",
+        "PYTHONPATH": str(home / "src"),
+        "HF_TOKEN": SECRET,
+    }
+    (entry,) = resolve_imports(  # type: ignore[no-untyped-call]
+        {"sglang.srt.models.kimi_k25": str(model)}, str(python), env, "/"
+    )
+    assert entry["ran_as"].startswith(f"as {user.name} (uid {user.uid}), not root: ")
+    assert entry["ok"], entry
+    seen = (home / "env").read_text()
+    assert f"PYTHONPATH={home / 'src'}" in seen
+    assert SECRET not in seen, "root's environment reached the owner's process"

@@ -43,12 +43,31 @@ _SITE = (
 )
 
 
-def _chain(path):
-    """``path`` and every directory above it (``/`` is judged once, by the caller)."""
-    out = []
-    while path and path != "/":
-        out.append(path)
-        path = path.rpartition("/")[0]
+def _walk(path, depth=0):
+    """Every path resolving ``path`` looks at: each component in the directory it is really
+    found in and, for a symbolic link, what its target goes through, recursively. Judging
+    these, not only ``path`` and its realpath, covers the directories above a link's target
+    that resolution passes through: their owner could swap the target between the check and
+    the start (tests/unit/test_interpreter_attacks.py)."""
+    out, here = [], ""
+    for name in path.split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            here = here.rpartition("/")[0]
+            continue
+        entry = here + "/" + name
+        out.append(entry)
+        if depth < 40 and os.path.islink(entry):
+            try:
+                target = os.readlink(entry)
+            except OSError:
+                target = ""
+            if target:
+                out += _walk(target if target.startswith("/") else here + "/" + target, depth + 1)
+            here = os.path.realpath(entry)
+        else:
+            here = entry
     return out
 
 
@@ -76,13 +95,13 @@ def lookup_paths(python, env, cwd):
     if not python.startswith("/"):
         return [], python + " is not an absolute path"
     real = os.path.realpath(python)
-    paths = ["/", *_chain(python), *_chain(real)]
+    paths = ["/", *_walk(python)]
     prefixes = [real.rpartition("/")[0].rpartition("/")[0]]
     cfg, home = _venv_home(python)
     if cfg is not None:
         if not home.startswith("/"):
             return [], cfg + " names no absolute home (" + home + ")"
-        paths += [cfg, *_chain(home), *_chain(os.path.realpath(home))]
+        paths += [cfg, *_walk(home)]
         prefixes += [cfg.rpartition("/")[0], os.path.realpath(home).rpartition("/")[0]]
     if env.get("PYTHONHOME"):
         prefixes += env["PYTHONHOME"].split(":")
@@ -90,11 +109,13 @@ def lookup_paths(python, env, cwd):
     if user:
         prefixes.append(user)
     for prefix in prefixes:
+        paths += _walk(prefix)
         for pattern in _SITE:
             paths += glob.glob(glob.escape(prefix) + "/" + pattern)
-    for entry in [cwd or "/", *(env.get("PYTHONPATH") or "").split(":")]:
-        if entry.startswith("/"):
-            paths += _chain(entry) + _chain(os.path.realpath(entry))
+    cwd = cwd or "/"
+    entries = [cwd] + (env["PYTHONPATH"].split(":") if env.get("PYTHONPATH") else [])
+    for entry in entries:  # a relative entry (or an empty one: the cwd) is found from the cwd
+        paths += _walk(entry if entry.startswith("/") else cwd + "/" + entry)
     return list(dict.fromkeys(paths)), None
 
 

@@ -137,3 +137,35 @@ def test_root_runs_the_interpreter_it_checked_not_one_swapped_in_after(
     assert (tmp_path / "ml" / "old").exists(), "the swap happened, after the check's stat"
     assert not marker.exists(), f"root started the swapped-in interpreter: {marker.read_text()}"
     assert done.returncode == 0, done.stderr
+
+
+def test_the_lookup_judges_every_directory_its_interpreter_is_reached_through(
+    tmp_path: Path,
+) -> None:
+    """The module lookup (`deploy.remote.agent_trust`) starts the server's interpreter as
+    given (its venv must count), so it must judge every directory resolving that path enters:
+    the user's directory above the venv root's symlink points into is theirs to swap. It
+    judged the path as given and as resolved, and trusted it."""
+    from deploy.remote.agent_trust import judge  # type: ignore[attr-defined]
+
+    python, _, _ = _swapped_after_the_check(tmp_path)
+    paths, reason = lookup_paths(str(python), {}, "/")
+    assert reason is None
+    why, owner = judge(paths, 0)
+    assert why == f"{tmp_path / 'ml'} is owned by UNKNOWN (uid {OTHER})", why
+    assert owner == OTHER
+
+
+def test_the_lookup_judges_a_relative_pythonpath_entry_in_its_cwd(tmp_path: Path) -> None:
+    """``PYTHONPATH=src`` (or an empty entry: the cwd) is found from the cwd: the lookup must
+    judge ``cwd/src``, a directory another user owns in root's cwd. It judged only absolute
+    entries."""
+    from deploy.remote.agent_trust import judge
+
+    (tmp_path / "src").mkdir()
+    os.chown(tmp_path / "src", OTHER, OTHER)
+    paths, reason = lookup_paths(BASE, {"PYTHONPATH": "src"}, str(tmp_path))
+    assert reason is None
+    why, owner = judge(paths, 0)
+    assert why == f"{tmp_path / 'src'} is owned by UNKNOWN (uid {OTHER})", why
+    assert owner == OTHER

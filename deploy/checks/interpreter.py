@@ -50,7 +50,10 @@ standard library directories of its prefixes (`lib`, `lib/python3*` with `encodi
 or others. So a venv or conda env another user (say `ml`) owns, made or changed by them, is not
 run as root; neither is one whose `pyvenv.cfg` points at their directories. For the `imports`
 lookup the site directories of those prefixes, the user site of the environment's `HOME`, every
-`PYTHONPATH` entry and the cwd count too, and a server that runs as another user is always looked
+`PYTHONPATH` entry (a relative one from the cwd) and the cwd, the environment's `LD_LIBRARY_PATH`
+and `LD_PRELOAD`, and every directory a symbolic link on the way leads through count too (the
+lookup runs the interpreter as given: its venv counts); a lookup run as another user gets only the
+variables that decide imports; and a server that runs as another user is always looked
 up as that user, with its groups. The check is made in the lock's own exec for the file helper
 (no extra process) and by each command for itself. Root then starts the file helper and the
 compile check by the resolved path it judged (a directory above a symlink's target, which the

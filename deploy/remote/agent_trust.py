@@ -15,7 +15,8 @@ lookup's own inputs):
   group or others (a root-owned sticky directory passes as a parent), as written and resolved,
   with every directory above: the interpreter, its ``pyvenv.cfg`` and ``home``, the standard
   library and site directories of its prefixes (and of ``PYTHONHOME``), the user site of the
-  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd;
+  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd, and
+  each ``LD_LIBRARY_PATH`` directory and ``LD_PRELOAD`` object of that environment;
 - if one does not, the lookup runs as the one other user who owns them; with none to pick (a
   path anyone may write, or two owners) it is refused, in one line;
 - run as another user, the lookup gets only the variables that decide imports (`lookup_env`):
@@ -112,6 +113,10 @@ def lookup_paths(python, env, cwd):
         paths += _walk(prefix)
         for pattern in _SITE:
             paths += glob.glob(glob.escape(prefix) + "/" + pattern)
+    for variable in ("LD_LIBRARY_PATH", "LD_PRELOAD"):  # ld.so reads them before Python runs
+        for entry in (env.get(variable) or "").replace(" ", ":").split(":"):
+            if entry.startswith("/"):
+                paths += _walk(entry)
     cwd = cwd or "/"
     entries = [cwd] + (env["PYTHONPATH"].split(":") if env.get("PYTHONPATH") else [])
     for entry in entries:  # a relative entry (or an empty one: the cwd) is found from the cwd

@@ -169,3 +169,24 @@ def test_the_lookup_judges_a_relative_pythonpath_entry_in_its_cwd(tmp_path: Path
     why, owner = judge(paths, 0)
     assert why == f"{tmp_path / 'src'} is owned by UNKNOWN (uid {OTHER})", why
     assert owner == OTHER
+
+
+@pytest.mark.parametrize("variable", ["LD_LIBRARY_PATH", "LD_PRELOAD"])
+def test_the_lookup_judges_what_the_dynamic_linker_loads_from(
+    tmp_path: Path, variable: str
+) -> None:
+    """The lookup runs with the server's (or the service's declared) environment: the dynamic
+    linker loads ``libc.so.6`` itself from an ``LD_LIBRARY_PATH`` directory, and any
+    ``LD_PRELOAD`` object, before Python starts. One another user owns must not be loaded as
+    root. Neither was judged."""
+    from deploy.remote.agent_trust import judge
+
+    theirs = tmp_path / "cuda" / "lib64"
+    theirs.mkdir(parents=True)
+    os.chown(theirs, OTHER, OTHER)
+    value = str(theirs) if variable == "LD_LIBRARY_PATH" else f"{theirs}/libfast.so"
+    paths, reason = lookup_paths(BASE, {variable: f"/usr/lib:{value}"}, "/")
+    assert reason is None
+    why, owner = judge(paths, 0)
+    assert why == f"{theirs} is owned by UNKNOWN (uid {OTHER})", why
+    assert owner == OTHER

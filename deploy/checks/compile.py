@@ -234,7 +234,7 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     """
     if cache is None:
         command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _SCRIPT, path))
-        return _found(python) + _guard(python, command, f"<{shlex.quote(path)}", path)
+        return _found(python) + _guard(python, command, shlex.quote(path), path)
     script = (
         _CACHING_SCRIPT.replace("MARKER", CACHED)
         .replace("STATIC", str(_STATIC_SIZE))
@@ -247,7 +247,7 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
         path=shlex.quote(path),
         python=shlex.quote(python),
         marker=shlex.quote(CACHED),
-        guard=_guard(python, f'{run} "$p" "$c" "$i"', '<"$p"', path),
+        guard=_guard(python, f'{run} "$p" "$c" "$i"', '"$p"', path),
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
         ahead=AHEAD_VARIABLE,
@@ -323,7 +323,7 @@ def _found(python: str) -> str:
     )
 
 
-def _guard(python: str, trusted: str, stdin: str, path: str) -> str:
+def _guard(python: str, trusted: str, source: str, path: str) -> str:
     """Shell that runs the interpreter ``_tP`` with the arguments ``trusted`` (as root when
     the session is root's) if the host trusts ``_tP`` (`deploy.checks.interpreter`), and
     otherwise compiles the bytes on stdin (``stdin``: a redirection giving them, opened by
@@ -346,7 +346,14 @@ def _guard(python: str, trusted: str, stdin: str, path: str) -> str:
     owner left behind could write once the command had ended, and so into the next answer's
     frame (tests/integration/test_interpreter_attacks.py). Its stdout was not read anyway
     (`ran_as` reads this shell's line; an owner's ``deploy-compile: reused`` line could only
-    mislead). It costs the untrusted path one fork, the command substitution."""
+    mislead). It costs the untrusted path one fork, the command substitution.
+
+    ``source``: the file (a shell word) whose bytes the owner's process gets on stdin, or ""
+    for the shell's own stdin. Root opens it, so the opened file must be the one named, not
+    what a symbolic link its owner put there points to (a file in their venv's site-packages
+    is theirs to replace after the helper read it without following links; root followed it
+    and handed them a root-only file): after the open, the name must not be a symbolic link
+    and must be the very file opened (``/proc/self/fd/5 -ef``); else the check fails."""
     owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
     return (
         '_tR=\nif [ -n "$_tP" ]; then\n'
@@ -356,7 +363,15 @@ def _guard(python: str, trusted: str, stdin: str, path: str) -> str:
         + trusted
         + "\n"
         + RUN_AS
-        + f'_te=$(exec env -i {_OWNER_PATH} $_tS "$_tP" {owner} {stdin} 2>&1 >/dev/null); _tr=$?\n'
+        + (
+            f"exec 5<{source}\nif [ -h {source} ] || ! [ /proc/self/fd/5 -ef {source} ]; then\n"
+            f"  printf 'deploy: %s changed while it was opened for the check (a symbolic link?)\\n'"
+            f" {source} >&2; exit 1\nfi\n"
+            if source
+            else ""
+        )
+        + f'_te=$(exec env -i {_OWNER_PATH} $_tS "$_tP" {owner} {"<&5 5<&-" if source else ""}'
+        + " 2>&1 >/dev/null); _tr=$?\n"
         + '[ -z "$_te" ] || printf \'%s\\n\' "$_te" >&2\nexit "$_tr"\n'
     )
 

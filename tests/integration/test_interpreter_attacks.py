@@ -117,3 +117,41 @@ def test_the_module_lookup_run_as_the_owner_gets_only_what_decides_imports(
     seen = (home / "env").read_text()
     assert f"PYTHONPATH={home / 'src'}" in seen
     assert SECRET not in seen, "root's environment reached the owner's process"
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_owner_never_gets_a_file_root_opened_through_their_symlink(
+    user: Attacker, home: Path, tmp_path: Path, shell: str, cached: bool
+) -> None:
+    """The file to compile lives in the interpreter owner's directory (their venv's
+    site-packages: where ``sglang`` is when the venv is theirs). Root opens it for the owner's
+    process; between the helper's read (which never follows a symlink) and the check, they
+    make it a symlink to a file only root may read. Root followed it: its bytes went to their
+    process."""
+    secret = tmp_path / "secret"
+    secret.write_text("root-only-secret\n")
+    secret.chmod(0o600)
+    python = home / "python"
+    script = f'#!/bin/sh\ncat > {home}/stdin\nexec {ATTACKER_PYTHON} "$@" < {home}/stdin\n'
+    subprocess.run(
+        user.argv("sh", "-c", 'cat > "$1" && chmod 755 "$1"', "-", str(python)),
+        input=script.encode(),
+        check=True,
+        timeout=60,
+    )
+    model = home / "kimi_k25.py"
+    subprocess.run(user.argv("ln", "-s", str(secret), str(model)), check=True, timeout=60)
+    cache = str(tmp_path / "compiled") if cached else None
+    done = subprocess.run(
+        [shell, "-c", compile_command(str(python), str(model), cache=cache)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    got = (home / "stdin").read_text() if (home / "stdin").exists() else ""
+    assert "root-only-secret" not in got, "root opened the owner's symlink for them"
+    assert done.returncode != 0, "a file swapped for a symlink does not pass"
+    assert "deploy: " in done.stderr.strip().splitlines()[-1], done.stderr

@@ -147,11 +147,11 @@ def resolve_imports(imports, python, env, cwd, pid=None):
         done = subprocess.run(
             [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
             env=lookup_env(env, ids),
-            cwd=cwd or "/",
+            cwd=cwd or "/" if ids is None else None,  # else entered as that user
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
-            preexec_fn=switcher(ids),
+            preexec_fn=switcher(ids, cwd or "/"),
         )
         found = json.loads(done.stdout) if done.returncode == 0 else None
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()

@@ -219,8 +219,11 @@ def lookup_env(env, ids):
     return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _IMPORT_ENV}
 
 
-def switcher(ids):
-    """A ``preexec_fn`` that becomes ``ids`` (uid, gid, groups) for good, or None."""
+def switcher(ids, cwd=None):
+    """A ``preexec_fn`` that becomes ``ids`` (uid, gid, groups) for good, then enters
+    ``cwd`` as that user, or None. Entered as root before the switch (``subprocess``'s own
+    ``cwd``), a cwd under a directory only root may enter (``/root/sglang``) gave their process
+    the files there (tests/integration/test_interpreter_attacks.py)."""
     if ids is None:
         return None
     uid, gid, groups = ids
@@ -229,5 +232,7 @@ def switcher(ids):
         os.setgroups(groups)
         os.setgid(gid)
         os.setuid(uid)
+        if cwd is not None:
+            os.chdir(cwd)
 
     return switch

@@ -155,3 +155,35 @@ def test_the_owner_never_gets_a_file_root_opened_through_their_symlink(
     assert "root-only-secret" not in got, "root opened the owner's symlink for them"
     assert done.returncode != 0, "a file swapped for a symlink does not pass"
     assert "deploy: " in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def test_the_module_lookup_run_as_the_owner_enters_its_cwd_as_them(
+    user: Attacker, home: Path, tmp_path: Path
+) -> None:
+    """The service's cwd, ``/root/sglang``-like: readable itself, under a directory only root
+    may enter. The lookup run as the interpreter's owner was given that cwd by root (chdir,
+    then the switch), so their process read files there that they cannot reach. Now it
+    enters the cwd as them, and cannot: the lookup fails, saying so."""
+    from deploy.remote.agent_proc import resolve_imports
+
+    private = tmp_path / "root-only"
+    (private / "sglang").mkdir(parents=True)
+    private.chmod(0o700)
+    (private / "sglang").chmod(0o755)
+    (private / "sglang" / "secret.txt").write_text("root-only-secret\n")
+    python = home / "python"
+    script = f'#!/bin/sh\ncat secret.txt > {home}/leak 2>/dev/null\nexec {ATTACKER_PYTHON} "$@"\n'
+    subprocess.run(
+        user.argv("sh", "-c", 'cat > "$1" && chmod 755 "$1"', "-", str(python)),
+        input=script.encode(),
+        check=True,
+        timeout=60,
+    )
+    model = owner._model(user, home)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(home / "src")}
+    (entry,) = resolve_imports(  # type: ignore[no-untyped-call]
+        {"sglang.srt.models.kimi_k25": str(model)}, str(python), env, str(private / "sglang")
+    )
+    leak = home / "leak"
+    assert not (leak.exists() and "root-only-secret" in leak.read_text()), "read as root's cwd"
+    assert not entry["ok"] and entry["error"], entry

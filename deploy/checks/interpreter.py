@@ -58,7 +58,8 @@ up as that user, with its groups. The check is made in the lock's own exec for t
 (no extra process) and by each command for itself. Root then starts the file helper and the
 compile check by the resolved path it judged (a directory above a symlink's target, which the
 check never saw, could be swapped between the check and the exec), and a `pyvenv.cfg` that
-path would read must be the one judged.
+path would read must be the one judged; one with a `._pth` file beside it (which replaces
+`sys.path`) is not trusted.
 
 With a trusted interpreter nothing changes. Otherwise:
 
@@ -114,7 +115,9 @@ fi
 #: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Root
 #: starts a trusted interpreter as ``_tR`` (the path judged, with no symlink left to follow
 #: through a directory nobody judged), so a ``pyvenv.cfg`` that ``_tR`` would read must be
-#: ``_tV``, the one whose ``home`` was judged; else ``_tX`` says so. Appends
+#: ``_tV``, the one whose ``home`` was judged; else ``_tX`` says so. So does a ``._pth`` file
+#: beside the interpreter (``python3.11._pth``: CPython 3.11 takes sys.path, the stdlib
+#: included, from its lines on Linux too; they are not judged). Appends
 #: to the positional parameters every path the rule checks (module docstring), for the
 #: caller's one ``stat``. Builtins only (globs; ``[ -e ]`` drops what does not exist). A
 #: directory already listed ends a chain (its parents are listed too): each line of the
@@ -125,6 +128,7 @@ for _tk in "${_tR%/*}" "${_tR%/*/*}"; do
   if [ -n "$_tk" ] && [ -f "$_tk/pyvenv.cfg" ]; then _tq=$_tk/pyvenv.cfg; break; fi
 done
 if [ -n "$_tq" ] && ! [ "$_tq" -ef "$_tV" ]; then _tX="$_tR would read $_tq, not ${_tV:-no pyvenv.cfg}"; fi
+for _tk in "$_tP._pth" "$_tR._pth"; do [ -e "$_tk" ] && _tX="$_tk replaces sys.path (not judged)"; done
 for _tq in "$_tP" "$_tR" "$_tH" "$_tG"; do
   while [ -n "$_tq" ]; do
     case $_ts in *"

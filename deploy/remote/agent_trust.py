@@ -96,6 +96,9 @@ def lookup_paths(python, env, cwd):
     if not python.startswith("/"):
         return [], python + " is not an absolute path"
     real = os.path.realpath(python)
+    for pth in (python + "._pth", real + "._pth"):  # CPython's sys.path from its lines
+        if os.path.lexists(pth):
+            return [], pth + " replaces sys.path (not judged)"
     paths = ["/", *_walk(python)]
     prefixes = [real.rpartition("/")[0].rpartition("/")[0]]
     cfg, home = _venv_home(python)

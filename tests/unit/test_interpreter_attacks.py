@@ -215,3 +215,27 @@ def test_the_lock_starts_the_file_helper_on_the_interpreter_it_checked(
     assert (tmp_path / "ml" / "old").exists(), "the swap happened, after the check's stat"
     assert answer["ok"] is True
     assert answer["here"] is True, "the helper ran on the swapped-in binary"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_pth_file_beside_the_interpreter_is_not_trusted(tmp_path: Path, shell: str) -> None:
+    """``python._pth`` beside an interpreter replaces its whole sys.path, the stdlib included,
+    with the directories it lists (CPython 3.11 on Linux too, checked here): one another user
+    owns would give them root's start-up, as a ``home`` would. Its lines were not judged."""
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "python"
+    shutil.copy(BASE, python)
+    theirs = tmp_path / "theirs"
+    stdlib = _stdlib_prefix(theirs)
+    os.chown(stdlib, OTHER, OTHER)
+    (tmp_path / "bin" / "python._pth").write_text(f"{stdlib}\n{Path(os.__file__).parent}\n")
+    loaded = subprocess.run(
+        [str(python), "-I", "-S", "-c", "import encodings; print(encodings.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    assert loaded == str(stdlib / "encodings" / "__init__.py"), "CPython reads python._pth"
+    assert "python._pth replaces sys.path" in _judge(shell, python)["reason"]
+    assert lookup_paths(str(python), {}, "/")[1] == f"{python}._pth replaces sys.path (not judged)"

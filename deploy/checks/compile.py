@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS
+from deploy.checks.interpreter import CHECK, MISSING, REFUSED, RUN_AS
 
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
 _SCRIPT = """import sys
@@ -358,6 +358,7 @@ def _guard(python: str, trusted: str, source: str, path: str) -> str:
     return (
         '_tR=\nif [ -n "$_tP" ]; then\n'
         + CHECK
+        + MISSING
         + f'fi\n_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={shlex.quote(python)}\n'
         + '[ -n "$_tP" ] && [ -n "$_tX" ] || exec "$_tE" '
         + trusted

@@ -173,11 +173,14 @@ JUDGE = r"""_tj() {
 
 #: A whole check, for a command of its own (`deploy.checks.compile`): ``_tP`` in; ``_tX``
 #: empty when trusted; else ``_tU``/``_tN`` as `JUDGE`. One ``realpath`` and one ``stat``.
+#: ``_tM`` set: trusted only because the interpreter did not exist when judged (a missing
+#: path under a sticky ``/tmp`` is anyone's to create before the exec): the caller says
+#: "not found", exit 127, as the exec would have (`MISSING`).
 #: ``_tI``: the login uid (``[ -O / ]``, else ``id -u``).
 CHECK = (
     VENV
     + JUDGE
-    + r"""_tR=; _tG=
+    + r"""_tR=; _tG=; _tM=
 if [ -z "$_tX" ]; then
   if [ -n "$_tH" ]; then _tx=$(realpath -m -- "$_tP" "$_tH"); else _tx=$(realpath -m -- "$_tP"); fi
   _tR=${_tx%%'
@@ -194,6 +197,9 @@ if [ -z "$_tX" ]; then
   while read -r _tu _tf _to _tn; do [ -n "$_tu" ] && _tj "$_tu" "$_tf" "$_to" "$_tn"; done <<_tEOF
 $_tL
 _tEOF
+  case "$_tL
+" in *" $_tR
+"*) ;; *) [ -n "$_tX" ] || _tM=1 ;; esac
 fi
 """
 )
@@ -218,6 +224,9 @@ if [ -O / ]; then
   printf '%s\n' "deploy-interpreter: as $_tN (uid $_tU), not root: $_tX"
 fi
 """
+
+#: After `CHECK`: a missing interpreter is not found (exit 127), not created and then run.
+MISSING = '[ -z "$_tM" ] || { printf \'%s: not found\\n\' "$_tP" >&2; exit 127; }\n'
 
 #: Exit status of a command that refused to run an untrusted interpreter as root.
 REFUSED = 77
@@ -252,7 +261,9 @@ def root_only_if_trusted(python: str, command: str) -> str:
         '_tR=\nif [ -n "$_tP" ] && [ -O / ]; then\n'
         + CHECK
         + 'if [ -n "$_tX" ]; then echo "deploy: refusing to run $_tP as root: $_tX" >&2; '
-        + f"exit {REFUSED}; fi\nfi\n"
+        + f"exit {REFUSED}; fi\n"
+        + MISSING
+        + "fi\n"
         + f'_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={quoted}\n'
         + command
     )

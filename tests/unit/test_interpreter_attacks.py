@@ -239,3 +239,47 @@ def test_a_pth_file_beside_the_interpreter_is_not_trusted(tmp_path: Path, shell:
     assert loaded == str(stdlib / "encodings" / "__init__.py"), "CPython reads python._pth"
     assert "python._pth replaces sys.path" in _judge(shell, python)["reason"]
     assert lookup_paths(str(python), {}, "/")[1] == f"{python}._pth replaces sys.path (not judged)"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("form", ["compile", "cached compile", "agent_python"])
+def test_a_missing_interpreter_made_after_the_check_is_not_run(
+    tmp_path: Path, shell: str, form: str
+) -> None:
+    """The interpreter is missing under a root-owned sticky directory (``/tmp/venv/bin/python``
+    on a host without that venv): nothing there to judge, so the check found nothing against
+    it, and anyone may create it. The user creates it right after the check's ``stat`` (the
+    harness's ``stat`` does): root ran it. Now a path that was not there when judged is not
+    found (127), as it was then."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    python = sticky / "venv" / "bin" / "python"
+    marker = tmp_path / "started-as"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    stat = shim / "stat"
+    stat.write_text(
+        f'#!/bin/sh\n/usr/bin/stat "$@"; _s=$?\nif [ ! -e {python} ]; then\n'
+        f"  mkdir -p {python.parent} && printf '#!/bin/sh\\nid -u >> {marker}\\n' > {python}\n"
+        f"  chmod 755 {python}\nfi\nexit $_s\n"
+    )
+    stat.chmod(0o755)
+    source = tmp_path / "model.py"
+    source.write_text("x = 1\n")
+    if form == "agent_python":
+        command = root_only_if_trusted(str(python), f"{shlex.quote(str(python))} -I -c pass")
+    else:
+        cache = str(tmp_path / "compiled") if form == "cached compile" else None
+        command = compile_command(str(python), str(source), cache=cache)
+    done = subprocess.run(
+        [shell, "-c", command],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{shim}:/usr/bin:/bin", "HOME": "/root"},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert python.exists(), "made after the check's stat"
+    assert not marker.exists(), f"root ran what was made after the check: {marker.read_text()}"
+    assert done.returncode == 127, done.stderr

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import shlex
 
-from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS
+from deploy.checks.interpreter import CHECK, MISSING, REFUSED, RUN_AS
 
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
 _SCRIPT = """import sys
@@ -211,6 +211,11 @@ echo {not_recorded} >&2; exit {ahead_status}"""
 #: How `_CACHED`'s first line ends (`ahead_lookup` reads the line back).
 _FIRST_END = "; k=; f=; r="
 
+#: The whole environment of an interpreter run as its owner (`_guard`): ``env -i`` keeps
+#: root's (``HF_TOKEN``, cloud keys in ``.bashrc``) from a process that user controls;
+#: ``-I`` makes Python ignore the rest anyway. Where ``setpriv``/``runuser`` are found.
+_OWNER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
@@ -228,21 +233,21 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     (module docstring); a reused result prints `CACHED` on stdout (see `was_reused`).
     """
     if cache is None:
-        command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _SCRIPT, path))
-        return _found(python) + _guard(command, f"<{shlex.quote(path)}", path)
+        command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _SCRIPT, path))
+        return _found(python) + _guard(python, command, shlex.quote(path), path)
     script = (
         _CACHING_SCRIPT.replace("MARKER", CACHED)
         .replace("STATIC", str(_STATIC_SIZE))
         .replace("KEEP", str(CACHE_KEEP))
         .replace("DAYS", str(CACHE_DAYS))
     )
-    run = " ".join(shlex.quote(a) for a in (python, *_FLAGS, "-c", script))
+    run = " ".join(shlex.quote(a) for a in (*_FLAGS, "-c", script))
     return _CACHED.format(
         cache=shlex.quote(cache),
         path=shlex.quote(path),
         python=shlex.quote(python),
         marker=shlex.quote(CACHED),
-        guard=_guard(f'{run} "$p" "$c" "$i"', '<"$p"', path),
+        guard=_guard(python, f'{run} "$p" "$c" "$i"', '"$p"', path),
         libpython=_LIBPYTHON,
         static=_STATIC_SIZE,
         ahead=AHEAD_VARIABLE,
@@ -306,8 +311,8 @@ def compiled_sha256(stdout: str) -> str | None:
 
 def compile_stdin_command(python: str, path: str) -> str:
     """Like `compile_command`, for content sent on stdin (``path`` names it in messages)."""
-    command = " ".join(shlex.quote(arg) for arg in (python, *_FLAGS, "-c", _STDIN_SCRIPT, path))
-    return _found(python) + _guard(command, "", path)
+    command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
+    return _found(python) + _guard(python, command, "", path)
 
 
 def _found(python: str) -> str:
@@ -318,23 +323,57 @@ def _found(python: str) -> str:
     )
 
 
-def _guard(trusted: str, stdin: str, path: str) -> str:
-    """Shell that runs ``trusted`` (a command that execs the interpreter ``_tP``, as root when
+def _guard(python: str, trusted: str, source: str, path: str) -> str:
+    """Shell that runs the interpreter ``_tP`` with the arguments ``trusted`` (as root when
     the session is root's) if the host trusts ``_tP`` (`deploy.checks.interpreter`), and
     otherwise compiles the bytes on stdin (``stdin``: a redirection giving them, opened by
     this shell) with that same interpreter started as its owner: the check still says what
     THAT interpreter makes of the file, and nothing the owner planted runs as root. Nothing
     is recorded then (a record is trusted by every later run; the owner's process could lie).
-    An interpreter that is not found is left to ``trusted`` (exit 127, as before)."""
+    An interpreter that is not found is left to ``trusted`` (exit 127, as before).
+
+    A trusted interpreter is started by its resolved path, ``_tR``, the one the check judged
+    with every directory above: started as given (or found again on PATH) it was reached
+    through directories the check never saw — those above a symlink's target — which their
+    owner could swap between the check and the exec (tests/unit/test_interpreter_attacks.py).
+    Under ``-I -S`` a venv adds nothing to the compile (no site), and a ``pyvenv.cfg`` the
+    resolved binary would read must be the one judged (`deploy.checks.interpreter.PATHS`).
+
+    The owner's process gets the bytes and nothing else of root's: an empty environment but
+    `_OWNER_PATH` (root's may hold tokens), stdout to ``/dev/null`` and stderr to a pipe this
+    shell drains to EOF, then copies to its own stderr — never the files root opened for the
+    command's answer (the lock loop's ``state_dir/.session.N.*``), into which a process the
+    owner left behind could write once the command had ended, and so into the next answer's
+    frame (tests/integration/test_interpreter_attacks.py). Its stdout was not read anyway
+    (`ran_as` reads this shell's line; an owner's ``deploy-compile: reused`` line could only
+    mislead). It costs the untrusted path one fork, the command substitution.
+
+    ``source``: the file (a shell word) whose bytes the owner's process gets on stdin, or ""
+    for the shell's own stdin. Root opens it, so the opened file must be the one named, not
+    what a symbolic link its owner put there points to (a file in their venv's site-packages
+    is theirs to replace after the helper read it without following links; root followed it
+    and handed them a root-only file): after the open, the name must not be a symbolic link
+    and must be the very file opened (``/proc/self/fd/5 -ef``); else the check fails."""
     owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
     return (
-        'if [ -n "$_tP" ]; then\n'
+        '_tR=\nif [ -n "$_tP" ]; then\n'
         + CHECK
-        + 'fi\n[ -n "$_tP" ] && [ -n "$_tX" ] || exec '
+        + MISSING
+        + f'fi\n_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={shlex.quote(python)}\n'
+        + '[ -n "$_tP" ] && [ -n "$_tX" ] || exec "$_tE" '
         + trusted
         + "\n"
         + RUN_AS
-        + f'exec $_tS "$_tP" {owner} {stdin}\n'
+        + (
+            f"exec 5<{source}\nif [ -h {source} ] || ! [ /proc/self/fd/5 -ef {source} ]; then\n"
+            f"  printf 'deploy: %s changed while it was opened for the check (a symbolic link?)\\n'"
+            f" {source} >&2; exit 1\nfi\n"
+            if source
+            else ""
+        )
+        + f'_te=$(exec env -i {_OWNER_PATH} $_tS "$_tP" {owner} {"<&5 5<&-" if source else ""}'
+        + " 2>&1 >/dev/null); _tr=$?\n"
+        + '[ -z "$_te" ] || printf \'%s\\n\' "$_te" >&2\nexit "$_tr"\n'
     )
 
 

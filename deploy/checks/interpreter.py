@@ -50,9 +50,16 @@ standard library directories of its prefixes (`lib`, `lib/python3*` with `encodi
 or others. So a venv or conda env another user (say `ml`) owns, made or changed by them, is not
 run as root; neither is one whose `pyvenv.cfg` points at their directories. For the `imports`
 lookup the site directories of those prefixes, the user site of the environment's `HOME`, every
-`PYTHONPATH` entry and the cwd count too, and a server that runs as another user is always looked
+`PYTHONPATH` entry (a relative one from the cwd) and the cwd, the environment's `LD_LIBRARY_PATH`
+and `LD_PRELOAD`, and every directory a symbolic link on the way leads through count too (the
+lookup runs the interpreter as given: its venv counts); a lookup run as another user gets only the
+variables that decide imports; and a server that runs as another user is always looked
 up as that user, with its groups. The check is made in the lock's own exec for the file helper
-(no extra process) and by each command for itself.
+(no extra process) and by each command for itself. Root then starts the file helper and the
+compile check by the resolved path it judged (a directory above a symlink's target, which the
+check never saw, could be swapped between the check and the exec), and a `pyvenv.cfg` that
+path would read must be the one judged; one with a `._pth` file beside it (which replaces
+`sys.path`) is not trusted.
 
 With a trusted interpreter nothing changes. Otherwise:
 
@@ -60,8 +67,10 @@ With a trusted interpreter nothing changes. Otherwise:
   compile check's interpreter;
 - the compile check runs THAT interpreter (its Python version is the point) as its owner
   (`setpriv --reuid --regid --init-groups`, else `runuser -u`), with the file's bytes on its
-  stdin, opened by root: the step says `compiled as ml (uid 1001), not root: /opt/venv is owned
-  by ml (uid 1001)`. No compile record is read or written for it (a record is trusted by later
+  stdin, opened by root, an empty environment but `PATH` (not root's: it may hold tokens), its
+  stdout discarded and its stderr read through a pipe (never a file root opened, which a process
+  it left behind could write to later): the step says `compiled as ml (uid 1001), not root:
+  /opt/venv is owned by ml (uid 1001)`. No compile record is read or written for it (a record is trusted by later
   runs, and the owner's process could say anything), so such a check costs its interpreter's
   start on every run and a no-change re-run waits one round trip more (2, not 1); a run with
   a trusted interpreter keeps its round trips and processes;
@@ -81,7 +90,9 @@ than the default `python3` is checked the same way and refused, not switched, wh
 
 #: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
 #: ``pyvenv.cfg`` Python would read (``_tP``'s directory, else the one above) — and ``_tH``, its
-#: last ``home`` value (Python keeps the last), spaces, tabs and CRs stripped as Python strips them. ``_tX``: a
+#: first ``home`` value: CPython's getpath stops at the first (3.11 checked: with two ``home``
+#: lines its stdlib came from the first; tests/unit/test_interpreter_attacks.py), with spaces,
+#: tabs, CR, VT and FF stripped around key and value as ``str.strip`` strips them. ``_tX``: a
 #: reason already (a relative path, a line break). Builtins only.
 VENV = r"""_tX=; _tV=; _tH=; _tU=; _tN=; _tw=
 case $_tP in /*) ;; *) _tX="$_tP is not an absolute path" ;; esac
@@ -95,19 +106,29 @@ if [ -n "$_tV" ]; then
     case $_tl in *=*) ;; *) continue ;; esac
     _tk=${_tl%%=*}; _tk=${_tk#"${_tk%%[!_WS_]*}"}; _tk=${_tk%"${_tk##*[!_WS_]}"}
     case $_tk in [Hh][Oo][Mm][Ee]) ;; *) continue ;; esac
-    _tH=${_tl#*=}; _tH=${_tH#"${_tH%%[!_WS_]*}"}; _tH=${_tH%"${_tH##*[!_WS_]}"}
+    _tH=${_tl#*=}; _tH=${_tH#"${_tH%%[!_WS_]*}"}; _tH=${_tH%"${_tH##*[!_WS_]}"}; break
   done <"$_tV" 2>/dev/null
   case $_tH in /*) ;; *) _tX="$_tV names no absolute home ($_tH)" ;; esac
 fi
-""".replace("_WS_", " \t\r")
+""".replace("_WS_", " \t\r\v\f")
 
-#: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Appends
+#: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Root
+#: starts a trusted interpreter as ``_tR`` (the path judged, with no symlink left to follow
+#: through a directory nobody judged), so a ``pyvenv.cfg`` that ``_tR`` would read must be
+#: ``_tV``, the one whose ``home`` was judged; else ``_tX`` says so. So does a ``._pth`` file
+#: beside the interpreter (``python3.11._pth``: CPython 3.11 takes sys.path, the stdlib
+#: included, from its lines on Linux too; they are not judged). Appends
 #: to the positional parameters every path the rule checks (module docstring), for the
 #: caller's one ``stat``. Builtins only (globs; ``[ -e ]`` drops what does not exist). A
 #: directory already listed ends a chain (its parents are listed too): each line of the
 #: caller's ``stat`` costs its shell ~50 us to judge, and the resolved path mostly shares the
 #: given one's directories.
-PATHS = r"""_ts=/
+PATHS = r"""_ts=/ _tq=
+for _tk in "${_tR%/*}" "${_tR%/*/*}"; do
+  if [ -n "$_tk" ] && [ -f "$_tk/pyvenv.cfg" ]; then _tq=$_tk/pyvenv.cfg; break; fi
+done
+if [ -n "$_tq" ] && ! [ "$_tq" -ef "$_tV" ]; then _tX="$_tR would read $_tq, not ${_tV:-no pyvenv.cfg}"; fi
+for _tk in "$_tP._pth" "$_tR._pth"; do [ -e "$_tk" ] && _tX="$_tk replaces sys.path (not judged)"; done
 for _tq in "$_tP" "$_tR" "$_tH" "$_tG"; do
   while [ -n "$_tq" ]; do
     case $_ts in *"
@@ -152,11 +173,14 @@ JUDGE = r"""_tj() {
 
 #: A whole check, for a command of its own (`deploy.checks.compile`): ``_tP`` in; ``_tX``
 #: empty when trusted; else ``_tU``/``_tN`` as `JUDGE`. One ``realpath`` and one ``stat``.
+#: ``_tM`` set: trusted only because the interpreter did not exist when judged (a missing
+#: path under a sticky ``/tmp`` is anyone's to create before the exec): the caller says
+#: "not found", exit 127, as the exec would have (`MISSING`).
 #: ``_tI``: the login uid (``[ -O / ]``, else ``id -u``).
 CHECK = (
     VENV
     + JUDGE
-    + r"""_tR=; _tG=
+    + r"""_tR=; _tG=; _tM=
 if [ -z "$_tX" ]; then
   if [ -n "$_tH" ]; then _tx=$(realpath -m -- "$_tP" "$_tH"); else _tx=$(realpath -m -- "$_tP"); fi
   _tR=${_tx%%'
@@ -173,6 +197,9 @@ if [ -z "$_tX" ]; then
   while read -r _tu _tf _to _tn; do [ -n "$_tu" ] && _tj "$_tu" "$_tf" "$_to" "$_tn"; done <<_tEOF
 $_tL
 _tEOF
+  case "$_tL
+" in *" $_tR
+"*) ;; *) [ -n "$_tX" ] || _tM=1 ;; esac
 fi
 """
 )
@@ -198,6 +225,9 @@ if [ -O / ]; then
 fi
 """
 
+#: After `CHECK`: a missing interpreter is not found (exit 127), not created and then run.
+MISSING = '[ -z "$_tM" ] || { printf \'%s: not found\\n\' "$_tP" >&2; exit 127; }\n'
+
 #: Exit status of a command that refused to run an untrusted interpreter as root.
 REFUSED = 77
 
@@ -219,15 +249,21 @@ def root_only_if_trusted(python: str, command: str) -> str:
     `REFUSED`. For what must run as root or not at all: deploy's process agent
     (``agent_python``), which stops and starts servers. Its default, ``python3``, is the
     host's own, as the file helper's fallback is, and is run as before (no check, no
-    process)."""
+    process). A ``command`` that starts with ``python`` starts it by the resolved path the
+    check judged (`PATHS`: never through a directory the check did not see)."""
     if python == "python3":
         return command
     quoted = shlex.quote(python)
+    if command.startswith(quoted + " "):
+        command = '"$_tE"' + command.removeprefix(quoted)
     return (
         f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
-        'if [ -n "$_tP" ] && [ -O / ]; then\n'
+        '_tR=\nif [ -n "$_tP" ] && [ -O / ]; then\n'
         + CHECK
         + 'if [ -n "$_tX" ]; then echo "deploy: refusing to run $_tP as root: $_tX" >&2; '
-        + f"exit {REFUSED}; fi\nfi\n"
+        + f"exit {REFUSED}; fi\n"
+        + MISSING
+        + "fi\n"
+        + f'_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={quoted}\n'
         + command
     )

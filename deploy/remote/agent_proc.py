@@ -15,7 +15,7 @@ import socket
 import subprocess
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import run_as, switcher
+from deploy.remote.agent_trust import lookup_env, run_as, switcher
 
 TCP_LISTEN = "0A"
 
@@ -211,12 +211,12 @@ def resolve_imports(imports, python, env, cwd, pid=None):
             raise ValueError(refused)
         done = subprocess.run(
             [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
-            env=env,
-            cwd=cwd or "/",
+            env=lookup_env(env, ids),
+            cwd=cwd or "/" if ids is None else None,  # else entered as that user
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
-            preexec_fn=switcher(ids),
+            preexec_fn=switcher(ids, cwd or "/"),
         )
         found = json.loads(done.stdout) if done.returncode == 0 else None
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()

@@ -15,9 +15,12 @@ lookup's own inputs):
   group or others (a root-owned sticky directory passes as a parent), as written and resolved,
   with every directory above: the interpreter, its ``pyvenv.cfg`` and ``home``, the standard
   library and site directories of its prefixes (and of ``PYTHONHOME``), the user site of the
-  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd;
+  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd, and
+  each ``LD_LIBRARY_PATH`` directory and ``LD_PRELOAD`` object of that environment;
 - if one does not, the lookup runs as the one other user who owns them; with none to pick (a
-  path anyone may write, or two owners) it is refused, in one line.
+  path anyone may write, or two owners) it is refused, in one line;
+- run as another user, the lookup gets only the variables that decide imports (`lookup_env`):
+  not the agent's own (root's) nor a server's secrets.
 
 Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
 """
@@ -41,17 +44,37 @@ _SITE = (
 )
 
 
-def _chain(path):
-    """``path`` and every directory above it (``/`` is judged once, by the caller)."""
-    out = []
-    while path and path != "/":
-        out.append(path)
-        path = path.rpartition("/")[0]
+def _walk(path, depth=0):
+    """Every path resolving ``path`` looks at: each component in the directory it is really
+    found in and, for a symbolic link, what its target goes through, recursively. Judging
+    these, not only ``path`` and its realpath, covers the directories above a link's target
+    that resolution passes through: their owner could swap the target between the check and
+    the start (tests/unit/test_interpreter_attacks.py)."""
+    out, here = [], ""
+    for name in path.split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            here = here.rpartition("/")[0]
+            continue
+        entry = here + "/" + name
+        out.append(entry)
+        if depth < 40 and os.path.islink(entry):
+            try:
+                target = os.readlink(entry)
+            except OSError:
+                target = ""
+            if target:
+                out += _walk(target if target.startswith("/") else here + "/" + target, depth + 1)
+            here = os.path.realpath(entry)
+        else:
+            here = entry
     return out
 
 
 def _venv_home(python):
-    """(pyvenv.cfg, its last ``home``) as Python reads them for ``python``, or (None, None)."""
+    """(pyvenv.cfg, its first ``home``) as Python reads them for ``python``, or (None, None):
+    CPython's getpath stops at the first ``home`` line."""
     here = python.rpartition("/")[0]
     for directory in (here, here.rpartition("/")[0]):
         cfg = directory + "/pyvenv.cfg"
@@ -62,6 +85,7 @@ def _venv_home(python):
                     key, eq, value = line.partition("=")
                     if eq and key.strip().lower() == "home":
                         home = value.strip()
+                        break
             return cfg, home
     return None, None
 
@@ -72,13 +96,16 @@ def lookup_paths(python, env, cwd):
     if not python.startswith("/"):
         return [], python + " is not an absolute path"
     real = os.path.realpath(python)
-    paths = ["/", *_chain(python), *_chain(real)]
+    for pth in (python + "._pth", real + "._pth"):  # CPython's sys.path from its lines
+        if os.path.lexists(pth):
+            return [], pth + " replaces sys.path (not judged)"
+    paths = ["/", *_walk(python)]
     prefixes = [real.rpartition("/")[0].rpartition("/")[0]]
     cfg, home = _venv_home(python)
     if cfg is not None:
         if not home.startswith("/"):
             return [], cfg + " names no absolute home (" + home + ")"
-        paths += [cfg, *_chain(home), *_chain(os.path.realpath(home))]
+        paths += [cfg, *_walk(home)]
         prefixes += [cfg.rpartition("/")[0], os.path.realpath(home).rpartition("/")[0]]
     if env.get("PYTHONHOME"):
         prefixes += env["PYTHONHOME"].split(":")
@@ -86,11 +113,17 @@ def lookup_paths(python, env, cwd):
     if user:
         prefixes.append(user)
     for prefix in prefixes:
+        paths += _walk(prefix)
         for pattern in _SITE:
             paths += glob.glob(glob.escape(prefix) + "/" + pattern)
-    for entry in [cwd or "/", *(env.get("PYTHONPATH") or "").split(":")]:
-        if entry.startswith("/"):
-            paths += _chain(entry) + _chain(os.path.realpath(entry))
+    for variable in ("LD_LIBRARY_PATH", "LD_PRELOAD"):  # ld.so reads them before Python runs
+        for entry in (env.get(variable) or "").replace(" ", ":").split(":"):
+            if entry.startswith("/"):
+                paths += _walk(entry)
+    cwd = cwd or "/"
+    entries = [cwd] + (env["PYTHONPATH"].split(":") if env.get("PYTHONPATH") else [])
+    for entry in entries:  # a relative entry (or an empty one: the cwd) is found from the cwd
+        paths += _walk(entry if entry.startswith("/") else cwd + "/" + entry)
     return list(dict.fromkeys(paths)), None
 
 
@@ -174,8 +207,26 @@ def run_as(python, env, cwd, pid=None):
     return (owner, entry.pw_gid, groups), note, None
 
 
-def switcher(ids):
-    """A ``preexec_fn`` that becomes ``ids`` (uid, gid, groups) for good, or None."""
+#: Besides ``PYTHON*``, what a lookup run as another user keeps of its environment: what
+#: decides where the interpreter imports from, or lets it start. The rest is not theirs to
+#: read: the agent's own environment is root's (a token in ``.bashrc``) when no server runs,
+#: and a server's may hold the service's secrets.
+_IMPORT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+def lookup_env(env, ids):
+    """The environment to start the lookup with: ``env`` as it is when it runs as we are
+    (``ids`` None), else only what decides imports (`_IMPORT_ENV`)."""
+    if ids is None:
+        return env
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _IMPORT_ENV}
+
+
+def switcher(ids, cwd=None):
+    """A ``preexec_fn`` that becomes ``ids`` (uid, gid, groups) for good, then enters
+    ``cwd`` as that user, or None. Entered as root before the switch (``subprocess``'s own
+    ``cwd``), a cwd under a directory only root may enter (``/root/sglang``) gave their process
+    the files there (tests/integration/test_interpreter_attacks.py)."""
     if ids is None:
         return None
     uid, gid, groups = ids
@@ -184,5 +235,7 @@ def switcher(ids):
         os.setgroups(groups)
         os.setgid(gid)
         os.setuid(uid)
+        if cwd is not None:
+            os.chdir(cwd)
 
     return switch

@@ -105,6 +105,7 @@ for _dl in $_dL; do
   printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
 done
 IFS=$_dJ; set +f
+[ -n "$_tX" ] || case "$_dL$_dN" in *" $_tR$_dN"*) ;; *) _tX="$_tR was not there to judge" ;; esac
 for _dp in runs lock; do
   _dX=
   if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"
@@ -112,7 +113,7 @@ for _dp in runs lock; do
   fi
   [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
 done
-[ -z "$_tX" ] || _dW=
+if [ -z "$_tX" ]; then _dW=$_tR; else _dW=; fi
 """
 )
 

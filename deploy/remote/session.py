@@ -46,7 +46,8 @@ from deploy.remote.transport import Channel
 #: login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
 #: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). ``$_dW``:
 #: the interpreter the run's compile check names, if any, and only if the lock's trust check
-#: found no other user able to change it (`deploy.checks.interpreter`; else it is empty here);
+#: found no other user able to change it (`deploy.checks.interpreter`; else it is empty here),
+#: resolved: the path that check judged, never one through a directory it did not see;
 #: the helper runs on it when it can
 #: (so that it can compile in its place: `deploy.remote.fileagent_compiled.compile_here`), and
 #: on python3 when it cannot start there (exit 1 or 2: too old, not Python 3) or is a script

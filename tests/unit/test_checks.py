@@ -235,8 +235,10 @@ def test_compile_command_quotes_every_argument() -> None:
     command = compile_command("/opt/my venv/bin/python", "/srv/it's here.py")
     assert command.startswith("case '/opt/my venv/bin/python' in /*) _tP='/opt/my venv/bin/python'")
     # what a trusted interpreter runs (deploy.checks.interpreter: the host checks it first)
+    # (by the resolved path the check judged, else the one found, else the name: exit 127)
+    assert "[ -n \"$_tE\" ] || _tE='/opt/my venv/bin/python'\n" in command
     words = shlex.split(command.partition("|| exec ")[2].partition("\n_tS=")[0])
-    assert words[0] == "/opt/my venv/bin/python"
+    assert words[0] == "$_tE"
     assert words[-1] == "/srv/it's here.py"
     assert words[1:5] == ["-B", "-I", "-S", "-c"]
 

@@ -100,13 +100,14 @@ def test_the_resolved_path_is_judged_too(tmp_path: Path, shell: str) -> None:
 
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize(
-    "line", ["home = {home}", "  Home=\t{home}\r", "home = /usr/bin\nhome={home}"]
+    "line", ["home = {home}", "  Home=\t{home}\r", "home={home}\nhome = /usr/bin"]
 )
 def test_a_venv_is_judged_by_the_home_its_pyvenv_cfg_names(
     tmp_path: Path, shell: str, line: str
 ) -> None:
     """A root-owned venv whose pyvenv.cfg (as Python reads it: key case and spaces
-    ignored, the last ``home`` wins) points the stdlib at another user's prefix."""
+    ignored, the first ``home`` wins: tests/unit/test_interpreter_attacks.py) points the
+    stdlib at another user's prefix."""
     venv = _interpreter(tmp_path / "venv")
     base = _interpreter(tmp_path / "base")
     os.chown(tmp_path / "base" / "lib" / "python3.11", OTHER, OTHER)

@@ -23,6 +23,7 @@ from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
+from tests.faults.attacker import arena, attacker  # noqa: F401 - the real unprivileged user: test_interpreter_*, test_service_runas
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_REL = "sglang/python/sglang/srt/models/kimi_k25.py"

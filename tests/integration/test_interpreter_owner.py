@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.attacker import ATTACKER_PYTHON, Attacker, _ensure_user
+from tests.faults.attacker import ATTACKER_PYTHON, Attacker
 from tests.integration.conftest import Deploy, KimiHost, sha256
 
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
@@ -46,12 +46,9 @@ _RECORD = (
 
 
 @pytest.fixture
-def user() -> Attacker:
-    if os.geteuid() != 0:
-        pytest.skip("makes a user and runs deploy as root: run as root")
-    if shutil.which("setpriv") is None or not Path(ATTACKER_PYTHON).exists():
-        pytest.skip(f"needs setpriv and {ATTACKER_PYTHON}")
-    return _ensure_user()
+def user(attacker: Attacker) -> Attacker:
+    """The real unprivileged user (`tests.faults.attacker`: skips where it cannot be made)."""
+    return attacker
 
 
 @pytest.fixture

@@ -15,8 +15,6 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import pytest
 
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_pid
-from tests.faults.attacker import ATTACKER_PYTHON, Attacker, _ensure_user
+from tests.faults.attacker import ATTACKER_PYTHON, Attacker
 
 #: A supplementary group the old server has beyond its own (``video`` on Debian).
 EXTRA_GROUP = 44
@@ -46,21 +44,9 @@ steps:
 
 
 @pytest.fixture
-def ml() -> Attacker:
-    if os.geteuid() != 0:
-        pytest.skip("makes a user and runs deploy as root: run as root")
-    if shutil.which("setpriv") is None or not Path(ATTACKER_PYTHON).exists():
-        pytest.skip(f"needs setpriv and {ATTACKER_PYTHON}")
-    return _ensure_user()
-
-
-@pytest.fixture
-def arena() -> Iterator[Path]:
-    """A root-owned 0711 directory: the user can reach what is named in it."""
-    root = Path(tempfile.mkdtemp(prefix="deploy-runas-", dir="/tmp"))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+def ml(attacker: Attacker) -> Attacker:
+    """The real unprivileged user (`tests.faults.attacker`: skips where it cannot be made)."""
+    return attacker
 
 
 def ids(pid: int) -> tuple[list[int], list[int], list[int]]:

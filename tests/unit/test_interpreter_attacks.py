@@ -38,6 +38,17 @@ def _stdlib_prefix(root: Path) -> Path:
     return root / "lib" / version
 
 
+def _encodings_of(python: Path) -> str:
+    """Where ``python -I -S`` really loads ``encodings`` from: what CPython itself decides."""
+    return subprocess.run(
+        [str(python), "-I", "-S", "-c", "import encodings; print(encodings.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_pyvenv_cfg_with_two_homes_is_judged_by_the_one_cpython_uses(
     tmp_path: Path, shell: str
@@ -56,13 +67,7 @@ def test_a_pyvenv_cfg_with_two_homes_is_judged_by_the_one_cpython_uses(
     shutil.copy(BASE, python)
     (venv / "pyvenv.cfg").write_text(f"home = {theirs / 'bin'}\nhome = {Path(BASE).parent}\n")
 
-    loaded = subprocess.run(
-        [str(python), "-I", "-S", "-c", "import encodings; print(encodings.__file__)"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
+    loaded = _encodings_of(python)
     assert loaded == str(stdlib / "encodings" / "__init__.py"), "CPython uses the first home"
 
     verdict = _judge(shell, python)
@@ -229,13 +234,7 @@ def test_a_pth_file_beside_the_interpreter_is_not_trusted(tmp_path: Path, shell:
     stdlib = _stdlib_prefix(theirs)
     os.chown(stdlib, OTHER, OTHER)
     (tmp_path / "bin" / "python._pth").write_text(f"{stdlib}\n{Path(os.__file__).parent}\n")
-    loaded = subprocess.run(
-        [str(python), "-I", "-S", "-c", "import encodings; print(encodings.__file__)"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
+    loaded = _encodings_of(python)
     assert loaded == str(stdlib / "encodings" / "__init__.py"), "CPython reads python._pth"
     assert "python._pth replaces sys.path" in _judge(shell, python)["reason"]
     assert lookup_paths(str(python), {}, "/")[1] == f"{python}._pth replaces sys.path (not judged)"

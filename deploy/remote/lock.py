@@ -245,6 +245,9 @@ def acquire(
     channel = remote.start(script)
     session = Session(channel, remote.ops)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
+    calls: list[Any] = []
+    ahead: list[tuple[str, Call]] = []
+    lost: SessionLost | None = None
     try:
         # Sent before the answer: the shell reads them once it holds the lock and serves its
         # loop (a busy lock discards them unread), so reading costs no round trip of its own.
@@ -261,10 +264,9 @@ def acquire(
             for command, lookup in lookups.items()
         ]
     except SessionLost as exc:
-        channel.close()
-        raise HostUnreachable(
-            f"{remote.name}: connection lost while taking the lock: {exc}"
-        ) from exc
+        # A shell that refused (busy lock, untrusted state_dir) exits without reading what
+        # was sent ahead: its answer, read below, says why. Only without one was it the link.
+        lost = exc
     buffer = bytearray()
     deadline = time.monotonic() + timeout
     try:
@@ -291,6 +293,11 @@ def acquire(
     text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
     first = lines[0] if lines else ""
+    if lost is not None and (first.startswith("LOCKED") or not text.strip()):
+        channel.close()
+        raise HostUnreachable(
+            f"{remote.name}: connection lost while taking the lock: {lost}"
+        ) from lost
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])

@@ -68,6 +68,20 @@ def test_state_dir_under_a_writable_parent_is_untrusted(
     assert not (shared / "state").exists(), "nothing was created or read there"
 
 
+def test_a_refusal_is_reported_even_when_the_reads_sent_ahead_are_never_read(
+    local_host: LocalHost, private: Path
+) -> None:
+    # The shell refuses and exits before it reads what was sent with the lock's exec: with
+    # more than a pipe's worth sent ahead, the sending breaks (EPIPE). The refusal is still
+    # the answer, not "connection lost" (seen as a flaky run under CI's load).
+    shared = private / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    ahead = [str(private / f"{'x' * 200}{n}") for n in range(2000)]  # ~400 kB of requests
+    with pytest.raises(StateDirUntrusted, match="writable by group or others"):
+        acquire(local_host, str(shared / "state"), {"run_id": "t"}, prefetch=ahead)
+
+
 def test_an_untrusted_state_dir_leaves_the_host_not_attempted(rig: LocalRig) -> None:
     os.chmod(rig.root, 0o775)
     target = rig.files / "f.txt"

@@ -37,6 +37,7 @@ from deploy.remote.hostkeys import (
     policy_for,
     preferring,
 )
+from deploy.remote.quickack import QuickAckTransport
 from deploy.remote.settings import ConnectSettings
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _service_request() -> bytes:
     return bytes(message.asbytes())
 
 
-class _EarlyTransport(paramiko.Transport):  # type: ignore[misc]  # untyped
+class _EarlyTransport(QuickAckTransport):
     """A transport whose key exchange ran ahead of the login (`negotiate`).
 
     ``SSHClient.connect`` calls `start_client` on whatever its transport factory returns;

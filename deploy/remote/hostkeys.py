@@ -20,6 +20,7 @@ import paramiko
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, InputError
 from deploy.remote.knownhosts import KnownHosts, Verdict
+from deploy.remote.quickack import QuickAckTransport
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
 
 
 def preferring(
-    types: list[str], cls: type[paramiko.Transport] = paramiko.Transport
+    types: list[str], cls: type[paramiko.Transport] = QuickAckTransport
 ) -> Callable[..., paramiko.Transport]:
     """A transport factory that offers the host's listed key types first, as OpenSSH does.
 

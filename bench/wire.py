@@ -146,7 +146,11 @@ def causes(label: str, found: list[tuple[float, list[str], list[str]]]) -> list[
     out = []
     for _, _, got in found:
         first = got[0]
-        if first == "channel-data":
+        # deploy sends nothing after its exec (the lock's requests are in the command line),
+        # so the exec's reply and the lock's answer end one wait together.
+        if first == "channel-data" or (
+            first in ("channel-window-adjust", "channel-success") and "channel-data" in got
+        ):
             out.append(next(data, "more channel data (not expected when this was written)"))
         elif first in ("channel-eof", "channel-request", "channel-close"):
             out.append("the command's end: EOF and exit status (`true` ran in the login shell)")

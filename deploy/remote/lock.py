@@ -10,10 +10,11 @@ ends, cleanly or because the workstation died. A lock can therefore never be lef
 dead run (a command still running when the connection dropped keeps it until that command
 ends); the holder's description stays in the file for the next run to report.
 
-Round trips: taking the lock waits for the channel, the exec's reply (OpenSSH's sshd opens a
-session channel with a zero window, so no input can be sent before it) and the lock's answer,
-which brings the prefetched files and the speculated commands sent with it; releasing it waits
-for nothing (`HostLock.release`).
+Round trips: taking the lock waits for the channel's open and the lock's answer, which brings
+the prefetched files and the speculated commands sent with it; releasing it waits for nothing
+(`HostLock.release`). What is sent ahead travels in the exec's command line, not on stdin:
+OpenSSH's sshd opens a session channel with a zero window and grants one only with the exec's
+reply, so stdin would wait a round trip more (``$_dZ`` in `deploy.remote.session.LOOP`).
 A run finding the lock held waits up to a second for it (a run that has just released it is
 still ending its shell) before it reports the holder.
 """
@@ -129,12 +130,33 @@ if flock -w 1 9; then
   _dP=; IFS= read -r _dP 2>/dev/null <"$_dS/lock"
   printf '%s\n' {holder} > "$_dS/lock"
   printf 'LOCKED\t%s\n' "$_dP"
-{scan}  echo READY
+{scan}  _dZ={ahead}
 {loop}else
   printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
   exit 75
 fi
 """
+
+#: The largest lock script that carries requests in its command line. Linux bounds one
+#: argument at 128 KiB (MAX_ARG_STRLEN) and the script is one (``$SHELL -c``; under become,
+#: sudo's, after `deploy.remote.become` quoted it again: each ``'`` becomes 5 characters).
+#: Requests that would make it larger go on stdin, one round trip later, as before.
+MAX_COMMAND = 96 * 1024
+
+
+def _carriable(held: bytes) -> str:
+    """``held`` as a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
+    if b"\0" in held:
+        return ""
+    try:
+        return quote(held.decode()) if held else ""
+    except UnicodeDecodeError:
+        return ""
+
+
+def _carried(script: str) -> bool:
+    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become."""
+    return len(script) + 4 * script.count("'") <= MAX_COMMAND
 
 
 @dataclass
@@ -232,41 +254,47 @@ def acquire(
     paths = list(dict.fromkeys(prefetch))
     lookups = {command: ahead_lookup(command) for command in speculate}
     pythons = [lookup["python"] for lookup in lookups.values() if lookup]
-    script = _SCRIPT.format(
-        state=quote(state_dir),
-        trust=_TRUST,
-        agent=quote(HELPER_SOURCE),
-        boot=quote(HELPER_BOOT),
-        helper_python=quote(pythons[0] if pythons else ""),
-        scan=scan_script("_dS"),
-        holder=quote(json.dumps(holder, sort_keys=True)),
-        loop=LOOP,
-    )
+    # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
+    # lock discards them unread), so reading costs no round trip of its own.
+    session = Session(None, remote.ops)
+    calls = [session.call({"op": "read", "path": path}) for path in paths]
+    # A cached compile check sent ahead only looks its record up: the file helper does that
+    # with no process of its own (`ahead_lookup`); anything else runs in the shell.
+    ahead = [
+        (
+            command,
+            session.call(lookup)
+            if lookup
+            else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
+        )
+        for command, lookup in lookups.items()
+    ]
+    held = session.held()
+
+    def script_with(ahead: str) -> str:
+        return _SCRIPT.format(
+            state=quote(state_dir),
+            trust=_TRUST,
+            agent=quote(HELPER_SOURCE),
+            boot=quote(HELPER_BOOT),
+            helper_python=quote(pythons[0] if pythons else ""),
+            scan=scan_script("_dS"),
+            ahead=ahead or "''",
+            holder=quote(json.dumps(holder, sort_keys=True)),
+            loop=LOOP,
+        )
+
+    # Carried in the command line: no round trip of their own (`deploy.remote.session.LOOP`:
+    # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
+    # is written to stdin leaves a round trip after the exec (issue 17).
+    carried = _carriable(held)
+    script, unsent = script_with(carried), b""
+    if not carried or not _carried(script):
+        script, unsent = script_with(""), held
     channel = remote.start(script)
-    session = Session(channel, remote.ops)
+    session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
-    calls: list[Any] = []
-    ahead: list[tuple[str, Call]] = []
-    lost: SessionLost | None = None
-    try:
-        # Sent before the answer: the shell reads them once it holds the lock and serves its
-        # loop (a busy lock discards them unread), so reading costs no round trip of its own.
-        calls = [session.call({"op": "read", "path": path}) for path in paths]
-        # A cached compile check sent ahead only looks its record up: the file helper does
-        # that with no process of its own (`ahead_lookup`); anything else runs in the shell.
-        ahead = [
-            (
-                command,
-                session.call(lookup)
-                if lookup
-                else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
-            )
-            for command, lookup in lookups.items()
-        ]
-    except SessionLost as exc:
-        # A shell that refused (busy lock, untrusted state_dir) exits without reading what
-        # was sent ahead: its answer, read below, says why. Only without one was it the link.
-        lost = exc
+    lost = _send_ahead(channel, unsent)
     buffer = bytearray()
     deadline = time.monotonic() + timeout
     try:
@@ -293,6 +321,9 @@ def acquire(
     text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
     first = lines[0] if lines else ""
+    if first.startswith("LOCKED") and "NORELAY" in lines:  # no fifo: stdin it is
+        lines.remove("NORELAY")
+        lost = _send_ahead(channel, held)
     if lost is not None and (first.startswith("LOCKED") or not text.strip()):
         channel.close()
         raise HostUnreachable(
@@ -334,6 +365,20 @@ def acquire(
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
     )
+
+
+def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
+    """Send requests held for the lock's shell on its stdin; the failure, if the link broke.
+
+    A shell that refused (busy lock, untrusted state_dir) exits without reading what was
+    sent ahead: its answer, read next, says why. Only without one was it the link.
+    """
+    try:
+        if data:
+            channel.sendall(memoryview(data))
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        return SessionLost(str(exc) or type(exc).__name__)
+    return None
 
 
 def _ran_ahead(

@@ -59,15 +59,29 @@ from deploy.remote.transport import Channel
 #: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
 #: ``rm`` only when there are scratch files (the glob is the shell's own). ``$_dF``: a request or
 #: a ``CHECK`` failed and the client has not seen it yet (``FAIL`` tells the helper the same).
+#: ``$_dZ``: requests the client sent ahead inside the exec's command line
+#: (`deploy.remote.lock`), which a relay in the background (``cat``) writes, then the
+#: channel's stdin, into a fifo made with the helper's that becomes the loop's stdin: the loop
+#: and the helper read it as they read the channel. When the channel's stdin ends, the relay
+#: ends and so does the loop; when the shell ends first, sshd closes the relay's stdin (the
+#: relay holds neither stdout nor stderr, so the channel closes with the shell). No fifo for
+#: it (or no helper): ``NORELAY``, and the client sends them on stdin. ``READY``: the loop
+#: serves from here on.
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
 _dK=; _dF=; _dY=/usr/bin/python3
 [ -x "$_dY" ] || _dY=/usr/local/bin/python3
 [ -x "$_dY" ] || { _dY=$(command -v python3 2>/dev/null); [ -x "$_dY" ] || _dY=; }
-for _dq in "$_dS/.helper.go" "$_dS/.helper.ack"; do
+set -- "$_dS/.helper.go" "$_dS/.helper.ack"; [ -n "$_dZ" ] && set -- "$@" "$_dS/.relay"
+for _dq; do
   { [ -e "$_dq" ] || [ -h "$_dq" ]; } && rm -f -- "$_dq"
 done
-if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/null; then
+if [ -n "$_dY" ] && { mkfifo -m 600 "$@" 2>/dev/null || { [ -p "$1" ] && [ -p "$2" ]; }; }; then
+  if [ -n "$_dZ" ] && [ -p "$3" ]; then
+    exec 5<&0
+    { printf %s "$_dZ"; exec cat; } 0<&5 >"$3" 2>/dev/null 5<&- 9>&- &
+    exec 0<"$3" 5<&-; _dZ=
+  fi
   exec 6<&0
   _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
   case $_dh in '#!'*) _dW= ;; esac
@@ -78,8 +92,10 @@ if [ -n "$_dY" ] && mkfifo -m 600 "$_dS/.helper.go" "$_dS/.helper.ack" 2>/dev/nu
     "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
   fi
   exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
-  rm -f -- "$_dS/.helper.go" "$_dS/.helper.ack"; _dK=1
+  rm -f -- "$@" 2>/dev/null; _dK=1
 fi
+[ -z "$_dZ" ] || { _dZ=; echo NORELAY; }
+echo READY
 while read -r _dv _dc _di _dt; do
   if [ "$_dv" = CALL ]; then
     if [ -z "$_dK" ]; then head -c $((_dc + _di)) >/dev/null; printf 'NOHELPER\n'; continue; fi
@@ -182,8 +198,12 @@ class Session:
     was sent after a failed write — its ``done`` record, a restart — never happens.
     """
 
-    def __init__(self, channel: Channel, ops: dict[str, int] | None = None) -> None:
-        self.channel = channel
+    def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
+        """``channel`` None: what is sent is held (`held`) until the channel is `attach`ed —
+        the lock puts its first requests in the exec's own command line (`deploy.remote.lock`).
+        """
+        self._channel = channel
+        self._held = bytearray()
         # Amortized appends and front deletions: an answer may carry a large file.
         self._buffer = bytearray()
         self.broken = False
@@ -193,6 +213,28 @@ class Session:
         #: Interpreters the host's file helper runs on itself (learnt with the lock's answer):
         #: their compile checks are run by the helper (`deploy.remote.host`, issue 17).
         self.compiles_here: set[str] = set()
+
+    @property
+    def channel(self) -> Channel:
+        if self._channel is None:
+            raise SessionLost("the session's channel is not started yet")
+        return self._channel
+
+    def held(self) -> bytes:
+        """What was sent before a channel was attached, in order (and no longer held)."""
+        data = bytes(self._held)
+        self._held.clear()
+        return data
+
+    def attach(self, channel: Channel) -> None:
+        """Send on ``channel`` from now on (what was held is the caller's to deliver)."""
+        self._channel = channel
+
+    def _send(self, data: bytes | memoryview) -> None:
+        if self._channel is None:
+            self._held += data
+        else:
+            self._channel.sendall(data)
 
     @property
     def pending(self) -> int:
@@ -222,7 +264,7 @@ class Session:
             # turn, and a bytes slice copies the rest each time (a 100 MB write copied ~160 GB;
             # tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s). A view's
             # slice copies nothing, and paramiko packs any buffer as is.
-            self.channel.sendall(memoryview(frame))
+            self._send(memoryview(frame))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
@@ -242,7 +284,7 @@ class Session:
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
         try:
-            self.channel.sendall(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code)
+            self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
@@ -350,7 +392,7 @@ class Session:
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
         try:
-            self.channel.sendall(b"CLEAR 0 0 0\n")
+            self._send(b"CLEAR 0 0 0\n")
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
@@ -374,7 +416,7 @@ class Session:
         self.ops["wait"] = self.ops.get("wait", 0) + 1
         try:
             frame = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds) + code + stdin
-            self.channel.sendall(memoryview(frame))  # a view: see `call`
+            self._send(memoryview(frame))  # a view: see `call`
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc

@@ -51,7 +51,9 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: cmd 1 -> 2 (wait unchanged): the compile check is also sent with the lock, so that a re-run
 #: waits for nothing after it; the change run changed the file first, so it checks again.
 #: Not counted in ``wait`` (the same for every tool, the floor included): the channel's open
-#: and the exec's reply. The release's wait for the shell's exit status is gone (issue 17: one
+#: and the exec's reply (deploy's lock answer now comes with that reply: what is sent ahead
+#: travels in the exec's command line, not after the window sshd grants with the reply;
+#: tests/integration/test_lock_ahead.py times it). The release's wait for the shell's exit status is gone (issue 17: one
 #: round trip per host at the end of every run); `test_releasing_the_lock_waits_for_no_round_trip`
 #: fails if it comes back. `python -m bench.wire` lists every wait on the wire.
 #: wait 3 -> 2: the compile check of the new bytes is sent as a check behind the writes, and

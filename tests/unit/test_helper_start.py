@@ -31,6 +31,7 @@ def _lookup(tmp_path: Path, preferred: str, shell: str) -> dict[str, object]:
         boot="'" + HELPER_BOOT.replace("'", "'\\''") + "'",
         helper_python="'" + preferred + "'",
         scan=scan_script("_dS"),
+        ahead="''",
         holder="h",
         loop=LOOP,
     )

@@ -33,6 +33,7 @@ def run(state: Path | str, env: dict[str, str] | None = None) -> str:
         boot="x",
         helper_python="''",
         scan=scan_script("_dS"),
+        ahead="''",
         holder="h",
         loop="echo LOOP\n",
     )

@@ -22,7 +22,7 @@ from deploy.engine import (
 )
 from deploy.engine import status as host_status
 from deploy.remote import lock
-from deploy.statedir import layout, records, runs
+from deploy.statedir import layout, records, runs, trust
 from deploy.steps import service_state
 from tools.docgen_markdown import _NOTICE, _cell, markdown
 
@@ -195,7 +195,7 @@ def render_operations() -> str:
         "",
         "### Trusting state_dir",
         "",
-        markdown(lock.TRUST_RULE),
+        markdown(trust.TRUST_RULE),
         "",
         "### Trusting the interpreters deploy runs as root",
         "",

@@ -1,13 +1,13 @@
 """Whether root may run an interpreter on the host: the trust rule, as POSIX sh text.
 
 deploy runs configured interpreters on the host — the file helper on the compile check's
-interpreter (`deploy.remote.session.LOOP`), the compile check itself (`deploy.checks.compile`),
+interpreter (`deploy.remote.loop.LOOP`), the compile check itself (`deploy.checks.compile`),
 the restart's module lookup (`deploy.remote.agent_trust`, the same rule in Python). On a GPU
 host that interpreter is often a venv or conda env owned by an unprivileged user (``ml``).
 Whoever can change the interpreter, its ``pyvenv.cfg`` or the standard library it loads at
 start-up (``encodings`` is imported even under ``-I -S``) runs code as whoever starts it: root,
 when deploy does. So before root starts one, the host checks it, by the rule state_dir already
-follows (`deploy.remote.lock.TRUST_RULE`): every path below must be owned by root or the login
+follows (`deploy.statedir.trust.TRUST_RULE`): every path below must be owned by root or the login
 user and not be writable by group or others (a root-owned sticky directory such as ``/tmp``
 passes as a parent; symbolic links are judged by their owner, their targets by the resolved
 path):

@@ -1,7 +1,7 @@
 """Starts the file helper ON THE HOST from its compiled code, kept in state_dir between runs.
 
 The lock's shell starts the file helper (`deploy.remote.fileagent`) once per run as
-``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.session.LOOP`), PYTHON being the
+``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.loop.LOOP`), PYTHON being the
 interpreter the run's compile check names when there is one and the lock found it trusted
 (`deploy.checks.interpreter`: no other user can change it) (the helper can then compile in
 place of a process of it: `deploy.remote.fileagent_compiled.compile_here`), else python3. Compiling

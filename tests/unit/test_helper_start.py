@@ -1,4 +1,4 @@
-"""Which interpreter the lock's shell starts the file helper on (`deploy.remote.session.LOOP`):
+"""Which interpreter the lock's shell starts the file helper on (`deploy.remote.loop.LOOP`):
 the compile check's own when it can run the helper — then the helper compiles in its place —
 else python3, as before. The lock script and its loop run here in a local bash and dash."""
 
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
-from deploy.remote.lock import _SCRIPT, _TRUST
-from deploy.remote.session import LOOP
+from deploy.remote.lock import _SCRIPT
+from deploy.remote.loop import LOOP
 from deploy.statedir.layout import scan_script
+from deploy.statedir.trust import TRUST_CHECK
 
 PYTHON = os.path.realpath(sys.executable)
 
@@ -26,7 +27,7 @@ def _lookup(tmp_path: Path, preferred: str, shell: str) -> dict[str, object]:
     state = tmp_path / "state"
     script = _SCRIPT.format(
         state=state,
-        trust=_TRUST,
+        trust=TRUST_CHECK,
         agent="'" + HELPER_SOURCE.replace("'", "'\\''") + "'",
         boot="'" + HELPER_BOOT.replace("'", "'\\''") + "'",
         helper_python="'" + preferred + "'",

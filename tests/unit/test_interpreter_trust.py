@@ -1,6 +1,6 @@
 """The host's trust check of an interpreter before root runs it (`deploy.checks.interpreter`),
 in a local bash and dash: the rule's own text, and the lock's choice of the file helper's
-interpreter (`deploy.remote.lock._TRUST`, `deploy.remote.session.LOOP`).
+interpreter (`deploy.statedir.trust.TRUST_CHECK`, `deploy.remote.loop.LOOP`).
 
 Other users' files are made with ``chown`` to a uid nobody has (no user is needed to own a
 file), so these need root; they skip elsewhere. Running the interpreter as its owner needs a

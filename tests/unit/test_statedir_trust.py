@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.lock import _SCRIPT, _TRUST
+from deploy.remote.lock import _SCRIPT
 from deploy.statedir.layout import scan_script
+from deploy.statedir.trust import TRUST_CHECK
 
 NOBODY = 65534
 #: The shell every check here runs in: bash (a login shell), and POSIX sh (Debian's dash, as
@@ -28,7 +29,7 @@ def shell(request: pytest.FixtureRequest) -> None:
 def run(state: Path | str, env: dict[str, str] | None = None) -> str:
     script = _SCRIPT.format(
         state="'" + str(state) + "'",
-        trust=_TRUST,
+        trust=TRUST_CHECK,
         agent="x",
         boot="x",
         helper_python="''",

@@ -1,0 +1,77 @@
+"""Whether state_dir, and the interpreter the file helper will run on as root, can be trusted.
+
+The lock's own exec judges them first, before it reads or writes anything in state_dir
+(`deploy.remote.lock`): `TRUST_CHECK` is that shell text, `TRUST_RULE` the rule it enforces in
+the words docs/operations.md shows. The interpreter's half of the judgement is
+`deploy.checks.interpreter` (its ``VENV``, ``PATHS`` and ``JUDGE`` shell parts run inside it).
+"""
+
+from deploy.checks.interpreter import JUDGE, PATHS, VENV
+
+#: How state_dir is trusted (docs/operations.md shows this text).
+TRUST_RULE = """state_dir is checked by the lock's own exec, before anything in it is read or
+written, at no extra round trip: it and every parent directory, as written and as resolved
+through symlinks, must be owned by root or the login user and must not be writable by group or
+others — what OpenSSH's StrictModes asks of ``~/.ssh``. A root-owned sticky parent such as
+``/tmp`` passes (nobody else can rename or remove what we own in it); state_dir itself never
+does. ``lock`` and ``runs`` inside it must not be symbolic links, so a planted link is never
+written through, and a run whose directory or journal is a symbolic link is not read. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
+the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
+acted on. Missing parts are created by the check's shell with mode 0700.
+"""
+
+#: The lock script's trust check (shell, run before anything in state_dir is read or written).
+#: ``_dI``, the uid the shell runs as: the owner of ``/`` when ``[ -O / ]`` (test's own
+#: geteuid(); no process: root, the usual case), else ``id -u``. Never bash's ``$EUID``: bash
+#: makes it read-only only when the environment did not bring one, so an ``EUID`` passed in
+#: (sshd SetEnv/AcceptEnv, sudo keeping the environment, pam_env) would name whose state_dir
+#: is trusted.
+TRUST_CHECK = (
+    r"""case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
+_tX=-; _dN='
+'
+if [ -n "$_dW" ]; then _tP=$_dW
+"""
+    + VENV
+    + r"""fi
+if [ -z "$_tX" ]; then
+  if [ -n "$_tH" ]; then _dx=$(realpath -m -- "$_dS" "$_tP" "$_tH"); else _dx=$(realpath -m -- "$_dS" "$_tP"); fi
+  _dR=${_dx%%"$_dN"*}; _tR=${_dx#*"$_dN"}; _tG=
+  [ -n "$_tH" ] && { _tG=${_tR#*"$_dN"}; _tR=${_tR%%"$_dN"*}; }
+  case $_tR$_tG in *"$_dN"*) _tX="a resolved path holds a line break"; _dR=$(realpath -m -- "$_dS") ;; esac
+else _dR=$(realpath -m -- "$_dS")
+fi
+set --
+for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
+if [ -z "$_tX" ]; then set -- "$@" -
+"""
+    + PATHS
+    + JUDGE
+    + r"""fi
+_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
+if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
+_tI=$_dI; _dm=; set -f; _dJ=$IFS; IFS=$_dN
+for _dl in $_dL; do
+  IFS=$_dJ; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _dl=${_dl#* }; _do=${_dl%% *}; _dn=${_dl#* }
+  [ -n "$_du" ] || continue
+  if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
+  if [ "$_dn" = - ]; then _dm=1; continue; fi
+  if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
+  elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
+  elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
+  else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
+  fi
+  printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
+done
+IFS=$_dJ; set +f
+[ -n "$_tX" ] || case "$_dL$_dN" in *" $_tR$_dN"*) ;; *) _tX="$_tR was not there to judge" ;; esac
+for _dp in runs lock; do
+  _dX=
+  if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"
+  elif [ $_dp = lock ] && [ -e "$_dS/lock" ] && [ ! -f "$_dS/lock" ]; then _dX="is not a plain file"
+  fi
+  [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
+done
+if [ -z "$_tX" ]; then _dW=$_tR; else _dW=; fi
+"""
+)

@@ -71,6 +71,38 @@ def test_the_lock_and_its_reads_take_two_round_trips(slow_host: SshHost, tmp_pat
     assert took < 2.9 * SLOW_RTT_MS / 1000, f"took {took * 1000:.0f} ms: the reads waited"
 
 
+def test_a_command_line_near_its_budget_still_carries_them(
+    slow_host: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests that bring the lock script close to `lock.MAX_COMMAND` (an exec request of
+    ~84 kB in one SSH packet; sshd takes packets up to 256 kB) still go in the command line,
+    whole, and the answer comes one round trip after the exec."""
+    sizes: list[int] = []
+    files = _files(tmp_path, 330, size=10)  # ~31 kB of requests
+    remote = open_remote(slow_host)
+    real_start = remote.start
+
+    def start_recorded(script: str) -> object:
+        sizes.append(len(script))
+        return real_start(script)
+
+    monkeypatch.setattr(remote, "start", start_recorded)
+    try:
+        began = time.monotonic()
+        held = acquire(remote, str(slow_host.state_dir), {"run_id": "ahead"}, prefetch=list(files))
+        got = {path: remote.fetch(path)[1] for path in files}
+        took = time.monotonic() - began
+        held.release()
+    finally:
+        remote.close()
+    assert got == files
+    assert sizes and 0.8 * lock.MAX_COMMAND < sizes[0] <= lock.MAX_COMMAND, (
+        sizes,
+        lock.MAX_COMMAND,
+    )
+    assert took < 2.9 * SLOW_RTT_MS / 1000, f"took {took * 1000:.0f} ms: the reads waited"
+
+
 def test_requests_too_large_for_the_command_line_go_on_stdin(
     slow_host: SshHost, tmp_path: Path
 ) -> None:

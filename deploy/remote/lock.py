@@ -89,8 +89,12 @@ def _carriable(held: bytes) -> str:
 
 
 def _carried(script: str) -> bool:
-    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become."""
-    return len(script) + 4 * script.count("'") <= MAX_COMMAND
+    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become.
+
+    Counted in bytes, as the kernel counts an argument: a path's non-ASCII characters (a
+    relative interpreter's compile check carries its path as UTF-8) take up to 4 each.
+    """
+    return len(script.encode()) + 4 * script.count("'") <= MAX_COMMAND
 
 
 @dataclass

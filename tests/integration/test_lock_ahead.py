@@ -131,3 +131,11 @@ def test_the_budget_keeps_room_under_sudo(tmp_path: Path) -> None:
     assert lock._carried(worst)
     assert len(shlex.quote(worst)) < 128 * 1024
     assert not lock._carried("'" * (lock.MAX_COMMAND // 5 + 1))
+
+
+def test_the_budget_counts_bytes_not_characters() -> None:
+    """The kernel's 128 KiB bound is in bytes: 40 000 four-byte characters (a compile check's
+    non-ASCII path, carried as UTF-8) are 160 kB, past it, though only 40 000 characters."""
+    worst = "\U0001f40d" * 40_000
+    assert len(worst.encode()) > 128 * 1024
+    assert not lock._carried(worst)

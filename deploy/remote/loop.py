@@ -24,12 +24,18 @@ it runs on the host, and `deploy.remote.local.LocalHost` runs the very same text
 #: and empty stderr take none: ``head`` only for bytes sent, ``wc`` only for a non-empty file,
 #: ``rm`` only when there are scratch files (the glob is the shell's own). ``$_dF``: a request or
 #: a ``CHECK`` failed and the client has not seen it yet (``FAIL`` tells the helper the same).
+#: Every ``RUN``/``CHECK`` frame ends with an ``END`` line after its command and stdin: ``head``
+#: returns short, without an error, when the stream ends inside a frame (the connection cut, the
+#: workstation killed between two SSH packets, the relay killed), and a command cut short
+#: (``rm -rf /srv/x/cache`` arriving as ``rm -rf /srv/x/``) must never run: no ``END``, no run.
 #: ``$_dZ``: requests the client sent ahead inside the exec's command line
 #: (`deploy.remote.lock`), which a relay in the background (``cat``) writes, then the
 #: channel's stdin, into a fifo made with the helper's that becomes the loop's stdin: the loop
 #: and the helper read it as they read the channel. When the channel's stdin ends, the relay
 #: ends and so does the loop; when the shell ends first, sshd closes the relay's stdin (the
-#: relay holds neither stdout nor stderr, so the channel closes with the shell). No fifo for
+#: relay holds neither stdout nor stderr, so the channel closes with the shell; it lets go of
+#: the lock and the channel's output before it waits for the fifo's reader, so a shell killed
+#: before it opened the fifo leaves no relay holding the lock). No fifo for
 #: it (or no helper): ``NORELAY``, and the client sends them on stdin. ``READY``: the loop
 #: serves from here on.
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
@@ -44,7 +50,7 @@ done
 if [ -n "$_dY" ] && { mkfifo -m 600 "$@" 2>/dev/null || { [ -p "$1" ] && [ -p "$2" ]; }; }; then
   if [ -n "$_dZ" ] && [ -p "$3" ]; then
     exec 5<&0
-    { printf %s "$_dZ"; exec cat; } 0<&5 >"$3" 2>/dev/null 5<&- 9>&- &
+    { exec >"$3"; printf %s "$_dZ"; exec cat; } 9>&- 2>/dev/null >/dev/null 0<&5 5<&- &
     exec 0<"$3" 5<&-; _dZ=
   fi
   exec 6<&0
@@ -72,6 +78,7 @@ while read -r _dv _dc _di _dt; do
   _dx=$(head -c "$_dc"; echo .); _dx=${_dx%.}
   _dn=$((_dn + 1)); _dI="$_dS/.session.$_dn.in"; _dO="$_dS/.session.$_dn.out"; _dE="$_dS/.session.$_dn.err"
   if [ "$_di" -gt 0 ]; then head -c "$_di" >"$_dI"; else : >"$_dI"; fi
+  IFS= read -r _dz || break; [ "$_dz" = END ] || break
   if [ -n "$_dF" ]; then printf 'SKIP\n'; continue; fi
   if [ "$_dt" != 0 ] && [ -n "$_dT" ]; then
     ( umask "$_dU"; exec timeout -k 5 "$_dt" "${SHELL:-/bin/sh}" -c "$_dx" ) <"$_dI" >"$_dO" 2>"$_dE" 7>&- 8>&- 9>&-

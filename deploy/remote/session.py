@@ -202,7 +202,7 @@ class Session:
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
         try:
-            self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code)
+            self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
@@ -333,7 +333,8 @@ class Session:
         began = time.monotonic()
         self.ops["wait"] = self.ops.get("wait", 0) + 1
         try:
-            frame = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds) + code + stdin
+            head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
+            frame = b"".join((head, code, stdin, b"END\n"))  # one copy of a large stdin
             self._send(memoryview(frame))  # a view: see `call`
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True

@@ -15,6 +15,9 @@ the prefetched files and the speculated commands sent with it; releasing it wait
 (`HostLock.release`). What is sent ahead travels in the exec's command line, not on stdin:
 OpenSSH's sshd opens a session channel with a zero window and grants one only with the exec's
 reply, so stdin would wait a round trip more (``$_dZ`` in `deploy.remote.loop.LOOP`).
+Only paths and check code travel so (`CARRIED_OPS`): other users of the host can read a
+command line (``ps``), so while a run holds the lock they can see which files it reads
+first, never their contents.
 A run finding the lock held waits up to a second for it (a run that has just released it is
 still ending its shell) before it reports the holder.
 """
@@ -70,6 +73,12 @@ if flock -w 1 9; then
   exit 75
 fi
 """
+
+#: What may travel in the lock's command line, which any local user of the host can read
+#: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
+#: reads first and the code of its compile checks, never data (a write's bytes, a journal
+#: record, a service's environment). Anything else held for the lock goes on stdin.
+CARRIED_OPS = frozenset({"read", "compiled"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
 #: argument at 128 KiB (MAX_ARG_STRLEN) and the script is one (``$SHELL -c``; under become,
@@ -225,7 +234,11 @@ def acquire(
     # Carried in the command line: no round trip of their own (`deploy.remote.loop.LOOP`:
     # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
     # is written to stdin leaves a round trip after the exec (issue 17).
-    carried = _carriable(held)
+    paths_only = all(
+        call.command or call.args.get("op") in CARRIED_OPS
+        for call in [*calls, *dict(ahead).values()]
+    )
+    carried = _carriable(held) if paths_only else ""
     script, unsent = script_with(carried), b""
     if not carried or not _carried(script):
         script, unsent = script_with(""), held

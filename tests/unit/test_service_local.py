@@ -232,7 +232,8 @@ def test_no_server_before_fails_the_gate_unless_a_floor_is_set(
     (host,) = floor.hosts
     gate = next(s for s in host.steps if s.kind == "gate_throughput")
     assert floor.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
-    assert gate.figures["tokens_per_s_c1"] == pytest.approx(320.0, rel=0.1)
+    # Wall time, like the figures above: at most the stand-in's rate +10 %, at least 60 % of it.
+    assert 0.6 * 320.0 <= gate.figures["tokens_per_s_c1"] <= 1.1 * 320.0
     assert "no baseline: old server was not running" in gate.summary
     assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
 

@@ -3,13 +3,15 @@
 Every exec starts the user's login shell on the host (``.bashrc`` included: ~60-100 ms where it
 runs ``pyenv init``, and CPU the host's other work competes for). The lock already needs one
 such shell for the whole run — it holds the flock — so after taking the lock that shell becomes
-a small command loop (`deploy.remote.loop.LOOP`) and every later command of the run is sent to it instead of to a
-new exec: the compile check, the service agent, systemctl. A run then pays one login shell per
-host, the same as the bare ``connect + true`` floor in docs/performance.md.
+a small command loop (`deploy.remote.loop.LOOP`) and every later command of the run is sent to
+it instead of to a new exec: the compile check, the service agent, systemctl. A run then pays
+one login shell per host, the same as the bare ``connect + true`` floor in docs/performance.md.
 
 The protocol is framed by lengths, so a command's code, stdin and output may hold any bytes:
 
-- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n`` then the code, then stdin.
+- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n`` then the code, then
+  stdin, then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has
+  no ``END`` and is never run, even if its code arrived whole.
 - host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n`` then stdout, then stderr.
 - ``CHECK`` instead of ``RUN``: the same command, whose exit status is also a verdict — a
   status other than 0 fails the session as a failed helper request does, so every request and

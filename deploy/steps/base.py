@@ -288,7 +288,11 @@ class Step(Generic[ArgsT]):
         return []
 
     def speculate(self, state_dir: str) -> list[str]:
-        """Read-only commands whose answers this step can use if run ahead with the lock."""
+        """Read-only commands whose answers this step can use if run ahead with the lock.
+
+        They travel in the lock's command line, which other users of the host can read
+        (`deploy.remote.lock.CARRIED_OPS`): code and paths only, never a secret.
+        """
         return []
 
     def answered_locally(self, ctx: StepContext) -> bool:

@@ -33,10 +33,17 @@ it runs on the host, and `deploy.remote.local.LocalHost` runs the very same text
 #: channel's stdin, into a fifo made with the helper's that becomes the loop's stdin: the loop
 #: and the helper read it as they read the channel. When the channel's stdin ends, the relay
 #: ends and so does the loop; when the shell ends first, sshd closes the relay's stdin (the
-#: relay holds neither stdout nor stderr, so the channel closes with the shell; it lets go of
-#: the lock and the channel's output before it waits for the fifo's reader, so a shell killed
-#: before it opened the fifo leaves no relay holding the lock). No fifo for
-#: it (or no helper): ``NORELAY``, and the client sends them on stdin. ``READY``: the loop
+#: relay holds neither the lock nor stdout nor stderr, so the channel closes with the shell).
+#: No open of a fifo ever waits for the other side: the shell first opens each one read-write
+#: (an anchor, fds 3 and 4, which Linux never blocks on), then its own end, then starts the
+#: process of the other end, which opens its end over the inherited anchor; only then the
+#: shell drops the anchor. So a relay or helper that dies before it opened its end (killed,
+#: a redirection failing) leaves the shell an end of file or a broken pipe, never an open
+#: that blocks forever with the lock held. A fork that fails ends bash and dash alike. The
+#: fifos are removed when the loop ends, with its scratch files (not once they are open: the
+#: shell no longer knows when the other end has opened its), and by the next loop if this
+#: one was killed; they are 0600 in the 0700 state directory, and the lock is held. No
+#: fifo (or no helper): ``NORELAY``, and the client sends them on stdin. ``READY``: the loop
 #: serves from here on.
 LOOP = r"""_dn=0; set -- "$_dS"/.session.*; [ -e "$1" ] && rm -f -- "$@"
 _dT=; command -v timeout >/dev/null 2>&1 && _dT=1
@@ -49,21 +56,20 @@ for _dq; do
 done
 if [ -n "$_dY" ] && { mkfifo -m 600 "$@" 2>/dev/null || { [ -p "$1" ] && [ -p "$2" ]; }; }; then
   if [ -n "$_dZ" ] && [ -p "$3" ]; then
-    exec 5<&0
-    { exec >"$3"; printf %s "$_dZ"; exec cat; } 9>&- 2>/dev/null >/dev/null 0<&5 5<&- &
-    exec 0<"$3" 5<&-; _dZ=
+    exec 5<&0 4<>"$3"; exec 0<"$3"
+    { exec >"$3" 4<&-; printf %s "$_dZ"; exec cat; } 9>&- 2>/dev/null >/dev/null 0<&5 5<&- &
+    exec 4<&- 5<&-; _dZ=
   fi
-  exec 6<&0
+  exec 6<&0 3<>"$1" 4<>"$2"; exec 7>"$1" 8<"$2"
   _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
   case $_dh in '#!'*) _dW= ;; esac
   if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then
     { "$_dW" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" || case $? in 1|2) exec "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" ;; esac
-    } 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+    } 0<&6 3<"$1" 4>"$2" 6<&- 7>&- 8<&- 9>&- &
   else
-    "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$_dS/.helper.go" 4>"$_dS/.helper.ack" 6<&- 9>&- &
+    "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$1" 4>"$2" 6<&- 7>&- 8<&- 9>&- &
   fi
-  exec 7>"$_dS/.helper.go" 8<"$_dS/.helper.ack" 6<&-
-  rm -f -- "$@" 2>/dev/null; _dK=1
+  exec 3<&- 4<&- 6<&-; _dK=1
 fi
 [ -z "$_dZ" ] || { _dZ=; echo NORELAY; }
 echo READY
@@ -92,5 +98,7 @@ while read -r _dv _dc _di _dt; do
   printf 'DONE %s %s %s\n' "$_dr" $_do $_de
   if [ "$_do" != 0 ] || [ "$_de" != 0 ]; then cat "$_dO" "$_dE"; fi
 done
-if [ "$_dn" -gt 0 ]; then rm -f -- "$_dS"/.session.*; fi
+[ -n "$_dK" ] || set --
+if [ "$_dn" -gt 0 ]; then set -- "$@" "$_dS"/.session.*; fi
+if [ "$#" -gt 0 ]; then rm -f -- "$@" 2>/dev/null; fi
 """

@@ -52,11 +52,16 @@ def test_the_gate_at_the_motivating_figures(
     gate = step(host, "gate_throughput")
     figures = gate["figures"]
     # measured both times, per concurrency: one request at a time, and 4 at once (the
-    # stand-in batches like SGLang: 4 requests take as long as one)
-    assert figures["before_tokens_per_s_c1"] == pytest.approx(75.0, rel=0.08)
-    assert figures["tokens_per_s_c1"] == pytest.approx(eagle3_speed, rel=0.08)
-    assert figures["before_tokens_per_s_c4"] == pytest.approx(4 * 75.0, rel=0.1)
-    assert figures["tokens_per_s_c4"] == pytest.approx(4 * eagle3_speed, rel=0.1)
+    # stand-in batches like SGLang: 4 requests take as long as one). Wall time through the
+    # SSH tunnel, as in tests/unit/test_service_local.py: a loaded machine only slows the
+    # stand-in, never speeds it up, so each figure is held to at most its rate +10 % (4
+    # streams: +15 %) and at least 60 % of it (4 streams: more than twice one stream, the
+    # proof that they ran at once); the ratio of two figures measured alike, within 10 %.
+    # The verdict, below, is what the test is about.
+    assert 0.6 * 75.0 <= figures["before_tokens_per_s_c1"] <= 1.1 * 75.0
+    assert 0.6 * eagle3_speed <= figures["tokens_per_s_c1"] <= 1.1 * eagle3_speed
+    assert 2 * 75.0 < figures["before_tokens_per_s_c4"] <= 4 * 75.0 * 1.15
+    assert 2 * eagle3_speed < figures["tokens_per_s_c4"] <= 4 * eagle3_speed * 1.15
     assert figures["ratio_c1"] == pytest.approx(eagle3_speed / 75.0, rel=0.1)
     for c in (1, 4):  # the summary (what the human report prints) has both figures per level
         assert (

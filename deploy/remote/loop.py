@@ -39,7 +39,9 @@ it runs on the host, and `deploy.remote.local.LocalHost` runs the very same text
 #: process of the other end, which opens its end over the inherited anchor; only then the
 #: shell drops the anchor. So a relay or helper that dies before it opened its end (killed,
 #: a redirection failing) leaves the shell an end of file or a broken pipe, never an open
-#: that blocks forever with the lock held. A fork that fails ends bash and dash alike. The
+#: that blocks forever with the lock held. A fork that fails ends bash and dash alike, and so
+#: does an open that fails (``|| exit 1``: bash, unlike dash, goes on after a failed ``exec``
+#: redirection, to an open without its anchor; each end opens in its anchor's ``exec``). The
 #: fifos are removed when the loop ends, with its scratch files (not once they are open: the
 #: shell no longer knows when the other end has opened its), and by the next loop if this
 #: one was killed; they are 0600 in the 0700 state directory, and the lock is held. No
@@ -56,11 +58,11 @@ for _dq; do
 done
 if [ -n "$_dY" ] && { mkfifo -m 600 "$@" 2>/dev/null || { [ -p "$1" ] && [ -p "$2" ]; }; }; then
   if [ -n "$_dZ" ] && [ -p "$3" ]; then
-    exec 5<&0 4<>"$3"; exec 0<"$3"
-    { exec >"$3" 4<&-; printf %s "$_dZ"; exec cat; } 9>&- 2>/dev/null >/dev/null 0<&5 5<&- &
+    exec 5<&0 4<>"$3" 0<"$3" || exit 1
+    { exec >"$3" 4<&- || exit 1; printf %s "$_dZ"; exec cat; } 9>&- 2>/dev/null >/dev/null 0<&5 5<&- &
     exec 4<&- 5<&-; _dZ=
   fi
-  exec 6<&0 3<>"$1" 4<>"$2"; exec 7>"$1" 8<"$2"
+  exec 6<&0 3<>"$1" 4<>"$2" 7>"$1" 8<"$2" || exit 1
   _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
   case $_dh in '#!'*) _dW= ;; esac
   if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then

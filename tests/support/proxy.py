@@ -168,7 +168,7 @@ class CuttingProxy:
                         self.fired.set()
                         self.cut()
                         return
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket another pump's cut() closed (fd -1)
             return
         finally:
             with self._lock:

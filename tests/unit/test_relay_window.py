@@ -24,7 +24,7 @@ from deploy.remote.local import LocalHost
 
 #: The loop's text as it is, and what each case puts in its place.
 RELAY_STARTED = "exec 4<&- 5<&-; _dZ="
-RELAY_OPENS = '{ exec >"$3" 4<&-;'
+RELAY_OPENS = '{ exec >"$3" 4<&- || exit 1;'
 HELPER_OPENS = '0<&6 3<"$1"'
 
 CASES = {

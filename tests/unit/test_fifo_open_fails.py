@@ -1,0 +1,92 @@
+"""An open of a fifo that fails (ENFILE, ENOMEM) never leaves the lock's shell blocked.
+
+bash (not in POSIX mode: root's usual login shell) does not exit when a redirection of
+``exec`` fails: it goes on to the next line. If the shell's read-write anchor of a fifo fails
+to open, the next line's plain open of the same fifo waits for a partner that never comes,
+with the lock held, after the client left too. Each case makes one open fail by editing the
+loop's text (as tests/unit/test_relay_window.py does) and runs the lock script in bash and
+dash with a carried request, the client's stdin left open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
+from deploy.remote.lock import _SCRIPT
+from deploy.remote.loop import LOOP
+from deploy.statedir.layout import scan_script
+from deploy.statedir.trust import TRUST_CHECK
+
+CASES = {
+    "go anchor": ('3<>"$1"', "3<>/nonexistent/go"),
+    "ack anchor": ('4<>"$2"', "4<>/nonexistent/ack"),
+    "relay anchor": ('4<>"$3"', "4<>/nonexistent/relay"),
+    "relay's own open": ('exec >"$3" 4<&-', "exec >/nonexistent/relay 4<&-"),
+}
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _holders(path: Path) -> list[int]:
+    found = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if fd.readlink() == path:
+                found.append(int(fd.parent.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/dash"])
+def test_a_fifo_that_cannot_be_opened_frees_the_lock(shell: str, case: str, tmp_path: Path) -> None:
+    old, new = CASES[case]
+    assert LOOP.count(old) == 1
+    state, read = tmp_path / "state", tmp_path / "a"
+    read.write_text("a\n")
+    head = json.dumps({"op": "read", "path": str(read)}).encode()
+    ahead = (b"CALL %d 0 0\n" % len(head) + head).decode()
+    script = _SCRIPT.format(
+        state=_q(str(state)),
+        trust=TRUST_CHECK,
+        agent=_q(HELPER_SOURCE),
+        boot=_q(HELPER_BOOT),
+        helper_python="''",
+        scan=scan_script("_dS"),
+        ahead=_q(ahead),
+        holder="h",
+        loop=LOOP.replace(old, new),
+    )
+    proc = subprocess.Popen(
+        [shell, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 3
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = proc.poll() is not None
+        assert proc.stdin is not None
+        proc.stdin.close()  # the client goes away too
+        time.sleep(0.5)
+        stuck = _holders(state / "lock")
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+    assert not stuck, f"{case}: the lock is still held by {stuck} after the client left"
+    assert ended, f"{case}: the shell was still there 3 s on, the client still connected"

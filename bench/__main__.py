@@ -8,7 +8,8 @@ Usage (from the repository root)::
 For each fleet size it starts that many real sshd daemons on loopback, lays SGLang 0.5.9's
 real ``kimi_k25.py`` on each, and then, for each round-trip time of ``--rtt`` (0 = straight
 to the daemons; otherwise every tool, the floor included, reaches each host through
-`bench.delay`'s proxy, which holds every chunk RTT/2 in each direction), ``--repeat`` times
+`bench.delay`'s proxy, which holds every chunk RTT/2 in each direction and models a fresh
+connection's TCP congestion window, ``--initial-window``), ``--repeat`` times
 and tool after tool (interleaved, so that a slow minute of the machine hurts every tool
 alike): reset the files, time the change run, check every file with ``ast``, time the
 no-change re-run, check nothing moved. One untimed warm-up round (at the first size and RTT
@@ -116,6 +117,7 @@ class Bench:
         self.results = Results(
             sizes=[],
             rtts=options.rtt,
+            initial_window=options.initial_window,
             tools=tools,
             repeat=options.repeat,
             command=" ".join(["python -m bench", *argv]),
@@ -192,7 +194,7 @@ class Bench:
                 if rtt == 0:
                     self.rounds(fleet, count, rtt, warm, later)
                     continue
-                with DelayNetwork(rtt) as network:
+                with DelayNetwork(rtt, self.options.initial_window) as network:
                     ports = {h.name: network.forward(h.port) for h in fleet.hosts}
                     view = through(fleet, ports, base / f"workstation-rtt{rtt}", REPO)
                     self.rounds(view, count, rtt, warm, later)

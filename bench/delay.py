@@ -8,10 +8,16 @@ reading while earlier chunks wait, so the link has latency and no bandwidth cap:
 burst of requests costs one round trip, not one per request. That is what a real WAN between
 a workstation and a cloud region looks like to SSH, whose cost is round trips.
 
-What it does not reproduce: TCP's own behaviour on a long path. The tool's socket talks to
-the proxy over loopback, so its ACKs come back at once; Nagle's algorithm and delayed ACKs
-therefore cost what they cost on loopback, not a round trip each. The proxy's own sockets run
-with TCP_NODELAY so that the proxy adds no wait of its own.
+What a long path adds to TCP itself is modelled in one respect: the congestion window of a
+fresh connection (`bench.window`, on by default: 10 segments of 1448 bytes, slow start,
+restart after idle, as Linux). Each direction of each connection releases bytes into the delay
+line only as far as its window allows, and its window grows as the bytes it sent are
+acknowledged one RTT later; so a 45 KB burst costs two round trips more than a 1 KB one, as on a
+real WAN, where the bare proxy would let it through in one. ``initial_window=0`` turns the
+model off (latency only). Not reproduced: the tool's socket talks to the proxy over loopback,
+so its own ACKs come back at once; Nagle's algorithm and delayed ACKs therefore cost what they
+cost on loopback, not a round trip each. The proxy's own sockets run with TCP_NODELAY so that
+the proxy adds no wait of its own.
 
 One asyncio event loop in a daemon thread serves every proxy of a `DelayNetwork`; the bench's
 main thread only waits for child processes, so the loop has the interpreter to itself.
@@ -27,6 +33,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from bench.window import INITIAL_SEGMENTS, Window
+
 LOOPBACK = "127.0.0.1"
 _CHUNK = 65536
 
@@ -38,11 +46,15 @@ class DelayNetwork:
     the block closes every listener and connection and stops the thread.
     """
 
-    def __init__(self, rtt_ms: float) -> None:
+    def __init__(self, rtt_ms: float, initial_window: int = INITIAL_SEGMENTS) -> None:
         if rtt_ms < 0:
             raise ValueError("the round-trip time cannot be negative")
+        if initial_window < 0:
+            raise ValueError("the initial window cannot be negative")
         self.rtt_ms = rtt_ms
         self.one_way = rtt_ms / 2000.0
+        #: Segments of a fresh connection's congestion window (`bench.window`); 0: no model.
+        self.initial_window = initial_window
         self.loop = asyncio.new_event_loop()
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,21 +110,63 @@ class DelayNetwork:
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Read chunks as they come; a second task writes each one ``one_way`` s after it
-        arrived, in order. EOF travels with the same delay (a half-close, as TCP does)."""
+        left, in order. EOF travels with the same delay (a half-close, as TCP does). With a
+        window model, a chunk leaves (enters the delay line) only as far as the window allows
+        (`_shaped`)."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         sender = asyncio.ensure_future(self._send(queue, writer))
         try:
-            while True:
-                try:
-                    data = await reader.read(_CHUNK)
-                except OSError:
-                    data = b""
-                queue.put_nowait((self.loop.time() + self.one_way, data))
-                if not data:
-                    break
+            if self.initial_window and self.one_way:
+                await self._shaped(reader, queue)
+            else:
+                while True:
+                    data = await _read(reader)
+                    queue.put_nowait((self.loop.time() + self.one_way, data))
+                    if not data:
+                        break
             await sender
         finally:
             sender.cancel()
+
+    async def _shaped(
+        self, reader: asyncio.StreamReader, queue: asyncio.Queue[tuple[float, bytes]]
+    ) -> None:
+        """Move what ``reader`` brings into ``queue`` as one direction's congestion window
+        lets it leave: bytes beyond the window wait for the ACKs of earlier ones."""
+        window = Window(self.one_way * 2, self.initial_window)
+        pending = bytearray()
+        arrived = asyncio.Event()
+        ended = False
+
+        async def read() -> None:
+            nonlocal ended
+            while data := await _read(reader):
+                pending.extend(data)
+                arrived.set()
+            ended = True
+            arrived.set()
+
+        reading = asyncio.ensure_future(read())
+        try:
+            while True:
+                if not pending:
+                    if ended:
+                        queue.put_nowait((self.loop.time() + self.one_way, b""))
+                        return
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                now = self.loop.time()
+                room = window.room(now)
+                if room == 0:
+                    await asyncio.sleep(max(0.0, (window.next_ack() or now) - now))
+                    continue
+                chunk = bytes(pending[:room])
+                del pending[:room]
+                window.sent(now, len(chunk))
+                queue.put_nowait((now + self.one_way, chunk))
+        finally:
+            reading.cancel()
 
     async def _send(
         self, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
@@ -159,6 +213,14 @@ class DelayNetwork:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _read(reader: asyncio.StreamReader) -> bytes:
+    """The next chunk, or b"" at EOF or on a reset (the connection is over either way)."""
+    try:
+        return await reader.read(_CHUNK)
+    except OSError:
+        return b""
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:

@@ -85,7 +85,7 @@ def profile(deploy: DeployTool, fleet: Fleet, count: int, results: Results) -> N
 def wire_probe(fleet: Fleet, rtt: float, base: Path, results: Results) -> None:
     """Every SSH message of one run of each kind on one host at ``rtt`` (`bench.wire`)."""
     try:
-        results.wire = wire.probe(fleet, rtt, base)
+        results.wire = wire.probe(fleet, rtt, base, results.initial_window)
         results.wire_rtt = rtt
     except (OSError, ValueError) as exc:
         results.notes.append(f"no SSH message log at RTT {rtt:g} ms: {exc}")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.deploybuild import REPO
+from bench.window import INITIAL_SEGMENTS, MSS
 
 TOOLS = ("deploy", "ansible", "pyinfra", "fabric", "floor", "floor-nodelay")
 #: The module docstring of `bench.__main__` gives the description (set by `parse`'s caller).
@@ -74,6 +75,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "PYTHONPATH on it) in the same rounds: before/after ratios from one run",
     )
     parser.add_argument(
+        "--initial-window",
+        type=int,
+        default=INITIAL_SEGMENTS,
+        metavar="SEGMENTS",
+        help="through the delay proxy, each connection's first TCP congestion window, in "
+        f"segments of {MSS} bytes, growing by slow start as ACKs come back one RTT later "
+        f"(bench/window.py; default {INITIAL_SEGMENTS}, as Linux; 0: latency only)",
+    )
+    parser.add_argument(
         "--wire-rtt",
         type=float,
         default=None,
@@ -81,4 +91,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the RTT at which every SSH message of one run of each kind is logged for "
         "'Where the round trips go' (default: the largest --rtt; 0: skip)",
     )
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    if options.initial_window < 0:
+        parser.error("--initial-window wants a number of segments >= 0 (0: no window model)")
+    return options

@@ -20,6 +20,7 @@ from bench.results import Results
 from bench.runner import Series
 from bench.toolchain import REQUIREMENTS
 from bench.tools import KEX
+from bench.window import MSS
 
 #: Start-up of the commands that contact no host (issue 6).
 TARGET_STARTUP = 0.3
@@ -84,7 +85,8 @@ def _seconds(results: Results) -> list[str]:
         "outside the timing. **loopback** is straight to the sshd daemons; **RTT R ms** is "
         "through `bench/delay.py`, a TCP forwarder on 127.0.0.1 that holds every chunk R/2 ms "
         "in each direction (in order, the two directions independent, no bandwidth cap) — "
-        "every tool, the floor included, reaches the hosts through it. "
+        "every tool, the floor included, reaches the hosts through it"
+        f"{_window_words(results.initial_window)}. "
         '"floor, TCP_NODELAY" is the floor with Nagle\'s algorithm off, as `deploy` '
         "connects (paramiko leaves it on, and its login then waits ~40 ms for a delayed ACK); "
         "both floors still wait ~40 ms more for the first channel (sshd holds its confirmation "
@@ -367,3 +369,16 @@ def render(results: Results) -> str:
     lines += _facts(results)
     lines += _method(results)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _window_words(segments: int) -> str:
+    """How the proxy treats a burst, for the Seconds paragraph."""
+    if not segments:
+        return " (no congestion window modelled: a burst of any size crosses in one RTT)"
+    return (
+        f", and each connection's TCP congestion window starts at {segments} segments of "
+        f"{MSS} bytes and grows by slow start as ACKs come back one RTT later, as Linux "
+        "runs a fresh connection (`bench/window.py`): a burst larger than the window "
+        "waits a round trip per doubling, as on a real WAN, where loopback and a bare "
+        "delay let it through at once"
+    )

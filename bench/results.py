@@ -24,6 +24,8 @@ class Results:
     deploy_command: str
     #: The round-trip times measured, in ms (0: straight to the hosts on loopback).
     rtts: list[int] = field(default_factory=lambda: [0])
+    #: The delay proxy's initial congestion window in segments (`bench.window`; 0: none).
+    initial_window: int = 10
     series: dict[Key, Series] = field(default_factory=dict)
     ops: dict[tuple[int, str], list[dict[str, Any]]] = field(default_factory=dict)
     profiles: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)

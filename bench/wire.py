@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.markdown import table
+from bench.window import INITIAL_SEGMENTS
 
 if TYPE_CHECKING:
     from bench.fleet import Fleet
@@ -172,7 +173,9 @@ class Probe:
     first_message_ms: float
 
 
-def probe(direct: Fleet, rtt_ms: float, base: Path) -> list[Probe]:
+def probe(
+    direct: Fleet, rtt_ms: float, base: Path, initial_window: int = INITIAL_SEGMENTS
+) -> list[Probe]:
     """The floor, a change run and a re-run on ``direct``'s first host through a `DelayNetwork`
     of ``rtt_ms``, each with its SSH messages logged (the host's files are reset first).
 
@@ -190,7 +193,7 @@ def probe(direct: Fleet, rtt_ms: float, base: Path) -> list[Probe]:
     tool = DeployTool([sys.executable, "-m", "deploy.cli"], playbook)
     floor = FloorTool(sys.executable)
     found: list[Probe] = []
-    with DelayNetwork(rtt_ms) as net:
+    with DelayNetwork(rtt_ms, initial_window) as net:
         first = direct.hosts[0]
         single = Hosts(direct.sandbox, [first], direct.workdir, direct.original, direct.python)
         fleet = through(single, {first.name: net.forward(first.port)}, base / "wire", repo)
@@ -310,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.wire")
     parser.add_argument("--rtt", type=float, default=100.0)
+    parser.add_argument("--initial-window", type=int, default=INITIAL_SEGMENTS)
     options = parser.parse_args(arguments)
 
     from bench.deploybuild import REPO, ensure_bytecode
@@ -322,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## SSH messages at RTT {options.rtt:g} ms, N = 1 (`python -m bench.wire`)")
     with SshdSandbox(base / "sandbox") as sandbox:
         direct = start_fleet(sandbox, 1, kimi_k25_source(PATCH_NEEDED), REPO, base / "ws")
-        for found in probe(direct, options.rtt, base):
+        for found in probe(direct, options.rtt, base, options.initial_window):
             if found.exit_status != 0:
                 print(f"{found.label}: exit status {found.exit_status}", file=sys.stderr)
             report(found)

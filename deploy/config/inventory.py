@@ -149,6 +149,13 @@ class HostSpec(StrictModel):
     connect_timeout: float = Field(
         default=10.0, gt=0, description="Seconds to wait for TCP + SSH handshake."
     )
+    compression: bool = Field(
+        default=True,
+        description=(
+            "Compress the SSH traffic after login (zlib@openssh.com, used when sshd allows it,"
+            " as its default does): a run's bursts fit TCP's first windows, fewer round trips."
+        ),
+    )
     state_dir: str = Field(
         default=DEFAULT_STATE_DIR,
         description="Directory on the host for the lock, journals and saved copies.",

@@ -20,7 +20,15 @@ from deploy.remote.handshake import Handshakes
 from deploy.remote.settings import ConnectSettings
 
 #: The host settings a handshake depends on (`ConnectSettings.handshake_key`).
-HANDSHAKE_FIELDS = ("address", "port", "user", "known_hosts", "connect_timeout", "ssh_config")
+HANDSHAKE_FIELDS = (
+    "address",
+    "port",
+    "user",
+    "known_hosts",
+    "connect_timeout",
+    "ssh_config",
+    "compression",
+)
 
 
 def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> ConnectSettings:
@@ -39,6 +47,7 @@ def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> 
         become=bool(spec.become),
         become_user=spec.become_user or "root",
         become_password_env=spec.become_password_env,
+        compression=spec.compression,
     )
 
 

@@ -72,10 +72,12 @@ __all__ = [
 
 
 def _guard(conn: Connection, settings: ConnectSettings) -> None:
-    """Give ``conn`` our host-key policy and our key-type preference for its host."""
+    """Give ``conn`` our host-key policy, our key-type preference for its host and the
+    host's compression setting (``compress``: paramiko applies it after the factory)."""
     policy, types = policy_for(conn, settings)
     conn.client.set_missing_host_key_policy(policy)
-    conn.connect_kwargs["transport_factory"] = preferring(types)
+    conn.connect_kwargs["transport_factory"] = preferring(types, compress=settings.compression)
+    conn.connect_kwargs["compress"] = settings.compression
 
 
 def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:

@@ -172,9 +172,9 @@ def negotiate(
         if cancelled.is_set():
             sock.close()
             return None
-        transport = early.transport = preferring(types, _EarlyTransport)(
-            sock, packetizer_class=_SentBanner
-        )
+        transport = early.transport = preferring(
+            types, _EarlyTransport, compress=settings.compression
+        )(sock, packetizer_class=_SentBanner)
         if banner:
             transport.local_version = BANNER  # hashed by the key exchange: what was sent
             transport.packetizer.sent = f"{BANNER}\r\n".encode("ascii")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import paramiko
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, InputError
+from deploy.remote.compression import compressing
 from deploy.remote.knownhosts import KnownHosts, Verdict
 from deploy.remote.quickack import QuickAckTransport
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
@@ -129,19 +130,25 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
 
 
 def preferring(
-    types: list[str], cls: type[paramiko.Transport] = QuickAckTransport
+    types: list[str],
+    cls: type[paramiko.Transport] = QuickAckTransport,
+    *,
+    compress: bool = True,
 ) -> Callable[..., paramiko.Transport]:
-    """A transport factory that offers the host's listed key types first, as OpenSSH does.
+    """A transport factory that offers the host's listed key types first, as OpenSSH does,
+    and delayed compression unless ``compress`` is false (`deploy.remote.compression`).
 
     paramiko prefers only the type of the first key it was given for the host; we give it
     none (`KnownHostsPolicy` judges every key), so the preference is set here instead.
     """
+    made = compressing(cls)
     wanted: list[str] = []
     for key_type in types:
         wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
 
     def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
-        transport = cls(sock, **kwargs)
+        transport = made(sock, **kwargs)
+        transport.use_compression(compress)
         options = transport.get_security_options()
         supported = list(options.key_types)
         first = [t for t in wanted if t in supported]

@@ -33,6 +33,8 @@ class ConnectSettings:
     become: bool = False
     become_user: str = "root"
     become_password_env: str | None = None
+    #: Offer delayed zlib compression (`deploy.remote.compression`).
+    compression: bool = True
 
     def known_hosts_path(self) -> Path:
         return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
@@ -53,4 +55,5 @@ class ConnectSettings:
             self.known_hosts,
             self.connect_timeout,
             self.ssh_config,
+            self.compression,  # negotiated in the key exchange
         )

@@ -118,3 +118,32 @@ def test_a_closed_target_is_reported_and_the_client_disconnected() -> None:
         with socket.create_connection((LOOPBACK, port), timeout=10) as client:
             assert client.recv(1) == b""
         assert net.errors and f"{LOOPBACK}:{target}" in net.errors[0]
+
+
+def _echo_time(echo_port: int, rtt_ms: float, size: int, initial_window: int) -> float:
+    payload = bytes(range(256)) * (size // 256)
+    with DelayNetwork(rtt_ms, initial_window=initial_window) as net:
+        port = net.forward(echo_port)
+        with socket.create_connection((LOOPBACK, port), timeout=30) as client:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            began = time.perf_counter()
+            client.sendall(payload)
+            answer = _recv_exactly(client, len(payload))
+            took = time.perf_counter() - began
+    assert answer == payload
+    return took
+
+
+def test_a_burst_larger_than_the_initial_window_pays_slow_start(echo_port: int) -> None:
+    """60 KB on a fresh connection leaves in three flights (10, 20, then 12 segments), so its
+    echo comes back after about three RTTs; a 4 KB burst, or the same 60 KB with the window
+    model off, after one (bench/window.py)."""
+    rtt = 0.100
+    assert _echo_time(echo_port, rtt * 1000, 61_440, 10) >= 2.5 * rtt
+    assert _echo_time(echo_port, rtt * 1000, 4096, 10) < 2 * rtt
+    assert _echo_time(echo_port, rtt * 1000, 61_440, 0) < 2 * rtt
+
+
+def test_a_negative_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="window"):
+        DelayNetwork(10, initial_window=-1)

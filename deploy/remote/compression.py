@@ -1,0 +1,47 @@
+"""SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
+
+A run's traffic is text: the lock's command line carries the host programs (~45 KB of Python
+and shell), the host answers with the files the run reads (the SGLang model file is 29 KB),
+and a change run sends the new bytes, the saved copy and the journal records. On a fresh TCP
+connection the sender may have only 10 segments (~14 KB) unacknowledged, and the window
+doubles once per round trip: a 45 KB burst costs two round trips more than a 14 KB one on a
+real link (`bench/window.py`), which loopback never shows. zlib brings those bursts to a
+quarter or a third, under the initial window or close to it, for ~1 ms of CPU per 100 KB.
+
+Only the delayed method is offered: compression starts after authentication, as OpenSSH
+has done since 7.4 (sshd's default ``Compression yes`` offers nothing else), so nothing an
+unauthenticated peer sends is decompressed. A server that offers no compression is used
+without it, as before. ``compression: false`` in the inventory offers none (a link where
+CPU matters more than bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paramiko
+
+#: What a transport offers when compression is on: delayed zlib, else none.
+DELAYED = ("zlib@openssh.com", "none")
+OFF = ("none",)
+_MADE: dict[Any, Any] = {}
+
+
+def compressing(cls: type[paramiko.Transport]) -> type[paramiko.Transport]:
+    """``cls`` whose `use_compression` offers only delayed zlib (or nothing).
+
+    paramiko's own offers pre-authentication ``zlib`` as well, and ``SSHClient.connect``
+    calls it after the transport factory (``compress=`` of the connect), so the choice is
+    made here, on the class, where that call cannot undo it.
+    """
+
+    made = _MADE.get(cls)
+    if made is None:
+
+        class Compressing(cls):  # type: ignore[misc]  # untyped paramiko
+            def use_compression(self, compress: bool = True) -> None:
+                self.get_security_options().compression = DELAYED if compress else OFF
+
+        Compressing.__name__ = Compressing.__qualname__ = f"Compressing{cls.__name__}"
+        made = _MADE.setdefault(cls, Compressing)
+    return made  # type: ignore[no-any-return]

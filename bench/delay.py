@@ -61,6 +61,8 @@ class DelayNetwork:
         self._writers: set[asyncio.StreamWriter] = set()
         #: Why a connection could not be forwarded (shown by the bench if a run fails).
         self.errors: list[str] = []
+        #: Bytes carried so far, all connections: "up" from the tools, "down" from the hosts.
+        self.carried = {"up": 0, "down": 0}
         self._thread = threading.Thread(target=self.loop.run_forever, name="delay", daemon=True)
         self._thread.start()
 
@@ -100,15 +102,17 @@ class DelayNetwork:
             _nodelay(writer)
             self._writers.add(writer)
         pumps = [
-            asyncio.ensure_future(self._pump(down_r, up_w)),
-            asyncio.ensure_future(self._pump(up_r, down_w)),
+            asyncio.ensure_future(self._pump(down_r, up_w, "up")),
+            asyncio.ensure_future(self._pump(up_r, down_w, "down")),
         ]
         await asyncio.gather(*pumps, return_exceptions=True)
         for writer in (down_w, up_w):
             self._writers.discard(writer)
             writer.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str
+    ) -> None:
         """Read chunks as they come; a second task writes each one ``one_way`` s after it
         left, in order. EOF travels with the same delay (a half-close, as TCP does). With a
         window model, a chunk leaves (enters the delay line) only as far as the window allows
@@ -117,10 +121,11 @@ class DelayNetwork:
         sender = asyncio.ensure_future(self._send(queue, writer))
         try:
             if self.initial_window and self.one_way:
-                await self._shaped(reader, queue)
+                await self._shaped(reader, queue, direction)
             else:
                 while True:
                     data = await _read(reader)
+                    self.carried[direction] += len(data)
                     queue.put_nowait((self.loop.time() + self.one_way, data))
                     if not data:
                         break
@@ -129,7 +134,10 @@ class DelayNetwork:
             sender.cancel()
 
     async def _shaped(
-        self, reader: asyncio.StreamReader, queue: asyncio.Queue[tuple[float, bytes]]
+        self,
+        reader: asyncio.StreamReader,
+        queue: asyncio.Queue[tuple[float, bytes]],
+        direction: str,
     ) -> None:
         """Move what ``reader`` brings into ``queue`` as one direction's congestion window
         lets it leave: bytes beyond the window wait for the ACKs of earlier ones."""
@@ -141,6 +149,7 @@ class DelayNetwork:
         async def read() -> None:
             nonlocal ended
             while data := await _read(reader):
+                self.carried[direction] += len(data)
                 pending.extend(data)
                 arrived.set()
             ended = True

@@ -61,7 +61,21 @@ class Window:
         return self.rtt + MIN_RTO
 
     def room(self, now: float) -> int:
-        """Bytes that may be sent at ``now`` (0: wait for `next_ack`)."""
+        """Bytes that may be sent at ``now`` (0: wait for `next_ack`). Asking changes nothing
+        but the ACKs received by ``now``: the same answer however often it is asked."""
+        return max(0, self._window(now) - self.in_flight)
+
+    def sent(self, now: float, size: int) -> None:
+        """``size`` bytes (at most `room`) left at ``now``; their ACK is due one RTT later."""
+        self.cwnd = self._window(now)
+        self.in_flight += size
+        limited = 2 * self.in_flight >= self.cwnd
+        self._flight.append((now + self.rtt, size, limited))
+        self._last_send = now
+
+    def _window(self, now: float) -> int:
+        """The window at ``now``: ACKs due by then taken in, and the restart after idle
+        (applied to the window for good only when something is sent, as Linux does)."""
         while self._flight and self._flight[0][0] <= now:
             _, size, limited = self._flight.popleft()
             self.in_flight -= size
@@ -70,15 +84,8 @@ class Window:
         if self.in_flight == 0 and self._last_send is not None:
             rounds = int((now - self._last_send) / self.rto)
             if rounds > 0:
-                self.cwnd = max(self.cwnd >> rounds, min(self.cwnd, self.initial))
-        return max(0, self.cwnd - self.in_flight)
-
-    def sent(self, now: float, size: int) -> None:
-        """``size`` bytes (at most `room`) left at ``now``; their ACK is due one RTT later."""
-        self.in_flight += size
-        limited = 2 * self.in_flight >= self.cwnd
-        self._flight.append((now + self.rtt, size, limited))
-        self._last_send = now
+                return max(self.cwnd >> rounds, min(self.cwnd, self.initial))
+        return self.cwnd
 
     def next_ack(self) -> float | None:
         """When the oldest bytes in flight are acknowledged (None: nothing in flight)."""

@@ -171,6 +171,12 @@ class Probe:
     #: ms from the instrumented process's start to its first SSH message: client CPU before
     #: the connection (imports, configuration) plus the TCP connect and the banners.
     first_message_ms: float
+    #: Bytes that crossed the link (TCP payload, compressed if the tool compresses), each way.
+    wire_up: int = 0
+    wire_down: int = 0
+    #: The SSH messages' own bytes (before compression and encryption), each way.
+    ssh_up: int = 0
+    ssh_down: int = 0
 
 
 def probe(
@@ -212,6 +218,7 @@ def probe(
                 p for p in (str(repo), command.env.get("PYTHONPATH", "")) if p
             )
             env = {**command.env, _LOG_ENV: str(log), "PYTHONPATH": python_path}
+            before = dict(net.carried)
             outcome = run(Command(wrapped, command.cwd, env))
             lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
             sends = [x["t"] for x in lines if x["dir"] == ">"]
@@ -223,6 +230,10 @@ def probe(
                     outcome.seconds,
                     outcome.exit_status,
                     (sends[0] - began) * 1000 if sends else 0.0,
+                    net.carried["up"] - before["up"],
+                    net.carried["down"] - before["down"],
+                    sum(x.get("len", 0) for x in lines if x["dir"] == ">"),
+                    sum(x.get("len", 0) for x in lines if x["dir"] == "<"),
                 )
             )
         direct.reset()
@@ -243,7 +254,10 @@ def render(probes: list[Probe], rtt_ms: float) -> list[str]:
         "RTT plus whatever the host did meanwhile. The TCP connect and the version banners "
         'come before the first row, the same for every tool. "before the first message" '
         "is the client's own start-up (imports, configuration) plus that connect: CPU, not "
-        "round trips.",
+        'round trips. The bytes "on the link" are what the proxy carried (TCP payload: '
+        "encrypted, compressed where the tool compresses); through its congestion-window "
+        "model a burst larger than a fresh connection's first window (10 segments, 14.5 kB) "
+        "waits a round trip more per doubling, which a wait row then shows as longer.",
         "",
         *_summary(probes),
     ]
@@ -251,7 +265,10 @@ def render(probes: list[Probe], rtt_ms: float) -> list[str]:
         status = "" if found.exit_status == 0 else f", **exit status {found.exit_status}**"
         lines += [
             f"**{found.label}**: {len(found.waits)} waits, process {found.seconds:.2f} s, "
-            f"{found.first_message_ms:.0f} ms before the first message{status}",
+            f"{found.first_message_ms:.0f} ms before the first message, "
+            f"{_kb(found.wire_up)} sent and {_kb(found.wire_down)} received on the link "
+            f"(SSH messages: {_kb(found.ssh_up)} and {_kb(found.ssh_down)} before compression)"
+            f"{status}",
             "",
         ]
         what = causes(found.label, found.waits)
@@ -264,6 +281,10 @@ def render(probes: list[Probe], rtt_ms: float) -> list[str]:
             "",
         ]
     return lines
+
+
+def _kb(size: int) -> str:
+    return f"{size / 1000:.1f} kB"
 
 
 def _summary(probes: list[Probe]) -> list[str]:
@@ -297,7 +318,8 @@ def _summary(probes: list[Probe]) -> list[str]:
 def report(found: Probe) -> None:
     print(
         f"\n### {found.label}: {len(found.waits)} waits after the banners, "
-        f"process {found.seconds:.2f} s, {found.first_message_ms:.0f} ms before the first message\n"
+        f"process {found.seconds:.2f} s, {found.first_message_ms:.0f} ms before the first message, "
+        f"{_kb(found.wire_up)} sent / {_kb(found.wire_down)} received on the link\n"
     )
     print("| # | waited ms | client sent | then received | what |")
     print("| --- | --- | --- | --- | --- |")

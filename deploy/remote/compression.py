@@ -13,6 +13,14 @@ has done since 7.4 (sshd's default ``Compression yes`` offers nothing else), so 
 unauthenticated peer sends is decompressed. A server that offers no compression is used
 without it, as before. ``compression: false`` in the inventory offers none (a link where
 CPU matters more than bytes).
+
+What compression changes for security (attack review, issue 17): paramiko compresses each
+packet on its own (``Z_FULL_FLUSH``), so a packet's length can reveal only how its own content
+compresses; a file that mixes a secret with text someone else controls, rendered and written
+by one step, is the case where that is conceivable (CRIME-style), and ``compression: false``
+is the answer for such a host. The sudo password travels in a packet of its own. And a
+compromised host can send a packet that inflates ~1000-fold in the workstation's memory; it can
+already send unbounded data in a channel, so this adds no new kind of harm.
 """
 
 from __future__ import annotations

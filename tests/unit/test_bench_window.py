@@ -56,3 +56,11 @@ def test_after_an_idle_rto_the_window_falls_back_to_the_initial_one() -> None:
     # Idle for two RTOs: halved twice (4 -> 1 initial window), not below the initial one.
     assert window.room(0.1 + 0.61) == IW
     assert Window(rtt=0.1).room(5.0) == IW
+
+
+def test_asking_for_room_while_idle_does_not_shrink_the_window_again() -> None:
+    window = Window(rtt=0.1)
+    window.sent(0.0, IW)
+    window.room(0.1)
+    window.sent(0.1, 2 * IW)
+    assert [window.room(0.2 + 0.31) for _ in range(3)] == [2 * IW] * 3

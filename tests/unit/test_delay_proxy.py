@@ -147,3 +147,13 @@ def test_a_burst_larger_than_the_initial_window_pays_slow_start(echo_port: int) 
 def test_a_negative_window_is_refused() -> None:
     with pytest.raises(ValueError, match="window"):
         DelayNetwork(10, initial_window=-1)
+
+
+def test_the_bytes_carried_are_counted_each_way(echo_port: int) -> None:
+    """The wire probe reports what crossed the link from these counters (bench/wire.py)."""
+    with DelayNetwork(10) as net:
+        port = net.forward(echo_port)
+        with socket.create_connection((LOOPBACK, port), timeout=10) as client:
+            client.sendall(b"x" * 20_000)
+            assert len(_recv_exactly(client, 20_000)) == 20_000
+        assert net.carried == {"up": 20_000, "down": 20_000}

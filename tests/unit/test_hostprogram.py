@@ -82,42 +82,6 @@ def test_the_text_sent_is_the_same_code_without_its_prose(name: str) -> None:
     assert len(sent) < len(assembled) * 3 / 4
 
 
-def test_stripping_keeps_strings_and_code_that_shares_a_line() -> None:
-    source = (
-        '"""Module doc."""\n'
-        "import os  # why\n"
-        "\n"
-        "SCRIPT = '''line one\n"
-        "# not a comment\n"
-        "\n"
-        "'''\n"
-        "def only_doc():\n"
-        '    """Nothing else."""\n'
-        "def shared(): return 'x'  # trailing\n"
-        "X = 1; 'kept: shares its line'\n"
-        "if os:\n"
-        "    # a comment line\n"
-        "    '''a bare string'''\n"
-        "else:\n"
-        "    y = '#' + \"# not either\"\n"
-    )
-    assert hostprogram.stripped(source) == (
-        "import os\n"
-        "SCRIPT = '''line one\n"
-        "# not a comment\n"
-        "\n"
-        "'''\n"
-        "def only_doc():\n"
-        "    pass\n"
-        "def shared(): return 'x'\n"
-        "X = 1; 'kept: shares its line'\n"
-        "if os:\n"
-        "    pass\n"
-        "else:\n"
-        "    y = '#' + \"# not either\"\n"
-    )
-
-
 @pytest.mark.parametrize("name", hostprogram.NAMES)
 def test_the_kept_stripped_texts_are_current(name: str) -> None:
     """What `program` returns without stripping at start-up must be made from today's source."""
@@ -126,10 +90,23 @@ def test_the_kept_stripped_texts_are_current(name: str) -> None:
     assert program(name) == kept.partition("\n")[2]
 
 
-def test_a_stale_kept_text_is_not_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An edited source whose kept text was not regenerated is stripped afresh."""
-    for name in hostprogram.NAMES:
-        (tmp_path / f"{name}.txt").write_text("# sha256 of the source: 00\nprint('stale')\n")
+@pytest.mark.parametrize(
+    "damage",
+    ["stale", "truncated", "not utf-8", "missing"],
+)
+def test_a_kept_text_that_cannot_serve_is_not_sent(
+    damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept text made from another source, cut short (with a header that was right), not
+    UTF-8, or absent: the source is stripped afresh instead."""
+    whole = hostprogram.shipped_text("helperboot")
+    kept = {
+        "stale": b"# sha256 of the source and stripper: 00 text 00\nprint('stale')\n",
+        "truncated": whole.encode()[: len(whole) // 2],
+        "not utf-8": whole.encode() + b"\xff\xfe",
+    }
+    if damage in kept:
+        (tmp_path / "helperboot.txt").write_bytes(kept[damage])
     monkeypatch.setattr(hostprogram, "SHIPPED", tmp_path)
     program.cache_clear()
     try:

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from deploy.engine.runid import new_run_id as new_run_id  # where callers found it
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
+from deploy.remote.calls import Call
 from deploy.remote.host import sha256
-from deploy.remote.session import Call
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import (
     Begin,

@@ -1,12 +1,13 @@
 """SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
 
-A run's traffic is text: the lock's command line carries the host programs (~45 KB of Python
-and shell), the host answers with the files the run reads (the SGLang model file is 29 KB),
-and a change run sends the new bytes, the saved copy and the journal records. On a fresh TCP
-connection the sender may have only 10 segments (~14 KB) unacknowledged, and the window
-doubles once per round trip: a 45 KB burst costs two round trips more than a 14 KB one on a
-real link (`bench/window.py`), which loopback never shows. zlib brings those bursts to a
-quarter or a third, under the initial window or close to it, for ~1 ms of CPU per 100 KB.
+A run's traffic is text: the lock's command line carries the host programs (~31 KB of Python
+and shell, stripped to code by `deploy.remote.codeonly`), the host answers with the files the
+run reads (the SGLang model file is 29 KB), and a change run sends the new bytes, the saved
+copy and the journal records. On a fresh TCP connection the sender may have only 10 segments
+(~14 KB) unacknowledged, and the window doubles once per round trip: a 31 KB burst costs one
+round trip more than a 14 KB one on a real link (`bench/window.py`), which loopback never
+shows. zlib brings those bursts to a quarter or a third (the lock's exec goes out as ~9 KB),
+under the initial window, for ~1 ms of CPU per 100 KB.
 
 Only the delayed method is offered: compression starts after authentication, as OpenSSH
 has done since 7.4 (sshd's default ``Compression yes`` offers nothing else), so nothing an

@@ -35,9 +35,10 @@ from deploy.checks.compile import ahead_lookup
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become, become_password, handshake, sftp_command
+from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.hostfiles import HostFiles, helper_error
-from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sshauth import provided_secret
 from deploy.remote.transport import Channel, Transport

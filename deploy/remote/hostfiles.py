@@ -26,8 +26,9 @@ from typing import Any, Protocol, Unpack
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become
+from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.hostprogram import program
-from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sftpfiles import SftpFiles
 

@@ -45,10 +45,11 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
+from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.host import quote
 from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
 from deploy.remote.loop import LOOP
-from deploy.remote.session import Call, CallFailed, NoHelper, Session, SessionLost
+from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan, scan_script

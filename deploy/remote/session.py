@@ -35,77 +35,16 @@ import json
 import select
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import paramiko
 
 from deploy import trace
+from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.transport import Channel
 
 #: Seconds a timed command may overrun its own ``timeout(1)`` before the host counts as lost.
 GRACE = 15.0
-
-
-class SessionLost(Exception):
-    """The loop stopped answering or answered out of frame; the channel cannot be reused."""
-
-
-class CallFailed(Exception):
-    """A helper request failed on the host (refused, or an OS error); the session goes on."""
-
-    def __init__(self, call: Call) -> None:
-        super().__init__(call.error)
-        self.call = call
-
-
-class NoHelper(Exception):
-    """The host has no python3 to run the file helper (`deploy.remote.fileagent`)."""
-
-
-@dataclass
-class Call:
-    """One request to the host's file helper, answered later (`Session.wait`)."""
-
-    args: dict[str, Any]
-    answer: dict[str, Any] | None = None
-    payload: bytes = b""
-    #: A shell command sent ahead (`Session.send_run`): the answer holds its exit status and
-    #: stderr, the payload its stdout.
-    command: bool = False
-    #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
-    #: everything sent after it (until the client's ``CLEAR``).
-    check: bool = False
-    #: A command's time limit in seconds (`send_run`). The host stops it there with
-    #: timeout(1) when it has one; whatever else the client waits for, it waits for this
-    #: answer that long plus `GRACE` (a host without timeout(1) is then treated as lost).
-    timeout: float | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.answer is not None
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.answer and self.answer.get("ok"))
-
-    @property
-    def skipped(self) -> bool:
-        return bool(self.answer and self.answer.get("skipped"))
-
-    @property
-    def failed_check(self) -> bool:
-        """A ``CHECK`` that ran and exited other than 0 (the host then skipped what followed)."""
-        return bool(self.check and self.answer and self.answer.get("status", 0) != 0)
-
-    @property
-    def error(self) -> str:
-        answer = self.answer or {}
-        text = str(answer.get("error") or "no answer")
-        where = answer.get("file")
-        if where and where not in text and not answer.get("refused"):
-            text += f": {where}"
-        return text
 
 
 class Session:

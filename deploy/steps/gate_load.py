@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from deploy.checks.throughput import Level, rate
 from deploy.errors import CheckFailed
 from deploy.steps.service_control import ServiceControl
+from deploy.steps.service_generate import post_generate
 
 if TYPE_CHECKING:
     from deploy.steps.gate_throughput import GateThroughputArgs
@@ -44,7 +45,7 @@ def completion_tokens(svc: ServiceControl, args: GateThroughputArgs) -> int:
     Raises:
         CheckFailed: not a 200, or no ``meta_info.completion_tokens`` in the answer.
     """
-    data, raw = svc.post_generate(request_body(args), args.timeout)
+    data, raw = post_generate(svc, request_body(args), args.timeout)
     try:
         tokens = data["meta_info"]["completion_tokens"]
     except (KeyError, TypeError) as exc:

@@ -21,7 +21,7 @@ from deploy.checks.interpreter import root_only_if_trusted
 from deploy.checks.loglines import newest_line
 from deploy.config.services import ServiceSpec
 from deploy.edits.cmdline import masked_argv
-from deploy.errors import CheckFailed, StepFailed
+from deploy.errors import StepFailed
 from deploy.remote import http
 from deploy.remote.api import Host
 from deploy.remote.host import quote
@@ -373,44 +373,3 @@ class ServiceControl:
             if lines
             else "(no log output)"
         )
-
-    # -- generation ----------------------------------------------------------------------------
-
-    def post_generate(self, body: dict[str, Any], timeout: float) -> tuple[Any, bytes]:
-        """One POST /generate, the one way smoke and gate send it: (parsed JSON, raw body).
-
-        Raises:
-            CheckFailed: unreachable, not a 200, or not JSON.
-        """
-        try:
-            response = self.post("/generate", body, timeout=timeout)
-        except http.ServerUnavailable as exc:
-            raise CheckFailed(f"POST /generate failed: {exc}") from exc
-        if response.status != 200:
-            raise CheckFailed(
-                f"POST /generate answered HTTP {response.status}: {response.body[:200]!r}"
-            )
-        try:
-            return response.json(), response.body
-        except ValueError as exc:
-            raise CheckFailed(f"POST /generate gave no JSON: {response.body[:200]!r}") from exc
-
-    def generate(self, prompt: str, max_new_tokens: int, timeout: float = 300.0) -> tuple[str, int]:
-        """One POST /generate; returns (text, completion_tokens).
-
-        Raises:
-            CheckFailed: not a 200, or no usable answer.
-        """
-        body = {
-            "text": prompt,
-            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
-        }
-        data, raw = self.post_generate(body, timeout)
-        try:
-            text = str(data.get("text", ""))
-            tokens = int(data.get("meta_info", {}).get("completion_tokens", 0))
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise CheckFailed(
-                f"POST /generate gave no JSON with text and meta_info: {raw[:200]!r}"
-            ) from exc
-        return text, tokens

@@ -48,8 +48,10 @@ class SmokeStep(Step[SmokeArgs]):
         args = self.args
         if planned.noop:
             return
-        text, tokens = control(ctx, args.service).generate(
-            args.prompt, args.max_new_tokens, args.timeout
+        from deploy.steps.service_generate import generate  # the SSH stack: only when it runs
+
+        text, tokens = generate(
+            control(ctx, args.service), args.prompt, args.max_new_tokens, args.timeout
         )
         if not text.strip():
             raise CheckFailed(f"{args.service} generated empty text for {args.prompt!r}")

@@ -78,3 +78,11 @@ def checks(results: Results) -> list[Check]:
                 if ratio is not None:
                     found.append(Check(f"{anchor} ÷ deploy", rtt, n, kind, ratio, factor, False))
     return found
+
+
+def ceiling(results: Results, anchor: str, kind: str, n: int, rtt: int) -> float | None:
+    """``anchor`` ÷ floor: the "anchor ÷ deploy" a tool exactly as fast as the floor would get.
+
+    Not a target; it says whether a missed anchor target was within reach of this machine.
+    """
+    return _ratio(results, (anchor, kind), ("floor", "connect"), n, rtt)

@@ -95,3 +95,19 @@ def test_the_page_has_a_column_per_rtt_and_size_and_lists_the_targets(tmp_path: 
     assert draw(results, tmp_path / "performance.png")
     assert (tmp_path / "performance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![seconds against RTT and against N" in render(results)
+
+
+def test_an_anchor_target_shows_what_a_tool_at_the_floor_would_score() -> None:
+    results = _results()
+    # ansible re-run at loopback N = 20: 8.0 / 1.8 = 4.44 against deploy; 8.0 / 1.6 = 5.00
+    # against the floor, so the target was within reach there.
+    assert targets.ceiling(results, "ansible", "rerun", 20, 0) == pytest.approx(5.0)
+    page = render(results)
+    (line,) = [
+        x for x in page.splitlines() if x.startswith("- ansible ≥ 5× `deploy`") and "re-run" in x
+    ]
+    assert "loopback, N = 20: 4.44× (a tool at the floor: 5.00×)" in line
+    assert "| ansible change ÷ floor | — | 6.56× | 7.62× |" in page  # 10.5/1.6, 16.0/2.1
+    # the floor-limit targets carry no ceiling
+    (line,) = [x for x in page.splitlines() if x.startswith("- `deploy` change run ÷ floor ≤ 1.3×")]
+    assert "a tool at the floor" not in line

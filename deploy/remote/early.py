@@ -12,10 +12,20 @@ paramiko knows nothing of handshakes made ahead; three small subclasses adapt it
 overriding one method: `_EarlyTransport` (its second ``start_client`` is a no-op, and the
 login's service request is answered by the one made ahead), `_SentBanner` (the client's
 banner is not sent twice), `_ServiceAhead` (the service accepted ahead is held for the login).
+
+Those methods are paramiko's private ones, and ``paramiko>=3.4`` lets a user install any later
+release: one that renamed or reshaped them could leave a login waiting for an accept nobody
+dispatches, then failing, on every run. So the shortcut is taken only with a paramiko it was
+tested with (`TESTED_MAJORS`) that still has every method it overrides (`fits`); with any
+other, `negotiate` declines and each host is connected to at the login, as without a
+handshake ahead: slower by the key exchange's round trips, never broken. A new major release
+then fails this project's CI (tests/integration/test_handshake_ahead.py expects the
+shortcut), which is where the adapters get checked again, not an operator's run.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +52,40 @@ from deploy.remote.settings import ConnectSettings
 
 if TYPE_CHECKING:
     from deploy.remote.handshake import Dial
+
+
+#: paramiko's major versions whose internals the adapters below were checked against.
+TESTED_MAJORS = frozenset({3, 4, 5})
+
+#: The private members the adapters override or call: (class, name, what it must be).
+_OVERRIDDEN = (
+    (paramiko.Transport, "_send_message", "method"),
+    (paramiko.Transport, "start_client", "method"),
+    (paramiko.Packetizer, "write_all", "method"),
+    (AuthHandler, "_request_auth", "method"),
+    (AuthHandler, "_parse_service_accept", "method"),
+    (AuthHandler, "_client_handler_table", "property"),
+    (AuthHandler, "_handler_table", "property"),
+)
+
+
+def fits(version: str, members: tuple[tuple[type, str, str], ...] = _OVERRIDDEN) -> bool:
+    """Whether a handshake ahead may use this paramiko: a tested major ``version`` that still
+    has every member the adapters rely on, in the same shape (a method, a property)."""
+    major = version.split(".", 1)[0]
+    if not major.isdigit() or int(major) not in TESTED_MAJORS:
+        return False
+    for owner, name, kind in members:
+        found = inspect.getattr_static(owner, name, None)
+        if kind == "property" and not isinstance(found, property):
+            return False
+        if kind == "method" and not inspect.isfunction(found):
+            return False
+    return True
+
+
+#: Decided once, at import (`negotiate` declines when False).
+FITS = fits(getattr(paramiko, "__version__", ""))
 
 
 def _service_request() -> bytes:
@@ -136,14 +180,16 @@ def negotiate(
 
     Writes nothing and asks nothing (an unknown key that ``accept-new`` would record is only
     recorded by `open_connection`, at the login). None when the host is not to be reached
-    ahead: through a ProxyJump or ProxyCommand (that would mean logging in to the jump
-    host), or settings that fail before any contact (an unreadable ssh_config or known_hosts,
+    ahead: with a paramiko the adapters do not fit (`FITS`), through a ProxyJump or
+    ProxyCommand (that would mean logging in to the jump host), or settings that fail before any contact (an unreadable ssh_config or known_hosts,
     which `open_connection` then reports). ``cancelled`` (the command's input was bad, or it
     ended) stops it between steps; ``hold`` is given the handshake as soon as it exists, so
     that the command can close it from another thread while it is under way. ``dial``: the
     TCP connect started before this module was imported, used if it went where ssh_config
     says the host is.
     """
+    if not FITS:
+        return None  # an untested paramiko: the login connects as without a handshake
     direct = dial is not None and settings.known_hosts is not None
     try:
         if direct:

@@ -148,6 +148,32 @@ def test_a_change_run_negotiates_while_the_playbook_is_validated(
     assert "[preauth]" not in log, log
 
 
+def test_an_untested_paramiko_runs_without_a_handshake_ahead(make_kimi_hosts: MakeHosts) -> None:
+    """The adapters override paramiko's private methods: under a release they were not tested
+    with (here one that calls itself 6.0.0) the run connects at the login, as if no handshake
+    had been made ahead, and succeeds; it must never wait on an accept nobody dispatches."""
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    offset = _quiet_offset(kimi.host)
+    newer = "import paramiko\nparamiko.__version__ = '6.0.0'\n" + TRACED
+    proc = subprocess.run(
+        [sys.executable, "-c", newer, "apply", "kimi-eagle3", "--yes", *FILES_ONLY],
+        cwd=deploy.workdir,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory), "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert b"def set_eagle3_layers_to_capture" in kimi.model_file.read_bytes()
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("SPANS ")]
+    names = [name for _thread, name, _start, _end in json.loads(line.removeprefix("SPANS "))]
+    assert "ssh.handshake" in names  # the thread ran, and declined:
+    assert "ssh.key_exchange" not in names and "ssh.service_request" not in names
+    log = _await_log(kimi.host, offset, "Accepted publickey")
+    assert log.count("Accepted publickey") == 1, log
+
+
 def test_an_unknown_host_key_is_reported_only_with_valid_input(
     make_kimi_hosts: MakeHosts, tmp_path: Path
 ) -> None:

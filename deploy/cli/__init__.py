@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from deploy.cli.apply import apply
-from deploy.cli.common import CONTEXT, Process, leave
+from deploy.cli.common import CONTEXT, Process, leave, quiet_warnings
 from deploy.cli.records import history, show, status
 from deploy.cli.rollback import rollback
 from deploy.cli.tools import demo, schedule, schema_command, validate
@@ -63,6 +63,8 @@ def main() -> None:
     # Start-up is imports and validation: no garbage worth collecting (see `startup_done`).
     gc.disable()
     mask_terminal()  # secrets are *** in everything printed (deploy.masking)
+    if Process.owned:
+        quiet_warnings()  # the libraries' warnings: shown with -v only
 
 
 for _command in (apply, rollback, validate, history, show, status, schedule, schema_command, demo):

@@ -65,7 +65,12 @@ from deploy.errors import DeployError, InputError
 @click.option(
     "--skip-tags", multiple=True, metavar="TAG", help="Skip steps with any of these tags."
 )
-@click.option("-v", "--verbose", count=True, help="More detail (-vv: also the commands run).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More detail, the libraries' warnings included (-vv: also the commands run).",
+)
 @click.option(
     "--list-hosts", is_flag=True, help="Print the hosts the run would touch; connect to none."
 )

@@ -6,8 +6,9 @@ import gc
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
@@ -29,6 +30,51 @@ def startup_done() -> None:
     """
     gc.freeze()
     gc.enable()
+
+
+class _Warnings:
+    """The warnings `quiet_warnings` held back, and where ``-v`` sends them (`show_warnings`)."""
+
+    held: ClassVar[list[str]] = []
+    write: ClassVar[Callable[[str], None] | None] = None
+
+
+def quiet_warnings() -> None:
+    """Python warnings are kept from the operator's terminal: shown with ``-v`` only.
+
+    They are the libraries' messages to their callers: a cryptography release deprecating an
+    algorithm paramiko 3.4.0 still names printed four lines of ``CryptographyDeprecationWarning``
+    before every command's output (the one line of a bad input included), and into every
+    scheduled run's mail. Nothing an operator can act on. ``-v`` shows them (`show_warnings`),
+    where whoever reports a problem looks. Only the process deploy owns (the console script)
+    calls this, so the test suite sees warnings as usual. No ``logging`` import (~10 ms): the
+    commands that never log do not pay for it.
+    """
+    import warnings
+
+    def hold(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        text = f"{filename}:{lineno}: {category.__name__}: {message}"
+        if _Warnings.write is not None:
+            _Warnings.write(text)
+        elif len(_Warnings.held) < 100:
+            _Warnings.held.append(text)
+
+    warnings.showwarning = hold
+
+
+def show_warnings(write: Callable[[str], None]) -> None:
+    """``-v``: the warnings held back so far, and every later one, go to ``write``."""
+    _Warnings.write = write
+    held, _Warnings.held = _Warnings.held, []
+    for text in held:
+        write(text)
 
 
 class Process:

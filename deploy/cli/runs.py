@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 import click
 
-from deploy.cli.common import end_process
+from deploy.cli.common import end_process, show_warnings
 
 
 def _split(values: tuple[str, ...]) -> set[str] | None:
@@ -88,7 +88,8 @@ def _maybe(parse: Any, *values: Any) -> Any:
 
 
 def _logging(verbose: int) -> None:
-    """``-v``: the engine's notes; ``-vv``: also debug records (the commands run on hosts)."""
+    """``-v``: the engine's notes and the libraries' warnings (`show_warnings`); ``-vv``: also
+    debug records (the commands run on hosts)."""
     import logging
 
     if verbose:
@@ -97,3 +98,4 @@ def _logging(verbose: int) -> None:
         logger = logging.getLogger("deploy")
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+        show_warnings(logging.getLogger("deploy.warnings").warning)

@@ -22,7 +22,7 @@ import sys, warnings
 import deploy.config.inventory_file as inventory_file
 loaded = inventory_file.load_inventory
 def load(*args, **kwargs):
-    warnings.warn("TripleDES has been moved to cryptography.hazmat.decrepit", UserWarning)
+    warnings.warn("a library says: this API moved (deploy-test-marker)", UserWarning)
     return loaded(*args, **kwargs)
 inventory_file.load_inventory = load
 from deploy.cli import main
@@ -61,5 +61,5 @@ def test_a_bad_input_is_still_one_line() -> None:
 def test_verbose_shows_it_as_a_log_line() -> None:
     result = _deploy("apply", "kimi-eagle3", "--list-hosts", "-v")
     assert result.returncode == 0, result.stderr
-    (line,) = [x for x in result.stderr.splitlines() if "TripleDES" in x]
+    (line,) = [x for x in result.stderr.splitlines() if "deploy-test-marker" in x]
     assert line.startswith("deploy.warnings: ") and "UserWarning" in line

@@ -81,8 +81,27 @@ def connection_options(command: Callable[..., T]) -> Callable[..., T]:
 
 
 def _ask(prompt: str) -> str:
-    value: str = click.prompt(prompt, hide_input=True, err=True)
-    return value
+    """Ask for a secret on the terminal, with echo turned off *before* the prompt shows.
+
+    ``click.prompt(hide_input=True)`` before click 8.4 (``click>=8.1`` admits 8.1-8.3) writes
+    the prompt and only then lets getpass turn echo off (with ``TCSAFLUSH``, which also
+    discards input already typed). A password typed or pasted as soon as the prompt appeared
+    (a password manager's auto-type, or a person while the machine was busy: the handshake
+    ahead runs meanwhile) could land in between: shown in clear on the screen, then thrown
+    away, the command left waiting at a prompt that had already had its answer. getpass
+    writes the prompt itself, once echo is off. An empty answer asks again, and Ctrl-C or
+    Ctrl-D ends the command (a newline, then exit 1 with "Aborted!"), as click.prompt did.
+    """
+    import getpass
+
+    while True:
+        try:
+            value = getpass.getpass(f"{prompt}: ")
+        except (EOFError, KeyboardInterrupt):
+            click.echo(err=True)  # getpass leaves the cursor after the prompt
+            raise click.Abort() from None
+        if value:
+            return value
 
 
 def with_connection(items: list[T]) -> list[T]:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ from deploy.remote.early import negotiate
 from deploy.remote.handshake import Handshakes, direct
 from deploy.remote.settings import ConnectSettings
 from deploy.sandbox.sshd import SshHost
-from tests.integration.conftest import REPO, sha256
+from tests.integration.conftest import REPO, Deploy, KimiHost, sha256
 from tests.integration.handshakes import MakeHosts, bad_run, edit_inventory
 
 FILES_ONLY = ("--skip-tags", "service")
@@ -110,13 +111,11 @@ def test_bad_playbook_exits_2_after_a_key_exchange_and_no_login(
     assert not kimi.host.state_dir.exists()
 
 
-def test_a_change_run_negotiates_while_the_playbook_is_validated(
-    make_kimi_hosts: MakeHosts,
-) -> None:
-    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
-    offset = len(kimi.host.log_text())
+def _traced_change_run(deploy: Deploy, kimi: KimiHost, code: str) -> list[list[Any]]:
+    """Run the files-only change run under ``code`` (`TRACED`, or a variant of it); assert it
+    succeeded and patched the file; return the spans it printed."""
     proc = subprocess.run(
-        [sys.executable, "-c", TRACED, "apply", "kimi-eagle3", "--yes", *FILES_ONLY],
+        [sys.executable, "-c", code, "apply", "kimi-eagle3", "--yes", *FILES_ONLY],
         cwd=deploy.workdir,
         capture_output=True,
         text=True,
@@ -127,7 +126,16 @@ def test_a_change_run_negotiates_while_the_playbook_is_validated(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert b"def set_eagle3_layers_to_capture" in kimi.model_file.read_bytes()
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("SPANS ")]
-    spans = json.loads(line.removeprefix("SPANS "))
+    spans: list[list[Any]] = json.loads(line.removeprefix("SPANS "))
+    return spans
+
+
+def test_a_change_run_negotiates_while_the_playbook_is_validated(
+    make_kimi_hosts: MakeHosts,
+) -> None:
+    (kimi,), deploy = make_kimi_hosts(["0.5.9"])
+    offset = len(kimi.host.log_text())
+    spans = _traced_change_run(deploy, kimi, TRACED)
 
     def one(name: str) -> tuple[str, float, float]:
         (found,) = [(thread, start, end) for thread, n, start, end in spans if n == name]
@@ -155,19 +163,8 @@ def test_an_untested_paramiko_runs_without_a_handshake_ahead(make_kimi_hosts: Ma
     (kimi,), deploy = make_kimi_hosts(["0.5.9"])
     offset = _quiet_offset(kimi.host)
     newer = "import paramiko\nparamiko.__version__ = '6.0.0'\n" + TRACED
-    proc = subprocess.run(
-        [sys.executable, "-c", newer, "apply", "kimi-eagle3", "--yes", *FILES_ONLY],
-        cwd=deploy.workdir,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory), "PYTHONPATH": str(REPO)},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert b"def set_eagle3_layers_to_capture" in kimi.model_file.read_bytes()
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("SPANS ")]
-    names = [name for _thread, name, _start, _end in json.loads(line.removeprefix("SPANS "))]
+    spans = _traced_change_run(deploy, kimi, newer)
+    names = [name for _thread, name, _start, _end in spans]
     assert "ssh.handshake" in names  # the thread ran, and declined:
     assert "ssh.key_exchange" not in names and "ssh.service_request" not in names
     log = _await_log(kimi.host, offset, "Accepted publickey")

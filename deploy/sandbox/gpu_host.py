@@ -17,13 +17,13 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.sandbox.ports import free_port
 from deploy.sandbox.sshd import SshHost
 from deploy.sandbox.wheels import kimi_k25_source, server_flags
 
@@ -39,12 +39,6 @@ FAST = {
     "tokens_per_s": 160.0,
     "eagle3_tokens_per_s": 320.0,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

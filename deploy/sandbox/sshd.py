@@ -37,13 +37,13 @@ from typing import Any
 
 import yaml
 
+from deploy.sandbox.ports import pick_ports
 from deploy.sandbox.reaper import MARKER_VAR, POLL, STOP_TIMEOUT, SurvivedKill, doomed, kill_trees
 from deploy.sandbox.sshd_setup import (
     CONFIG,
     SandboxError,
     find_sshd,
     keygen,
-    pick_ports,
     plain,
 )
 

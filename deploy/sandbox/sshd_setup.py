@@ -1,4 +1,4 @@
-"""What one sandbox daemon needs before it starts: the binary, keys, free ports, a config.
+"""What one sandbox daemon needs before it starts: the binary, keys, a config.
 
 Kept apart from running the daemons (`deploy.sandbox.sshd`): everything here is done once
 per daemon and fails with a `SandboxError` that says what to install or fix.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -75,26 +74,6 @@ def keygen(paths: list[Path], comment: str) -> None:
     for message, code in errors:
         if code:
             raise SandboxError(f"ssh-keygen failed: {message or f'exit status {code}'}")
-
-
-def pick_ports(count: int, avoid: set[int] | frozenset[int]) -> list[int]:
-    """Free loopback ports from the kernel, distinct and not in ``avoid``.
-
-    Every probe socket stays bound until all ports are chosen, so one call never returns the
-    same port twice; a port can still be taken before sshd binds it, which the caller retries.
-    """
-    probes: list[socket.socket] = []
-    try:
-        ports: list[int] = []
-        while len(ports) < count:
-            probes.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            probes[-1].bind(("127.0.0.1", 0))
-            if (port := probes[-1].getsockname()[1]) not in avoid:
-                ports.append(port)
-        return ports
-    finally:
-        for probe in probes:
-            probe.close()
 
 
 def plain(text: str) -> str:

@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from deploy.sandbox.ports import free_port
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from tests.integration.conftest import Deploy
 from tests.integration.terminal import on_terminal
@@ -254,9 +254,7 @@ def test_ask_pass_logs_in_with_a_password_then_k_becomes_root(clean: Fleet, tmp_
     """--ask-pass over a second sshd of the same host that allows passwords (the sandbox's do
     not), then -K: two prompts, one login by password, everything as root."""
     config = (clean.host.workdir / "sshd_config").read_text()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = re.sub(r"(?m)^Port \d+$", f"Port {port}", config)
     config = re.sub(r"(?m)^PidFile .*$", f'PidFile "{tmp_path}/sshd.pid"', config)
     config = config.replace("PasswordAuthentication no", "PasswordAuthentication yes")

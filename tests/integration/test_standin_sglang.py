@@ -36,6 +36,7 @@ from deploy.checks.nvidia_smi import (
     parse_query_gpu,
 )
 from deploy.sandbox.gpu_host import write_server_flags
+from deploy.sandbox.ports import free_port
 from deploy.sandbox.wheels import ALREADY_PATCHED, PATCH_NEEDED, kimi_k25_source, server_flags
 
 FAKE = Path(__file__).parents[2] / "deploy" / "sandbox" / "fake_sglang"
@@ -71,12 +72,6 @@ def poll(check: Callable[[], T], what: str, timeout: float = 10.0) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:

@@ -5,8 +5,8 @@ every outgoing ``connect()`` draws its source port from. Released and handed to 
 binds it a second later, it can meanwhile become the source port of one of the hundreds of SSH
 and HTTP connections a test run opens: CI saw the SGLang stand-in die with ``EADDRINUSE`` on a
 port deploy had just found free. So ports are drawn at random from outside that range, where
-only an explicit bind can take them, and each pick is recorded in a file under the temp
-directory for `HOLD` seconds (far longer than any server takes to bind), so parallel test
+only an explicit bind can take them, and each pick is written to one registry file under the
+temp directory for `HOLD` seconds (far longer than any server takes to bind), so parallel test
 workers and demos never pick the same one. A bind probe skips ports that are already bound.
 """
 
@@ -44,52 +44,32 @@ def candidates() -> list[int]:
     return [p for p in range(_LOWEST, _HIGHEST + 1) if not low <= p <= high]
 
 
-def _lock_dir() -> Path:
-    """The records' directory: this user's own, so no other user can plant or steer them."""
-    path = Path(tempfile.gettempdir()) / f"deploy-sandbox-ports-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    info = path.lstat()
-    if info.st_uid != os.getuid() or not path.is_dir() or path.is_symlink():
-        raise OSError(errno.EPERM, f"{path} is not a directory of this user's")
-    return path
+def registry() -> Path:
+    """The file of recent picks (``port pid time`` lines), in a directory of this user's own
+    so that no other user can plant or steer it."""
+    directory = Path(tempfile.gettempdir()) / f"deploy-sandbox-ports-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    info = directory.lstat()
+    if info.st_uid != os.getuid() or not directory.is_dir() or directory.is_symlink():
+        raise OSError(errno.EPERM, f"{directory} is not a directory of this user's")
+    return directory / "picks"
 
 
-def _reserve(port: int) -> bool:
-    """Record ``port`` as picked by this process; False when another process picked it less
-    than `HOLD` seconds ago and still lives.
+def _held(lines: list[str], now: float) -> dict[int, tuple[int, float]]:
+    """The picks still in force: those younger than `HOLD`, whoever made them.
 
-    The record is read and rewritten under an exclusive ``flock``, so two processes that pick
-    the same port at the same moment cannot both get it.
-    """
-    fd = os.open(
-        _lock_dir() / str(port), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-    )
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.fdopen(os.dup(fd), "r+") as record:
-            holder, _, when = record.read().partition(" ")
-            if holder.isdigit() and int(holder) != os.getpid() and _alive(int(holder)):
-                try:
-                    if time.time() - float(when) < HOLD:
-                        return False
-                except ValueError:
-                    pass
-            record.seek(0)
-            record.truncate()
-            record.write(f"{os.getpid()} {time.time():.3f}")
-        return True
-    finally:
-        os.close(fd)  # also drops the flock
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    Not shortened when the picking process ends: the server it started may still be on its
+    way to binding the port (and a pid can be reused)."""
+    held: dict[int, tuple[int, float]] = {}
+    for line in lines:
+        try:
+            port, pid, when = line.split()
+            entry = int(port), int(pid), float(when)
+        except ValueError:
+            continue  # a torn or foreign line: ignore it, it is dropped on the next write
+        if now - entry[2] < HOLD:
+            held[entry[0]] = entry[1:]
+    return held
 
 
 def _bindable(port: int) -> bool:
@@ -103,27 +83,43 @@ def _bindable(port: int) -> bool:
 
 
 def pick_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
-    """``count`` distinct loopback ports, free now, outside the ephemeral range, not in ``avoid``
-    and reserved for this process.
+    """``count`` distinct loopback ports, free now, outside the ephemeral range, not in
+    ``avoid``, not picked by this process before nor by any in the last `HOLD` seconds.
 
-    A port can still be bound by an unrelated program before the caller's server binds it;
-    callers that can move (sshd) retry on another.
+    The registry is read, pruned of expired picks and rewritten under an exclusive ``flock``,
+    so two processes picking at the same moment never get the same port and the file only
+    ever holds the last `HOLD` seconds of picks. A port can still be bound by an unrelated
+    program before the caller's server binds it; callers that can move (sshd) retry.
 
     Raises:
         OSError: fewer than ``count`` such ports are free.
     """
-    pool = [p for p in candidates() if p not in avoid]
+    pool = [p for p in candidates() if p not in avoid and p not in _picked]
     random.SystemRandom().shuffle(pool)
-    chosen: list[int] = []
-    for port in pool:
-        if len(chosen) == count:
-            break
-        if port in _picked or not _bindable(port) or not _reserve(port):
-            continue
-        _picked.add(port)
-        chosen.append(port)
-    if len(chosen) < count:
-        raise OSError(errno.EADDRNOTAVAIL, f"only {len(chosen)} of {count} loopback ports free")
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(registry(), flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a few ms: probes only, no waiting
+        with os.fdopen(os.dup(fd), "r+") as record:
+            now = time.time()
+            held = _held(record.read().splitlines(), now)
+            chosen: list[int] = []
+            for port in pool:
+                if len(chosen) == count:
+                    break
+                if port not in held and _bindable(port):
+                    chosen.append(port)
+            if len(chosen) < count:
+                raise OSError(
+                    errno.EADDRNOTAVAIL, f"only {len(chosen)} of {count} loopback ports free"
+                )
+            held.update(dict.fromkeys(chosen, (os.getpid(), now)))
+            record.seek(0)
+            record.truncate()
+            record.write("".join(f"{p} {pid} {when:.3f}\n" for p, (pid, when) in held.items()))
+    finally:
+        os.close(fd)  # also drops the flock
+    _picked.update(chosen)
     return chosen
 
 

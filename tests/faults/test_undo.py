@@ -233,11 +233,10 @@ def test_fleet_rollback_retry_finishes_the_same_run(make_fault_host, tmp_path: P
 
 
 def closed_port() -> int:
-    import socket
+    """A port nothing listens on: reserved for this process, so no sandbox server takes it."""
+    from deploy.sandbox.ports import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 def test_a_missing_saved_copy_stops_nothing(make_fault_host) -> None:  # type: ignore[no-untyped-def]

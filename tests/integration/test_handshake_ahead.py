@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from deploy.errors import InputError
 from deploy.remote.early import negotiate
 from deploy.remote.handshake import Handshakes, direct
 from deploy.remote.settings import ConnectSettings
+from deploy.sandbox.ports import free_port
 from deploy.sandbox.sshd import SshHost
 from tests.integration.conftest import REPO, Deploy, KimiHost, sha256
 from tests.integration.handshakes import MakeHosts, bad_run, edit_inventory
@@ -89,10 +89,8 @@ def _await_log(host: SshHost, offset: int, needle: str, timeout: float = 10.0) -
 
 
 def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port nothing listens on: reserved for this process, so no sandbox server takes it."""
+    return free_port()
 
 
 def test_bad_playbook_exits_2_after_a_key_exchange_and_no_login(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import yaml
 
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost
+from deploy.sandbox.ports import free_port
 from tests.integration.conftest import Deploy, KimiHost, Result
 
 pytestmark = pytest.mark.ssh
@@ -29,9 +29,8 @@ DIFF_LINE = "+    def set_eagle3_layers_to_capture("
 
 
 def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port nothing listens on: reserved for this process, so no sandbox server takes it."""
+    return free_port()
 
 
 def _with_dead_host(deploy: Deploy) -> int:

@@ -23,6 +23,7 @@ from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable
 from deploy.remote import sshauth
 from deploy.remote.connect import ConnectSettings
 from deploy.remote.host import RemoteHost
+from deploy.sandbox.ports import free_port
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from tests.integration.conftest import Deploy
 from tests.integration.terminal import on_terminal
@@ -86,9 +87,7 @@ def no_secrets_between_tests() -> Iterator[None]:
 
 
 def test_refused_port(ssh_host: SshHost) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()  # reserved for this process: nothing listens on it
     message = failure(settings(ssh_host, port=closed))
     assert f"127.0.0.1:{closed}: connection refused" in message and "sshd runs" in message
 

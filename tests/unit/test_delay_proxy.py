@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.delay import LOOPBACK, DelayNetwork, ping_pong
+from deploy.sandbox.ports import free_port
 
 
 @pytest.fixture
@@ -110,9 +111,7 @@ def test_eof_reaches_the_other_side(echo_port: int) -> None:
 
 
 def test_a_closed_target_is_reported_and_the_client_disconnected() -> None:
-    closed = socket.create_server((LOOPBACK, 0))
-    target = closed.getsockname()[1]
-    closed.close()
+    target = free_port()  # reserved for this process: nothing listens on it
     with DelayNetwork(10) as net:
         port = net.forward(target)
         with socket.create_connection((LOOPBACK, port), timeout=10) as client:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from deploy.errors import BecomeFailed, InputError
-from deploy.remote.transport import Channel
+from deploy.remote.transport import Channel, rest_after_exit
 
 #: Where Debian/Ubuntu, RHEL/Fedora, Arch and Alpine keep OpenSSH's sftp-server.
 SFTP_SERVERS = (
@@ -129,6 +129,7 @@ def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: f
             seen += channel.recv_stderr(65536)
             continue
         if channel.exit_status_ready() and not channel.recv_stderr_ready():
+            seen += rest_after_exit(channel)[1]  # sudo's last words may come after its status
             channel.close()
             raise how.refusal(seen.replace(mark, b"").decode("utf-8", "replace"))
         left = deadline - time.monotonic()

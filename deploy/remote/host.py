@@ -41,7 +41,7 @@ from deploy.remote.hostfiles import HostFiles, helper_error
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sshauth import provided_secret
-from deploy.remote.transport import Channel, Transport
+from deploy.remote.transport import Channel, Transport, rest_after_exit
 
 log = logging.getLogger("deploy.remote")
 
@@ -318,6 +318,9 @@ class RemoteHost:
                     and not channel.recv_ready()
                     and not channel.recv_stderr_ready()
                 ):
+                    rest, rest_err = rest_after_exit(channel)
+                    out.append(rest)
+                    err.append(rest_err)
                     break
                 if channel.closed and not channel.exit_status_ready():
                     raise HostUnreachable(

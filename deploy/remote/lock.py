@@ -51,7 +51,7 @@ from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
 from deploy.remote.loop import LOOP
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
-from deploy.remote.transport import Channel
+from deploy.remote.transport import Channel, rest_after_exit
 from deploy.statedir.layout import parse_scan, scan_script
 from deploy.statedir.runs import RunInfo, ordered
 from deploy.statedir.trust import TRUST_CHECK
@@ -256,6 +256,7 @@ def acquire(
                 deadline = time.monotonic() + timeout  # silence is what times out
                 continue
             if channel.exit_status_ready() and not channel.recv_ready():
+                buffer += rest_after_exit(channel)[0]  # why it refused may come after
                 break
             if time.monotonic() > deadline:
                 raise HostUnreachable(

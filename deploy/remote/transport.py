@@ -21,7 +21,11 @@ Two implementations: `deploy.remote.ssh.SshTransport` (paramiko, through Fabric)
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Protocol
+
+#: How long a command's output may still come after its exit status (`rest_after_exit`).
+AFTER_EXIT = 0.5
 
 
 class Channel(Protocol):
@@ -60,6 +64,36 @@ class Channel(Protocol):
     def settimeout(self, timeout: float | None) -> None: ...
 
     def close(self) -> None: ...
+
+
+def rest_after_exit(channel: Channel, within: float = AFTER_EXIT) -> tuple[bytes, bytes]:
+    """What a command still sends after its exit status arrived: (stdout, stderr), to the EOF.
+
+    OpenSSH sends the exit status as soon as the command exits, and the rest of the output
+    after it when the pipe still held some (its session.c keeps reading: "there could be some
+    more data waiting in the pipe"); only the EOF comes after the last byte. So a reader that
+    stops at the exit status can lose the end of the output: `deploy status` lost its
+    script's last line so, under load. A command that left a background process holding its
+    output never sends the EOF: after ``within`` seconds what came is all there is. Both
+    streams end at the one EOF, so stderr is complete when stdout is.
+    """
+    out = bytearray()
+    deadline = time.monotonic() + within
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            channel.settimeout(left)
+            chunk = channel.recv(1 << 16)
+            if not chunk:
+                break  # the EOF: nothing more will come
+            out += chunk
+    except TimeoutError:
+        pass  # a background process holds the output open
+    finally:
+        channel.settimeout(None)
+    err = bytearray()
+    while channel.recv_stderr_ready():
+        err += channel.recv_stderr(1 << 16)
+    return bytes(out), bytes(err)
 
 
 class Stream(Protocol):

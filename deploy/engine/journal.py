@@ -29,7 +29,6 @@ from deploy.engine.runid import new_run_id as new_run_id  # where callers found 
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.calls import Call
-from deploy.remote.host import sha256
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import (
     Begin,
@@ -38,6 +37,7 @@ from deploy.statedir.records import (
     encode,
     from_fields,
     parse_journal,
+    sha256,
 )
 
 

@@ -20,7 +20,6 @@ and everything in this class runs unchanged on it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import select
 import shlex
@@ -401,11 +400,6 @@ class RemoteHost:
 
     def read_ahead(self, paths: list[str]) -> None:
         self.files.read_ahead(paths)
-
-
-def sha256(data: bytes) -> str:
-    """Hex sha256 of content: how files, saved copies and undo checks are identified."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def quote(value: str) -> str:

@@ -240,6 +240,12 @@ def canonical(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
+def sha256(data: bytes) -> str:
+    """Hex sha256 of content: how files, saved copies and undo checks are identified (the
+    ``sha256`` fields of these records)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def checksum(data: Mapping[str, Any]) -> str:
     """The ``sum`` of a record: over every field but ``sum`` itself."""
     body = {k: v for k, v in data.items() if k != "sum"}

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from deploy.config.inventory import StrictModel
-from deploy.statedir.records import Backup
+from deploy.statedir.records import Backup, sha256
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.files import read_file, sha256
+from deploy.steps.files import read_file
 
 
 class BackupArgs(StrictModel):

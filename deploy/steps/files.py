@@ -14,7 +14,6 @@ content is no longer what we wrote.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
@@ -24,7 +23,7 @@ from pydantic import Field
 from deploy.config.inventory import StrictModel
 from deploy.edits.text import unified_diff
 from deploy.errors import ForeignChange, RollbackFailed, StepFailed
-from deploy.statedir.records import Backup, Done, Record, Undone, WriteIntent
+from deploy.statedir.records import Backup, Done, Record, Undone, WriteIntent, sha256
 from deploy.steps.base import (
     FileChange,
     FileState,
@@ -37,12 +36,6 @@ from deploy.steps.base import (
 
 if TYPE_CHECKING:
     from deploy.remote.api import Host
-
-
-def sha256(data: bytes) -> str:
-    """Hex sha256 of content, as `deploy.remote.host.sha256` (without importing the remote
-    layer, which validation never needs)."""
-    return hashlib.sha256(data).hexdigest()
 
 
 class FileWriteOptions(StrictModel):

@@ -30,9 +30,10 @@ from deploy.checks.python_ast import check_python
 from deploy.config.inventory import StrictModel, empty_list
 from deploy.errors import CheckFailed
 from deploy.statedir.layout import Layout
+from deploy.statedir.records import sha256
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.files import read_file, sha256
+from deploy.steps.files import read_file
 
 
 class VerifyPythonArgs(StrictModel):

@@ -41,7 +41,7 @@ import paramiko
 
 from deploy import trace
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.transport import Channel
+from deploy.remote.transport import Channel, rest_after_exit
 
 #: Seconds a timed command may overrun its own ``timeout(1)`` before the host counts as lost.
 GRACE = 15.0
@@ -326,7 +326,11 @@ class Session:
                 continue
             ended = self.channel.closed or self.channel.exit_status_ready()
             if ended and not self.channel.recv_ready():
-                raise SessionLost("the host's shell ended")
+                rest = rest_after_exit(self.channel)[0]  # its last answer may follow the status
+                if not rest:
+                    raise SessionLost("the host's shell ended")
+                self._buffer += rest
+                return
             wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             if wait <= 0:
                 raise SessionLost("no answer in time")

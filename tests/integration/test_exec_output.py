@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from deploy.remote.host import RemoteHost
+from deploy.remote.session import Session
 from deploy.remote.transport import AFTER_EXIT
 from deploy.sandbox.sshd import SshHost
 from tests.integration.test_ssh_connect import settings
@@ -61,3 +62,15 @@ def test_a_plain_command_is_not_slowed(ssh_host: SshHost) -> None:
             assert remote.run("echo ok").stdout == "ok\n"
         each = (time.monotonic() - began) / 5
     assert each < AFTER_EXIT, f"{each:.2f} s per command"
+
+
+def test_the_locks_shell_s_last_answer_after_its_exit_status_is_read(ssh_host: SshHost) -> None:
+    """The session reader too: a shell whose answer comes after its exit status is not 'lost'.
+
+    A stand-in for the lock's shell exits at once and leaves a child that writes the answer
+    0.3 s later; the request is sent once sshd has sent the exit status."""
+    with RemoteHost(settings(ssh_host)) as remote:
+        channel = remote.start("(sleep 0.3; printf 'DONE 0 2 0\\nok') & exit 0")
+        assert channel.status_event.wait(5), "no exit status"
+        assert not channel.recv_ready()
+        assert Session(channel).run("true", timeout=10) == (0, b"ok", b"", False)

@@ -41,7 +41,7 @@ import paramiko
 
 from deploy import trace
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.transport import Channel, rest_after_exit
+from deploy.remote.transport import AFTER_EXIT, Channel, rest_after_exit
 
 #: Seconds a timed command may overrun its own ``timeout(1)`` before the host counts as lost.
 GRACE = 15.0
@@ -66,6 +66,8 @@ class Session:
         # Amortized appends and front deletions: an answer may carry a large file.
         self._buffer = bytearray()
         self.broken = False
+        #: When the shell was first seen ended (its exit status in): bounds what is read after.
+        self._ended_at: float | None = None
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
@@ -326,7 +328,15 @@ class Session:
                 continue
             ended = self.channel.closed or self.channel.exit_status_ready()
             if ended and not self.channel.recv_ready():
-                rest = rest_after_exit(self.channel)[0]  # its last answer may follow the status
+                # Its last answer may follow the status: read on for AFTER_EXIT in all, within
+                # the deadline (a host trickling a byte at a time after it must not hold us).
+                now = time.monotonic()
+                if self._ended_at is None:
+                    self._ended_at = now
+                left = self._ended_at + AFTER_EXIT - now
+                if deadline is not None:
+                    left = min(left, deadline - now)
+                rest = rest_after_exit(self.channel, left)[0] if left > 0 else b""
                 if not rest:
                     raise SessionLost("the host's shell ended")
                 self._buffer += rest

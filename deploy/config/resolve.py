@@ -225,6 +225,7 @@ def _plan(
     _register_secrets(values, resolved, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
     for service in services.values():
         masking.register_vars(service.env)
+        masking.register(service.api_key)  # None and "" are not registered
     if spec is None or len(steps) != len(indexes):
         return None
     masking.register_env(spec.password_env)

@@ -44,7 +44,9 @@ from deploy.steps.service_client import control, run_as_note, runtime
 
 if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired command line)
     # loads when a service step runs: validating a playbook and a file-only run never need it
+    from deploy.services.control import ServiceControl
     from deploy.services.desired import Changes, Desired
+    from deploy.services.endpoint import Endpoint
     from deploy.services.state import ServiceState
 
 
@@ -122,6 +124,19 @@ class RestartArgs(ServiceArgs):
             env_set=dict(self.env.set) if self.env else {},
             env_unset=list(self.env.unset) if self.env else [],
         )
+
+
+def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
+    """Where the server just started will answer, and its key: from its command line and
+    environment (its ``--host``, ``--api-key``), as `deploy.services.endpoint` reads them."""
+    from deploy.services.endpoint import endpoint_of
+
+    if want is not None and want.source == "running server":
+        return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+    if want is not None and want.command:
+        return endpoint_of(svc.spec, argv=shlex.split(want.command), env=want.env)
+    command = shlex.split(svc.spec.command or "")
+    return endpoint_of(svc.spec, argv=command, env=svc.spec.env)
 
 
 ServiceArgsT = TypeVar("ServiceArgsT", bound=ServiceArgs)
@@ -288,6 +303,7 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
+            facts["endpoint"] = _new_endpoint(svc, want)
             parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])

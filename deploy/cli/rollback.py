@@ -122,5 +122,10 @@ def rollback(
         open_host=ssh_opener(handshakes),
     )
     handshakes.close()
+    absent = f"no run {target.run_id} on this host"
+    if target.recorded is None and all(h.error == absent for h in run.hosts):
+        # Named in full, recorded nowhere and on no host: a typo, as `show` says (exit 2).
+        where = ", ".join(h.host for h in run.hosts)
+        _fail(InputError(f"no run {target.run_id} on {where} nor in `deploy history`"), out)
     run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

@@ -298,7 +298,9 @@ def render_summary(
         return paint(padded, raw, colour) if column == 1 else padded
 
     out.extend(table_lines(headers, rows, shrink=(2, 4), width=width, style=style))
-    out.append(f"run {run.run_id}: exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
+    # A --check run is not recorded (`deploy show` could not find its id): it names none.
+    label = "" if run.check_mode else f"run {run.run_id}: "
+    out.append(f"{label}exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
     return "\n".join(out)
 
 

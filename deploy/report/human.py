@@ -383,6 +383,9 @@ def render_status(statuses: list[HostStatus]) -> str:
                 f"`deploy rollback {run.run_id}` finishes undoing it (`deploy apply` leaves "
                 "this host alone until then)"
                 if run.state == "rollback incomplete"
+                else "it is not retried: a human brings the host back, then "
+                f"`deploy resolve {run.run_id} -m WHY` (apply and rollback refuse until then)"
+                if run.state == "undo failed"
                 else f"the next `deploy apply` on this host (or `deploy rollback {run.run_id}`) "
                 "undoes it first"
             )

@@ -107,13 +107,11 @@ def resolve(
         end_process(4 if unreachable else 0)
     names = ", ".join(name for name, _, _ in chosen)
     question = f"Record that a human brought {names} back, closing run {run_id} there?"
-    try:
-        if not yes and not click.confirm(question, default=False):
-            click.echo("Nothing was changed.")
-            end_process(0)
-    except click.Abort:
-        click.echo("\nNothing was changed.")
-        end_process(130)
+    from deploy.cli.interrupts import confirmed
+
+    if not yes and not confirmed(question):
+        click.echo("Nothing was changed.")
+        end_process(0)
     holder = holder_info(new_run_id(), "resolve")
     for name, spec, found in chosen:
         remote = opener(name, spec, accept_new_host_keys)

@@ -104,10 +104,15 @@ def rollback(
         sys.exit(0)
     # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
     # hosts, files and the services it will restart.
-    if not yes and not click.confirm(target.describe(), default=False):
+    from deploy.cli.interrupts import confirmed, interruptible
+    from deploy.engine.run_options import Cancel
+
+    if not yes and not confirmed(target.describe()):
         handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)
+    halt = Cancel()  # as apply's: the first signal starts no new host, a second abandons
+    interruptible(halt, new_id, "rollback", undoing=target.run_id)
     run = run_rollback(
         target.hosts,
         run_id=new_id,
@@ -120,6 +125,7 @@ def rollback(
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),
         open_host=ssh_opener(handshakes),
+        halt=halt,
     )
     handshakes.close()
     absent = f"no run {target.run_id} on this host"

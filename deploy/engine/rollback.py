@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from deploy import interrupt
 from deploy.engine.journal import Journal, attach, read_copy, read_journal
 from deploy.engine.results import HostResult
 from deploy.errors import (
@@ -162,10 +163,13 @@ def undo_run(
     # Each pending intent went to the handler its step declared for its op (`_handlers`); the
     # phases below are `RecordUndo`'s: release everything, then restore files, then services.
     try:
-        for handler, events in handlers:
-            lines.extend(handler.release(events))
-        for handler, events in handlers:
-            lines.extend(handler.restore(events, journal))
+        # Not cut short by the run's first interrupt: putting the host back is what it asked
+        # for (`deploy.interrupt`); a second signal abandons the run, journal as it stands.
+        with interrupt.shielded():
+            for handler, events in handlers:
+                lines.extend(handler.release(events))
+            for handler, events in handlers:
+                lines.extend(handler.restore(events, journal))
     except DeployError as exc:
         failure = (
             exc if isinstance(exc, RollbackFailed) else RollbackFailed(f"{remote.name}: {exc}")

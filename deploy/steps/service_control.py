@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deploy import interrupt
 from deploy.checks.interpreter import root_only_if_trusted
 from deploy.checks.loglines import newest_line
 from deploy.config.services import ServiceSpec
@@ -364,7 +365,8 @@ class ServiceControl:
                 log = f"; log: {newest[:120]}" if newest else ""
                 on_progress(f"waiting for {self.name}: {elapsed:.0f} s, {status}{log}")
                 last_note = time.monotonic()
-            time.sleep(max(0.0, interval - (time.monotonic() - began - elapsed)))
+            # Cut short by the run's interrupt: the load is not waited out (deploy.interrupt).
+            interrupt.pause(interval - (time.monotonic() - began - elapsed))
 
     def _log_excerpt(self, offset: int) -> str:
         lines = self.log_tail(offset, lines=40)

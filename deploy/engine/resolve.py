@@ -70,7 +70,7 @@ def _file_line(remote: Host, intents: list[WriteIntent]) -> str:
 
 
 def _service_line(remote: Host, state_dir: str, intent: ServiceIntent) -> str:
-    from deploy.steps.service_undo import serving
+    from deploy.services.undo import serving
 
     return f"{intent.service}: {serving(remote, state_dir, intent.service, intent.fields_dict())}"
 

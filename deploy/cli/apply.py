@@ -229,7 +229,9 @@ def apply(
                 color=color,
                 details=False,
             )
-        if not click.confirm("\nApply these changes?", default=False):
+        from deploy.cli.interrupts import confirmed
+
+        if not confirmed("\nApply these changes?"):
             click.echo("Nothing was changed.")
             sys.exit(0)
     options = RunOptions(

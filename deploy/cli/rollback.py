@@ -104,10 +104,15 @@ def rollback(
         sys.exit(0)
     # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
     # hosts, files and the services it will restart.
-    if not yes and not click.confirm(target.describe(), default=False):
+    from deploy.cli.interrupts import confirmed, interruptible
+    from deploy.engine.run_options import Cancel
+
+    if not yes and not confirmed(target.describe()):
         handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)
+    halt = Cancel()  # as apply's: the first signal starts no new host, a second abandons
+    interruptible(halt, new_id, "rollback", undoing=target.run_id)
     run = run_rollback(
         target.hosts,
         run_id=new_id,
@@ -120,7 +125,13 @@ def rollback(
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),
         open_host=ssh_opener(handshakes),
+        halt=halt,
     )
     handshakes.close()
+    absent = f"no run {target.run_id} on this host"
+    if target.recorded is None and all(h.error == absent for h in run.hosts):
+        # Named in full, recorded nowhere and on no host: a typo, as `show` says (exit 2).
+        where = ", ".join(h.host for h in run.hosts)
+        _fail(InputError(f"no run {target.run_id} on {where} nor in `deploy history`"), out)
     run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from deploy import masking, trace
 from deploy.config.errors import Problems, validation_error
-from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
+from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec, valid_address
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
@@ -142,7 +142,32 @@ def _host_spec(
     rendered = variables.render(written, Origin(inv.positions, ("hosts", host)))
     rendered["vars"] = raw.get("vars", {})
     spec = _validated(HostSpec.model_validate, HostSpec, rendered, inv.positions, ("hosts", host))
+    _check_address(inv, host, spec)
     return _with_become(inv, host, spec, playbook_become)
+
+
+def _check_address(inv: LoadedInventory, host: str, spec: HostSpec) -> None:
+    """The address the host is reached at (its name by default), once rendered.
+
+    ssh_config's ProxyCommand gets it as ``%h``, in a command line a shell may read: ``a;b``
+    there would run ``b`` on the workstation, and a leading ``-`` is an option. No real host
+    name, address or alias has such characters, so they are refused before any host is
+    contacted (exit 2), whatever ssh_config says.
+
+    Raises:
+        InputError: the address holds a character no host name has.
+    """
+    address = spec.address if spec.address is not None else host
+    if valid_address(address):
+        return
+    path: tuple[str, ...] = (
+        ("hosts", host, "address") if spec.address is not None else ("hosts", host)
+    )
+    raise InputError(
+        f"{address!r} is not a host name, IP address or ssh_config alias "
+        "(letters, digits, '.', '-', '_', ':', '%', '[ ]')",
+        inv.positions.locate(path, prefer_key=spec.address is None),
+    )
 
 
 def _with_become(inv: LoadedInventory, host: str, spec: HostSpec, playbook: bool) -> HostSpec:

@@ -148,9 +148,17 @@ def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
                 remote.forget_read_ahead()  # an undo ran: read the files as it left them
             host_seq = next_host_seq(lock.runs)
         if options.check_mode:
-            if not _state_dir_writable(remote, spec.state_dir, result, progress):
-                return result
-            if not preview_recovery(remote, spec.state_dir, result):
+            try:
+                if not _state_dir_writable(remote, spec.state_dir, result, progress):
+                    return result
+                if not preview_recovery(remote, spec.state_dir, result):
+                    return result
+            except HostNotAttempted as exc:
+                # --check takes no lock, so the first thing done as the become user is this
+                # read: a refused sudo (a rotated password) is "not attempted" (exit 4) in one
+                # line, as the real run's lock says it, never an internal error.
+                result.outcome, result.error = "not attempted", str(exc)
+                progress.host_event(name, str(exc))
                 return result
             remote.read_ahead(paths)
         run_steps(remote, plan, options, result, host_seq)

@@ -16,6 +16,8 @@ from datetime import datetime
 from deploy.config.inventory import HostSpec
 from deploy.engine import history
 from deploy.engine.results import RunResult
+from deploy.engine.runid import is_full_run_id
+from deploy.errors import InputError
 
 #: Host outcomes after which a run's changes may still stand on that host.
 LEFT_CHANGES = frozenset({"changed", "rollback failed", "interrupted"})
@@ -98,7 +100,8 @@ def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]
     """The run to undo and the hosts to undo it on (``hosts``: the inventory after --limit).
 
     Raises:
-        InputError: an ambiguous RUN_ID prefix.
+        InputError: RUN_ID is no run id (a path), names several recorded runs, or is a part
+            of an id that no recorded run has.
     """
     if run_id is None:
         recorded = latest_apply(inventory)
@@ -106,6 +109,13 @@ def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]
             return RollbackTarget(None, [])
     else:
         recorded = history.load(run_id)
+        if recorded is None and not is_full_run_id(run_id):
+            # A part of an id can only be completed from this workstation's records; a run
+            # kept only on the hosts (another workstation's) is named in full.
+            raise InputError(
+                f"no recorded run {run_id} (see `deploy history`; a run kept only on the "
+                "hosts is named in full, as `deploy status` lists it)"
+            )
     if recorded is None or recorded.command != "apply":
         return RollbackTarget(run_id, list(hosts))
     touched = [h.host for h in recorded.hosts if h.outcome in TOUCHED]

@@ -298,7 +298,9 @@ def render_summary(
         return paint(padded, raw, colour) if column == 1 else padded
 
     out.extend(table_lines(headers, rows, shrink=(2, 4), width=width, style=style))
-    out.append(f"run {run.run_id}: exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
+    # A --check run is not recorded (`deploy show` could not find its id): it names none.
+    label = "" if run.check_mode else f"run {run.run_id}: "
+    out.append(f"{label}exit {run.exit_code} ({verdict(run)}), {run.duration:.2f} s")
     return "\n".join(out)
 
 
@@ -381,6 +383,9 @@ def render_status(statuses: list[HostStatus]) -> str:
                 f"`deploy rollback {run.run_id}` finishes undoing it (`deploy apply` leaves "
                 "this host alone until then)"
                 if run.state == "rollback incomplete"
+                else "it is not retried: a human brings the host back, then "
+                f"`deploy resolve {run.run_id} -m WHY` (apply and rollback refuse until then)"
+                if run.state == "undo failed"
                 else f"the next `deploy apply` on this host (or `deploy rollback {run.run_id}`) "
                 "undoes it first"
             )

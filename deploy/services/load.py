@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from deploy import interrupt
 from deploy.checks.throughput import Level, rate
 from deploy.errors import CheckFailed
 from deploy.remote import http
@@ -74,7 +75,12 @@ def completion_tokens(svc: ServiceControl, args: LoadSpec) -> int:
 
 
 def wave(svc: ServiceControl, args: LoadSpec, concurrency: int) -> float:
-    """``concurrency`` requests at once; their completion tokens over the wave's wall time."""
+    """``concurrency`` requests at once; their completion tokens over the wave's wall time.
+
+    Raises:
+        Interrupted: the run was interrupted before the wave (`deploy.interrupt`).
+    """
+    interrupt.check()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         began = time.monotonic()
         counts = list(pool.map(lambda _: completion_tokens(svc, args), range(concurrency)))

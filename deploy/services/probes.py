@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deploy import interrupt
 from deploy.checks.loglines import newest_line
 from deploy.config.services import POLL_INTERVAL
 from deploy.errors import CheckFailed, StepFailed
@@ -87,7 +88,8 @@ def wait_healthy(
             log = f"; log: {newest[:120]}" if newest else ""
             on_progress(f"waiting for {svc.name}: {elapsed:.0f} s, {status}{log}")
             last_note = time.monotonic()
-        time.sleep(max(0.0, interval - (time.monotonic() - began - elapsed)))
+        # Cut short by the run's interrupt: the load is not waited out (deploy.interrupt).
+        interrupt.pause(interval - (time.monotonic() - began - elapsed))
 
 
 def post_generate(svc: ServiceControl, body: dict[str, Any], timeout: float) -> tuple[Any, bytes]:

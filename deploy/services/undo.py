@@ -26,6 +26,24 @@ def _control(remote: Host, state_dir: str, name: str, record: dict[str, Any]) ->
     return ServiceControl(remote, state_dir, name, ServiceSpec.model_validate(record["spec"]))
 
 
+def serving(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
+    """What serves ``name`` now and whether it answers its health check, in one line (for
+    ``deploy resolve``: a human says the host is back; this is what deploy sees)."""
+    from deploy.remote import http
+    from deploy.services.probes import get
+
+    svc = _control(remote, state_dir, name, record)
+    current = svc.current()
+    if not current.running:
+        return "not running"
+    try:
+        answer = get(svc, svc.spec.health_path, timeout=10)
+        health = f"health {svc.spec.health_path}: HTTP {answer.status}"
+    except http.ServerUnavailable as exc:
+        health = f"health {svc.spec.health_path}: no answer ({exc})"
+    return f"{current.describe()}; {health}"
+
+
 def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
     """Stop what serves ``name`` now; one line saying what was stopped."""
     svc = _control(remote, state_dir, name, record)

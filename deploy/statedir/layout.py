@@ -25,7 +25,7 @@ from deploy.statedir.runs import RunInfo, summarize
 
 #: The records that decide a run's state (`deploy.statedir.runs.advance`); the scan reads
 #: only these lines, so a service intent's large environment never crosses the wire for it.
-STATE_EVENTS = ("begin", "end", "rollback_begin", "rollback_end")
+STATE_EVENTS = ("begin", "end", "rollback_begin", "rollback_end", "rollback_failed", "resolved")
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ _dp=$_dS/runs; set --
 while [ -n "$_dp" ] && [ ! -d "$_dp" ] && [ ! -h "$_dp" ]; do set -- "$_dp" "$@"; _dp=${_dp%/*}; done
 if [ "$#" -gt 0 ] || [ -n "$_dC" ]; then
   for _dp; do
-    _dM=$(LC_ALL=C mkdir -- "$_dp" 2>&1) || [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dp: $_dM"; exit 70; }
+    _dM=$(LC_ALL=C mkdir -- "$_dp" 2>&1) || [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }
   done
   _dR=$(realpath -e -- "$_dS" 2>/dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "vanished once created"; exit 73; }
   case $_dR in *"$_dN"*) printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "resolves to a path with a line break"; exit 73 ;; esac

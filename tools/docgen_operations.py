@@ -22,8 +22,8 @@ from deploy.engine import (
 )
 from deploy.engine import status as host_status
 from deploy.remote import become, hostfiles, lock
+from deploy.services import state as service_state
 from deploy.statedir import layout, records, runs, trust
-from deploy.steps import service_state
 from tools.docgen_markdown import _NOTICE, _cell, markdown
 
 # --- docs/operations.md -----------------------------------------------------------------------

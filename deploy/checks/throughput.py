@@ -107,7 +107,7 @@ def judge(
 
     Args:
         after: the new server's levels.
-        before: the old server's, measured just before the restart; None when there were none.
+        before: the old server's, measured before the run's first change; None when there were none.
         baseline: whether the gate compares against before (``baseline: before``).
         min_ratio: after / before must reach ``min_ratio * (1 - tolerance)`` at every level
             measured both times.

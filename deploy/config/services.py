@@ -13,6 +13,10 @@ from pydantic import Field, field_validator, model_validator
 
 from deploy.config.steps import _Strict
 
+#: Seconds between readiness polls: a ready server is noticed within 0.6 s (plus one request),
+#: and no 1-second window holds more than 2 requests (issue 6's bound for a loading server).
+POLL_INTERVAL = 0.6
+
 
 class ServiceSpec(_Strict):
     """One service: how to start it, find it, stop it and ask whether it is healthy."""

@@ -75,7 +75,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "before_tokens_per_s_cN": (
         "gate_throughput",
-        "The same, measured on the old server just before the restart (`baseline: before`; "
+        "The same, measured on the old server before the run's first change (`baseline: before`; "
         "absent when there was none).",
     ),
     "ratio_cN": ("gate_throughput", "tokens_per_s_cN / before_tokens_per_s_cN."),

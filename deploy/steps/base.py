@@ -2,6 +2,13 @@
 
 Lifecycle (the engine drives it, one step at a time, on one host):
 
+``preflight(ctx)``
+    Read-only checks of every step, before the run's first step: a host that cannot be served
+    is refused with nothing touched.
+``before_first_change(ctx)``
+    Called for every step once, just before the run's first change to the host (a file
+    written, a server stopped; never under ``--check``): what must be seen of the host as it
+    was — the throughput gate's baseline on the old server.
 ``plan(ctx)``
     Read what is needed (through ``ctx``, which fetches each file once per run) and compute the
     result locally. No side effects: ``--check`` is exactly the plans. Checks run here too, on
@@ -134,8 +141,14 @@ class StepContext:
     services: dict[str, Any] = field(default_factory=dict)
     #: --force: stop a listener that does not look like the service's server.
     force: bool = False
-    #: Steps after the current one (a restart looks ahead for a throughput baseline).
-    upcoming: list[Any] = field(default_factory=list)
+    #: The engine's phase (`deploy.engine.step_run.Phase`): "preflight", "before first
+    #: change", "change", "verify" or "commit".
+    phase: str = "preflight"
+    #: Set by the engine: runs every step's ``before_first_change``; called once, by
+    #: `first_change`.
+    on_first_change: Callable[[], None] | None = None
+    #: Whether `first_change` has run.
+    first_change_seen: bool = False
     #: Per-service facts of this run: started pid and log offset, baseline figures.
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Set by the engine before each step: whether a check may go with the commit
@@ -172,6 +185,15 @@ class StepContext:
             return False
         self.host_checks.append(HostCheck(self.step_index, call, explain))
         return True
+
+    def first_change(self) -> None:
+        """Say the run is about to make its first change to the host: the engine's "before the
+        first change" phase runs now (once; every later call returns at once)."""
+        if self.first_change_seen:
+            return
+        self.first_change_seen = True
+        if self.on_first_change is not None:
+            self.on_first_change()
 
     def anything_changed(self) -> bool:
         """Whether this run changed (or, under --check, would change) anything so far."""
@@ -314,6 +336,10 @@ class Step(Generic[ArgsT]):
     def preflight(self, ctx: StepContext) -> None:
         """Read-only checks run for every step before the run's first step, so that a host
         that cannot be served is refused with nothing touched (default: none)."""
+
+    def before_first_change(self, ctx: StepContext) -> None:
+        """What this step must see of the host before the run's first change to it (default:
+        nothing). Not called under ``--check``, nor in a run that changes nothing."""
 
     def plan(self, ctx: StepContext) -> Planned:
         raise NotImplementedError

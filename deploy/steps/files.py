@@ -105,7 +105,11 @@ def save_original(ctx: StepContext, state: FileState) -> str:
 
 
 def before_change(ctx: StepContext) -> None:
-    """Save every file a ``backup`` step named; called right before any change to the host."""
+    """Save every file a ``backup`` step named; called right before any change to the host.
+
+    The first call opens the engine's "before the first change" phase first
+    (`StepContext.first_change`): the host is seen as it was before anything is saved."""
+    ctx.first_change()
     while ctx.pending_backups:
         save_original(ctx, read_file(ctx, ctx.pending_backups.pop(0)))
 

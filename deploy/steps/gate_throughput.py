@@ -1,17 +1,18 @@
 """``gate_throughput`` — the new server must be fast enough, absolutely and against before.
 
-Output tokens per second at concurrency 1 and at a higher level (`deploy.steps.gate_load`: an
+Output tokens per second at concurrency 1 and at a higher level (`deploy.services.load`: an
 uncounted warm-up, then at least 3 samples per level, ``ignore_eos``, tokens from the server's
 ``meta_info.completion_tokens``), judged by `deploy.checks.throughput`: medians, ``min_ratio``
-within ``tolerance`` of the figures measured on the old server just before the restart
-(``baseline: before``, see `deploy.steps.service`), and ``min_tokens_per_s`` at concurrency 1.
+within ``tolerance`` of the figures measured on the old server before the run's first change
+(``baseline: before``: the engine's "before the first change" phase), and ``min_tokens_per_s``
+at concurrency 1.
 This is the check that catches EAGLE-3 running at 54.1 tok/s where the server it replaced made
 75. With no old server to measure, the gate fails unless ``min_tokens_per_s`` is set.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,7 +26,10 @@ from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.service import control, runtime
+from deploy.steps.service_client import control, runtime
+
+if TYPE_CHECKING:
+    from deploy.services.load import LoadSpec
 
 
 class GateThroughputArgs(StrictModel):
@@ -49,7 +53,8 @@ class GateThroughputArgs(StrictModel):
         ),
     )
     baseline: Literal["before"] | None = Field(
-        default=None, description="'before': measure the old server before the restart too."
+        default=None,
+        description="'before': measure the old server too, before the run's first change.",
     )
     min_ratio: float = Field(
         default=1.0, gt=0, description="New / before must reach this at every concurrency."
@@ -102,6 +107,19 @@ class GateThroughputArgs(StrictModel):
         """The concurrencies measured: 1 and ``concurrency``."""
         return concurrency_levels(self.concurrency)
 
+    def load(self) -> LoadSpec:
+        """The load these arguments send, as `deploy.services.load` measures it."""
+        from deploy.services.load import LoadSpec
+
+        return LoadSpec(
+            prompt=self.prompt,
+            max_new_tokens=self.max_new_tokens,
+            timeout=self.timeout,
+            warmup=self.warmup,
+            samples=self.samples,
+            levels=tuple(self.levels()),
+        )
+
 
 @register
 class GateThroughputStep(Step[GateThroughputArgs]):
@@ -117,6 +135,21 @@ class GateThroughputStep(Step[GateThroughputArgs]):
 
     def describe(self) -> str:
         return f"throughput gate on {self.args.service}"
+
+    def before_first_change(self, ctx: StepContext) -> None:
+        """With ``baseline: before``: measure the old server as it serves before the run
+        changes anything (the figures, or why there are none, kept for `verify`)."""
+        if self.args.baseline != "before":
+            return
+        from deploy.services.load import measure_baseline
+
+        svc = control(ctx, self.args.service)
+        levels, why = measure_baseline(svc, svc.current(), self.args.load(), ctx.note)
+        facts = runtime(ctx, self.args.service)
+        if levels is None:
+            facts["baseline_note"] = why
+        else:
+            facts["baseline"] = [level.to_record() for level in levels]
 
     def plan(self, ctx: StepContext) -> Planned:
         args = self.args
@@ -139,10 +172,10 @@ class GateThroughputStep(Step[GateThroughputArgs]):
         if planned.noop:
             return
         facts = runtime(ctx, args.service)
-        from deploy.steps.gate_load import measure  # the service machinery, only when it runs
+        from deploy.services.load import measure  # the service machinery, only when it runs
 
         ctx.note(f"measuring {args.service} throughput")
-        after = measure(control(ctx, args.service), args, ctx.note)
+        after = measure(control(ctx, args.service), args.load(), ctx.note)
         verdict = judge(
             after,
             levels_from_records(facts.get("baseline")),

@@ -35,18 +35,17 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from pydantic import Field
 
 from deploy.config.inventory import StrictModel, empty_list
-from deploy.config.services import ServiceSpec
-from deploy.config.steps import action_of, args_of
-from deploy.errors import CheckFailed, StepFailed
+from deploy.errors import StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
 from deploy.steps.files import before_change
+from deploy.steps.service_client import control, run_as_note, runtime
 
 if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired command line)
     # loads when a service step runs: validating a playbook and a file-only run never need it
-    from deploy.steps.service_control import ServiceControl, ServiceState
-    from deploy.steps.service_desired import Desired
+    from deploy.services.desired import Changes, Desired
+    from deploy.services.state import ServiceState
 
 
 class ServiceArgs(StrictModel):
@@ -113,26 +112,16 @@ class RestartArgs(ServiceArgs):
         "interpreter (with its environment and cwd) must resolve each module to that file.",
     )
 
+    def changes(self) -> Changes:
+        """The declared ``args`` and ``env`` changes, as `deploy.services.desired` takes them."""
+        from deploy.services.desired import Changes
 
-def control(ctx: StepContext, name: str) -> ServiceControl:
-    from deploy.steps.service_control import ServiceControl
-
-    spec = ctx.services.get(name)
-    if not isinstance(spec, ServiceSpec):
-        raise StepFailed(f"service {name!r} is not defined in the playbook's services")
-    return ServiceControl(ctx.remote, ctx.state_dir, name, spec)
-
-
-def run_as_note(user: dict[str, object] | None) -> str:
-    """`` as ml (uid 1234, gid 1234, groups 1234,44)`` for a known user, else ""."""
-    from deploy.steps.service_state import describe_user
-
-    who = describe_user(user)
-    return f" as {who}" if who else ""
-
-
-def runtime(ctx: StepContext, name: str) -> dict[str, object]:
-    return ctx.runtime.setdefault(name, {})
+        return Changes(
+            set=dict(self.args.set) if self.args else {},
+            remove=list(self.args.remove) if self.args else [],
+            env_set=dict(self.env.set) if self.env else {},
+            env_unset=list(self.env.unset) if self.env else [],
+        )
 
 
 ServiceArgsT = TypeVar("ServiceArgsT", bound=ServiceArgs)
@@ -169,9 +158,9 @@ class ServiceStep(Step[ServiceArgsT]):
         svc = control(ctx, self.service)
         state = svc.current()
         if isinstance(self.args, RestartArgs):
-            from deploy.steps.service_desired import desired
+            from deploy.services.desired import desired
 
-            want = desired(state, self.args, svc.spec)
+            want = desired(state, self.args.changes(), svc.spec)
             if self.args.only_if_changed and not ctx.anything_changed():
                 if not state.running:
                     return Planned(
@@ -241,7 +230,7 @@ class ServiceStep(Step[ServiceArgsT]):
         state, answer = svc.resolve_imports(dict(args.imports), fallback)
         if state.running:  # a stranger on the port: refuse that first, and say so
             svc.check_ownership(state, force=ctx.force)
-        from deploy.steps.service_desired import imports_problem
+        from deploy.services.desired import imports_problem
 
         problem = imports_problem(answer)
         if problem:
@@ -256,7 +245,6 @@ class ServiceStep(Step[ServiceArgsT]):
             return
         svc = control(ctx, self.service)
         state: ServiceState = planned.data["state"]
-        self._baseline(ctx, svc, state)
         before_change(ctx)
         ctx.journal.write(
             {
@@ -309,37 +297,6 @@ class ServiceStep(Step[ServiceArgsT]):
         planned.summary = "; ".join(parts)
         if planned.data.get("why"):
             planned.summary = f"{planned.data['why']}: {planned.summary}"
-
-    def _baseline(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
-        """Measure the old server now if a later gate compares against 'before'."""
-        from deploy.remote import http
-        from deploy.steps.gate_load import measure
-        from deploy.steps.gate_throughput import GateThroughputArgs
-
-        gates = [
-            args_of(entry)
-            for entry in ctx.upcoming
-            if action_of(entry) == "gate_throughput"
-            and getattr(args_of(entry), "service", None) == self.service
-        ]
-        gate = next(
-            (g for g in gates if isinstance(g, GateThroughputArgs) and g.baseline == "before"), None
-        )
-        if gate is None or not self.stops:
-            return
-        facts = runtime(ctx, self.service)
-        if not state.running:
-            facts["baseline_note"] = "old server was not running"
-            return
-        try:
-            health = svc.get(svc.spec.health_path, timeout=30)
-            if health.status != 200:
-                facts["baseline_note"] = f"old server not healthy (HTTP {health.status})"
-                return
-            ctx.note(f"measuring {self.service} before the restart (baseline)")
-            facts["baseline"] = [level.to_record() for level in measure(svc, gate, ctx.note)]
-        except (http.ServerUnavailable, CheckFailed) as exc:
-            facts["baseline_note"] = f"old server could not be measured: {exc}"
 
 
 @register

@@ -1,92 +1,17 @@
 """Undo of service changes, from journal records alone (no playbook needed).
 
-A service record carries the service's definition and its state before the run. Undo is two
-halves that the rollback runs around the file restores: first stop whatever serves now (the new
-code), then — once the old files are back — start the old server exactly as it ran before and
-wait until it is healthy again. `ServiceUndo` is the handler the rollback dispatches the
-``service`` intents of `deploy.steps.service` to.
+`ServiceUndo` is the handler the rollback dispatches the ``service`` intents of
+`deploy.steps.service` to: it checks that the old server could start again, then uses
+`deploy.services.undo` to stop what serves now and, after the files, start the old server.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
-from deploy.config.services import ServiceSpec
-from deploy.errors import RollbackFailed, StepFailed
-from deploy.remote.api import Host
+from deploy.errors import RollbackFailed
 from deploy.statedir.records import Undone
 from deploy.steps.base import Recorder, RecordUndo
-from deploy.steps.service_control import ServiceControl, ServiceState
-from deploy.steps.service_state import describe_user
-from deploy.steps.wait_healthy import POLL_INTERVAL
-
-
-def _control(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> ServiceControl:
-    return ServiceControl(remote, state_dir, name, ServiceSpec.model_validate(record["spec"]))
-
-
-def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
-    """Stop what serves ``name`` now; one line saying what was stopped."""
-    svc = _control(remote, state_dir, name, record)
-    try:
-        current = svc.current()
-        if not current.running:
-            return f"{name}: nothing running to stop"
-        return f"{name}: {svc.stop(current)}"
-    except StepFailed as exc:
-        raise RollbackFailed(f"{remote.name}: could not stop the new {name}: {exc}") from exc
-
-
-def restore_previous(
-    remote: Host,
-    state_dir: str,
-    name: str,
-    record: dict[str, Any],
-    *,
-    note: Callable[[str], None] | None = None,
-) -> str:
-    """Bring ``name`` back to its state before the run; prove it healthy if it was running.
-
-    Raises:
-        RollbackFailed: the old server did not start or did not become healthy.
-    """
-    svc = _control(remote, state_dir, name, record)
-    before = ServiceState.from_record(record.get("before") or {})
-    if not before.running:
-        return f"{name}: was not running before; left stopped"
-    began = time.monotonic()
-    try:
-        if svc.spec.manager == "systemd":
-            started = svc.start()
-        else:
-            started = svc.start(
-                argv=before.argv,
-                env=before.env,
-                cwd=before.cwd,
-                run_id="rollback",
-                user=before.run_as(),  # None in a record from before users were kept: root
-            )
-        seconds = svc.wait_healthy(
-            pid=started.get("pid"),
-            path=svc.spec.health_path,
-            timeout=svc.spec.start_timeout,
-            interval=POLL_INTERVAL,
-            log_offset=int(started.get("log_offset", 0)),
-            on_progress=note,
-        )
-    except StepFailed as exc:
-        raise RollbackFailed(
-            f"{remote.name}: the old {name} could not be brought back healthy: {exc}. "
-            f"Files are restored; {name} is NOT serving"
-        ) from exc
-    total = time.monotonic() - began
-    who = describe_user(started.get("user"))
-    return (
-        f"{name}: old server (pid {started.get('pid')}{', as ' + who if who else ''}) healthy "
-        f"in {total:.0f} s ({seconds:.1f} s to ready)"
-    )
 
 
 class ServiceUndo(RecordUndo):
@@ -127,12 +52,16 @@ class ServiceUndo(RecordUndo):
                     )
 
     def release(self, records: list[dict[str, Any]]) -> list[str]:
+        from deploy.services.undo import stop_current
+
         return [
             stop_current(self.remote, self.state_dir, name, event)
             for name, event in self._first(records).items()
         ]
 
     def restore(self, records: list[dict[str, Any]], journal: Recorder) -> list[str]:
+        from deploy.services.undo import restore_previous
+
         lines = []
         for name, event in self._first(records).items():
             lines.append(restore_previous(self.remote, self.state_dir, name, event, note=self.note))

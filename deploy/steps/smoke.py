@@ -10,7 +10,7 @@ from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.service import control, runtime
+from deploy.steps.service_client import control, runtime
 
 
 class SmokeArgs(StrictModel):
@@ -48,7 +48,7 @@ class SmokeStep(Step[SmokeArgs]):
         args = self.args
         if planned.noop:
             return
-        from deploy.steps.service_generate import generate  # the SSH stack: only when it runs
+        from deploy.services.probes import generate  # the SSH stack: only when it runs
 
         text, tokens = generate(
             control(ctx, args.service), args.prompt, args.max_new_tokens, args.timeout

@@ -15,14 +15,11 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from deploy.config.inventory import StrictModel
+from deploy.config.services import POLL_INTERVAL
 from deploy.errors import CheckFailed
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
-from deploy.steps.service import control, runtime
-
-#: Seconds between readiness polls: a ready server is noticed within 0.6 s (plus one request),
-#: and no 1-second window holds more than 2 requests (issue 6's bound for a loading server).
-POLL_INTERVAL = 0.6
+from deploy.steps.service_client import control, runtime
 
 
 class WaitHealthyArgs(StrictModel):
@@ -80,11 +77,14 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
         facts = runtime(ctx, args.service)
         if planned.noop or not facts.get("started"):
             return
+        from deploy.services.probes import wait_healthy
+
         svc = control(ctx, args.service)
         path, port = health_path(args.url, svc.spec.health_path)
         if port is not None:
             svc.spec = svc.spec.model_copy(update={"port": port})
-        seconds = svc.wait_healthy(
+        seconds = wait_healthy(
+            svc,
             pid=facts.get("pid"),  # type: ignore[arg-type]
             path=path,
             timeout=args.timeout,
@@ -97,7 +97,7 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
         reach = list(facts.get("reach") or [])  # type: ignore[call-overload]
         if reach:
             now = svc.current().listen
-            from deploy.steps.service_desired import reach_problem
+            from deploy.services.desired import reach_problem
 
             problem = reach_problem(args.service, reach, now)
             if problem:

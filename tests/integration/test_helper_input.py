@@ -8,7 +8,7 @@ from pathlib import Path
 
 from deploy.config.services import ServiceSpec
 from deploy.sandbox.sshd import SshHost
-from deploy.steps.service_control import ServiceControl
+from deploy.services.control import ServiceControl
 from tests.integration.conftest import open_remote
 
 #: 16 variables of 64 KiB: 1 MiB of environment (one variable may not pass 128 KiB, the

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from deploy.config.services import ServiceSpec
+from deploy.services.desired import Changes, desired, imports_problem, reach_problem
+from deploy.services.state import ServiceState
 from deploy.steps.service import RestartArgs
-from deploy.steps.service_desired import desired, imports_problem, reach_problem
-from deploy.steps.service_state import ServiceState
 
 RUNNING = ServiceState(
     running=True,
@@ -29,8 +29,8 @@ SPEC = ServiceSpec(
 )
 
 
-def restart(**changes: Any) -> RestartArgs:
-    return RestartArgs.model_validate({"service": "sglang", **changes})
+def restart(**changes: Any) -> Changes:
+    return RestartArgs.model_validate({"service": "sglang", **changes}).changes()
 
 
 def test_running_server_plus_declared_changes() -> None:

@@ -19,10 +19,11 @@ import pytest
 
 from deploy.config.services import ServiceSpec
 from deploy.remote.agent_proc import parse_status, start_ids
-from deploy.steps.service import RestartArgs, run_as_note
-from deploy.steps.service_control import ServiceControl
-from deploy.steps.service_desired import desired
-from deploy.steps.service_state import ServiceState, describe_user
+from deploy.services.control import ServiceControl
+from deploy.services.desired import desired
+from deploy.services.state import ServiceState, describe_user
+from deploy.steps.service import RestartArgs
+from deploy.steps.service_client import run_as_note
 
 #: A real /proc/PID/status (Linux 6.x), abridged; real ids differ from the effective ones, as
 #: in a process that ran a set-uid helper.
@@ -109,9 +110,11 @@ def test_the_desired_server_runs_as_the_running_one() -> None:
     state = ServiceState(
         running=True, pid=7, argv=["python3", "-m", "sglang.launch_server"], uid=1234, gid=1235
     )
-    want = desired(state, RestartArgs(service="sglang"), ServiceSpec())
+    want = desired(state, RestartArgs(service="sglang").changes(), ServiceSpec())
     assert want.user == {"uid": 1234, "gid": 1235, "groups": [], "name": None}
-    template = desired(ServiceState(running=False), RestartArgs(service="s"), ServiceSpec())
+    template = desired(
+        ServiceState(running=False), RestartArgs(service="s").changes(), ServiceSpec()
+    )
     assert template.user is None, "a service names no user: the template starts as before"
 
 

@@ -159,8 +159,9 @@ APPLY_THIRD_PARTY = {
 APPLY_NEVER = (
     "deploy.edits.patch",
     "deploy.edits.cmdline",
-    "deploy.steps.service_desired",
-    "deploy.steps.service_state",
+    "deploy.services",
+    "deploy.services.desired",
+    "deploy.services.state",
     "deploy.config.modelpath",
     "deploy.schema",
     "deploy.report.json_schema",
@@ -169,8 +170,8 @@ APPLY_NEVER = (
     "deploy.sandbox",
     "deploy.remote.http",
     "deploy.checks.nvidia_smi",
-    "deploy.steps.service_control",
-    "deploy.steps.gate_load",
+    "deploy.services.control",
+    "deploy.services.load",
 )
 
 

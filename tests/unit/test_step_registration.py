@@ -222,7 +222,7 @@ def test_importing_the_step_catalogue_loads_no_remote_layer() -> None:
         "import sys\n"
         "import deploy.config.load, deploy.steps\n"
         "loaded = [m for m in sys.modules if m.startswith(('deploy.remote', 'paramiko', "
-        "'fabric', 'deploy.steps.service_control'))]\n"
+        "'fabric', 'deploy.services'))]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -20,7 +20,7 @@ def test_a_file_only_run_does_not_load_the_service_machinery() -> None:
         "from deploy.steps import step_class\n"
         "for kind in ('backup', 'python_insert', 'verify_python', 'verify_tail'):\n"
         "    step_class(kind)\n"
-        "loaded = [m for m in ('deploy.steps.service_control', 'deploy.remote.http') if m in sys.modules]\n"
+        "loaded = [m for m in ('deploy.services.control', 'deploy.remote.http') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from deploy.checks.throughput import Level, concurrency_levels, judge, levels_from_records, rate
-from deploy.steps.gate_load import request_body
+from deploy.services.load import request_body
 from deploy.steps.gate_throughput import GateThroughputArgs
 
 
@@ -215,7 +215,7 @@ def test_gate_config() -> None:
 
 def test_every_request_generates_the_same_fixed_length() -> None:
     args = GateThroughputArgs(service="s", baseline="before", max_new_tokens=128)
-    assert request_body(args) == {
+    assert request_body(args.load()) == {
         "text": args.prompt,
         "sampling_params": {"max_new_tokens": 128, "ignore_eos": True, "temperature": 0},
     }

@@ -10,21 +10,30 @@
 - `imports_problem`: the interpreter that will run the server must find the patched module in
   the patched file, else the restart would load another copy of it.
 
-Pure functions over what the host-side helper reported; the steps do the I/O.
+Pure functions over what the host-side helper reported; the steps do the I/O. The declared
+changes arrive as `Changes` (the restart step converts its arguments), so this module knows
+nothing of steps.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deploy.config.services import ServiceSpec
 from deploy.edits.cmdline import canonical, derive_argv, derive_env, describe_change, same_argv
-from deploy.steps.service_state import ServiceState
+from deploy.services.state import ServiceState
 
-if TYPE_CHECKING:
-    from deploy.steps.service import RestartArgs
+
+@dataclass
+class Changes:
+    """The declared changes to a server: flags set and removed, variables set and unset."""
+
+    set: dict[str, Any] = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
+    env_set: dict[str, str] = field(default_factory=dict)
+    env_unset: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -50,22 +59,11 @@ class Desired:
     reach_note: str = ""
 
 
-def _changes(
-    args: RestartArgs | None,
-) -> tuple[dict[str, Any], list[str], dict[str, str], list[str]]:
-    argv = args.args if args is not None and args.args is not None else None
-    env = args.env if args is not None and args.env is not None else None
-    return (
-        dict(argv.set) if argv else {},
-        list(argv.remove) if argv else [],
-        dict(env.set) if env else {},
-        list(env.unset) if env else [],
-    )
-
-
-def desired(state: ServiceState, args: RestartArgs | None, spec: ServiceSpec) -> Desired:
+def desired(state: ServiceState, changes: Changes | None, spec: ServiceSpec) -> Desired:
     """The server to run: the running one plus the declared changes, else the template."""
-    set_, remove, env_set, env_unset = _changes(args)
+    changes = changes or Changes()
+    set_, remove = dict(changes.set), list(changes.remove)
+    env_set, env_unset = dict(changes.env_set), list(changes.env_unset)
     if spec.manager == "systemd":  # the unit says how it runs: a restart is `systemctl restart`
         return Desired("systemd unit", satisfied=state.running)
     if state.running and state.argv:

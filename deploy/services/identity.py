@@ -1,0 +1,79 @@
+"""Which processes are a service's server, whose they are, and whether we may act on them.
+
+The process helper's ``probe`` reports every listener on the service's port (with its argv,
+environment, cwd, sockets and user) and the process our pid file names; `state_from_probe`
+turns that into one `ServiceState`: our own server first, else the listener someone started by
+hand ("adopted", the group leader preferred, since children may share the socket), else — when
+only a dead server's ``sglang::`` children hold the port — not running, with their process
+groups to reap. Pure functions: the manager does the I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deploy.config.services import ServiceSpec
+from deploy.edits.cmdline import masked_argv
+from deploy.services.state import ServiceState, ids_from_helper
+
+
+def helper_ids_of(probe: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(euid, uid, gid) of the host-side helper, as its probe reported them."""
+    ids = probe.get("helper_ids")
+    if isinstance(ids, list) and len(ids) == 3:
+        return (int(ids[0]), int(ids[1]), int(ids[2]))
+    return None
+
+
+def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
+    """What runs for the service, from the helper's probe answer."""
+    info = probe.get("pid_file_process")
+    origin = "deploy"
+    listeners = probe.get("listeners") or []
+    orphans = [p for p in listeners if prefix and (p.get("cmdline") or [""])[0].startswith(prefix)]
+    servers = [p for p in listeners if p not in orphans]
+    if not info and servers:
+        # Prefer the group leader: children may share the listening socket.
+        info, origin = (
+            sorted(servers, key=lambda p: (p["pid"] != p["pgid"], p["pid"]))[0],
+            "adopted",
+        )
+    if not info:
+        # Only a dead server's orphans hold the port: not running, but they must be reaped.
+        return ServiceState(running=False, leftover_pgids=sorted({p["pgid"] for p in orphans}))
+    return ServiceState(
+        running=True,
+        pid=info["pid"],
+        pgid=info["pgid"],
+        sid=info["sid"],
+        argv=list(info.get("cmdline") or []),
+        cwd=info.get("cwd"),
+        env=dict(info.get("env") or {}),
+        origin=origin,
+        listen=list(info.get("listen") or []),
+        exe=info.get("exe"),
+        **ids_from_helper(info.get("user")),
+    )
+
+
+def ownership_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
+    """Why an adopted listener is not this service's server (its argv lacks ``match``)."""
+    if state.origin != "adopted" or spec.match in " ".join(state.argv):
+        return None
+    return (
+        f"port {spec.port} is held by pid {state.pid} "
+        f"({' '.join(masked_argv(state.argv))[:120]!r}), which is not "
+        f"{spec.match}; not stopping it (use --force if it really is the service)"
+    )
+
+
+def start_refusal(user: dict[str, Any] | None, helper_ids: tuple[int, ...] | None) -> str | None:
+    """Why the helper could not start a server as ``user`` (it is not root and not that user);
+    None when it can, or when no probe said whom it runs as. The helper's `start` refuses the
+    same way (`deploy.remote.agent_proc.start_ids`)."""
+    from deploy.remote.agent_proc import start_ids
+
+    if not user or helper_ids is None:
+        return None
+    refusal: str | None = start_ids(user, tuple(helper_ids))[1]  # type: ignore[no-untyped-call]
+    return refusal

@@ -21,7 +21,7 @@ from deploy.engine import (
     rollback_target,
 )
 from deploy.engine import status as host_status
-from deploy.remote import lock
+from deploy.remote import become, hostfiles, lock
 from deploy.services import state as service_state
 from deploy.statedir import layout, records, runs, trust
 from tools.docgen_markdown import _NOTICE, _cell, markdown
@@ -200,6 +200,14 @@ def render_operations() -> str:
         "### Trusting the interpreters deploy runs as root",
         "",
         markdown(interpreter.TRUST_RULE),
+        "",
+        "### How files are changed on a host",
+        "",
+        markdown(hostfiles.FILES_RULE),
+        "",
+        "### become: what running sudo protects, and what it cannot",
+        "",
+        markdown(become.SUDO_LIMITS),
         "",
         "### The user a restarted server runs as",
         "",

@@ -20,6 +20,12 @@ the login user can write there, the same who can change what the helper does any
 of other helper versions are removed when one is written. Anything that fails here costs only
 the cache: the source is compiled as before.
 
+What is loaded to run is judged by fd, never by path (issue 32): state_dir is opened once
+(``O_DIRECTORY``) and ``fstat``-ed — owned by root or us and writable by nobody else, or the
+cache is neither read nor written — and the kept file is opened relative to that fd with
+``O_NOFOLLOW`` and used only if that fd is a regular file we own, with one link, that nobody
+else may write.
+
 Standard library only, no syntax newer than Python 3.8, no annotations; ``sys.argv`` is given
 to the helper as if it had been started with ``-c SOURCE 3 4``.
 """
@@ -29,8 +35,9 @@ import os
 import sys
 
 PREFIX = ".helper-code."
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _sha256():
@@ -44,9 +51,21 @@ def _sha256():
     return sha256
 
 
-def _read(name):
-    fd = os.open(name, _OPEN)
+def _trusted(st, regular):
+    """Whether an fstat says: ours (or root's, for a directory), no one else may write it."""
+    owners = (os.geteuid(),) if regular else (0, os.geteuid())
+    if st.st_uid not in owners or st.st_mode & 0o022:
+        return False
+    if regular:
+        return (st.st_mode & 0o170000) == 0o100000 and st.st_nlink == 1
+    return True
+
+
+def _read(dfd, name):
+    fd = os.open(name, _OPEN, dir_fd=dfd)
     try:
+        if not _trusted(os.fstat(fd), True):
+            raise ValueError(name + " is not ours alone")
         chunks = []  # type: list[bytes]
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -57,19 +76,19 @@ def _read(name):
         os.close(fd)
 
 
-def _keep(state_dir, name, code, sha256):
+def _keep(dfd, name, code, sha256):
     """Keep ``code`` as ``name`` for the next run; whether that worked."""
     try:
-        _write(state_dir, name, marshal.dumps(code), sha256)
+        _write(dfd, name, marshal.dumps(code), sha256)
     except (OSError, ValueError):
         return False
     return True
 
 
-def _write(state_dir, name, body, sha256):
-    """Write ``name`` (digest + body) atomically; remove other versions' files."""
+def _write(dfd, name, body, sha256):
+    """Write ``name`` (digest + body) atomically in ``dfd``; remove other versions' files."""
     temp = name + ".tmp" + str(os.getpid())
-    fd = os.open(temp, _CREATE, 0o600)
+    fd = os.open(temp, _CREATE, 0o600, dir_fd=dfd)
     try:
         try:
             data = sha256(body).digest() + body
@@ -78,13 +97,13 @@ def _write(state_dir, name, body, sha256):
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.rename(temp, name)
+        os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        os.unlink(temp)  # a full disk, a directory in the way: no temp left run after run
+        os.unlink(temp, dir_fd=dfd)  # a full disk, a directory in the way: no temp left
         raise
-    for other in os.listdir(state_dir):
-        if other.startswith(PREFIX) and state_dir + "/" + other != name:
-            os.unlink(state_dir + "/" + other)
+    for other in os.listdir(dfd):
+        if other.startswith(PREFIX) and other != name:
+            os.unlink(other, dir_fd=dfd)
 
 
 def code_for(source, state_dir):
@@ -93,16 +112,29 @@ def code_for(source, state_dir):
     sha256 = _sha256()
     magic = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", b"")
     key = sha256(magic + sys.version.encode("utf-8", "replace") + source.encode("utf-8"))
-    name = state_dir + "/" + PREFIX + key.hexdigest()
+    name = PREFIX + key.hexdigest()
     try:
-        data = _read(name)
-        if len(data) > 32 and sha256(data[32:]).digest() == data[:32]:
-            return marshal.loads(data[32:])
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    code = compile(source, "<deploy file helper>", "exec", dont_inherit=True)
-    _keep(state_dir, name, code, sha256)
-    return code
+        dfd = os.open(state_dir, _DIR)
+    except OSError:
+        dfd = -1
+    try:
+        if dfd >= 0 and not _trusted(os.fstat(dfd), False):
+            os.close(dfd)
+            dfd = -1
+        if dfd >= 0:
+            try:
+                data = _read(dfd, name)
+                if len(data) > 32 and sha256(data[32:]).digest() == data[:32]:
+                    return marshal.loads(data[32:])
+            except (OSError, ValueError, EOFError, TypeError):
+                pass
+        code = compile(source, "<deploy file helper>", "exec", dont_inherit=True)
+        if dfd >= 0:
+            _keep(dfd, name, code, sha256)
+        return code
+    finally:
+        if dfd >= 0:
+            os.close(dfd)
 
 
 #: Exit status when this interpreter cannot run the helper (too old, or its source does not

@@ -17,7 +17,12 @@ others — what OpenSSH's StrictModes asks of ``~/.ssh``. A root-owned sticky pa
 does. ``lock`` and ``runs`` inside it must not be symbolic links, so a planted link is never
 written through, and a run whose directory or journal is a symbolic link is not read. Otherwise the host is not attempted (exit 4) with ``state_dir untrusted``,
 the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
-acted on. Missing parts are created by the check's shell with mode 0700.
+acted on. Nothing is judged before it exists: missing parts are created by the check's shell
+(mode 0700, one level at a time, never ``mkdir -p`` through what another user put there), and
+when state_dir itself was not there to judge, the whole path is judged again once created — a
+directory another user renamed into its place in between (possible under a sticky ``/tmp``) is
+refused as theirs. The file helper's kept code in state_dir is loaded only when the fd it opened
+is a regular file owned by the helper's user that nobody else may write.
 """
 
 #: The lock script's trust check (shell, run before anything in state_dir is read or written).
@@ -50,21 +55,39 @@ if [ -z "$_tX" ]; then set -- "$@" -
     + r"""fi
 _dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
 if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
-_tI=$_dI; _dm=; set -f; _dJ=$IFS; IFS=$_dN
-for _dl in $_dL; do
-  IFS=$_dJ; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _dl=${_dl#* }; _do=${_dl%% *}; _dn=${_dl#* }
-  [ -n "$_du" ] || continue
-  if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
-  if [ "$_dn" = - ]; then _dm=1; continue; fi
-  if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
-  elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
-  elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
-  else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
-  fi
-  printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
-done
-IFS=$_dJ; set +f
+_tI=$_dI; _dm=
+_dk() {
+  set -f; _dJ=$IFS; IFS=$_dN
+  for _dl in $1; do
+    IFS=$_dJ; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _dl=${_dl#* }; _do=${_dl%% *}; _dn=${_dl#* }
+    [ -n "$_du" ] || continue
+    if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
+    if [ "$_dn" = - ]; then _dm=1; continue; fi
+    if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
+    elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
+    elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
+    else _dX="is writable by group or others (mode $(printf %o $((0x$_df & 4095))), owner $_do)"
+    fi
+    printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
+  done
+  IFS=$_dJ; set +f
+}
+_dk "$_dL"; _dm=; _dC=1
+case "$_dL$_dN" in *" $_dS$_dN"*) _dC= ;; esac
 [ -n "$_tX" ] || case "$_dL$_dN" in *" $_tR$_dN"*) ;; *) _tX="$_tR was not there to judge" ;; esac
+_dp=$_dS/runs; set --
+while [ -n "$_dp" ] && [ ! -d "$_dp" ] && [ ! -h "$_dp" ]; do set -- "$_dp" "$@"; _dp=${_dp%/*}; done
+if [ "$#" -gt 0 ] || [ -n "$_dC" ]; then
+  for _dp; do
+    _dM=$(LC_ALL=C mkdir -- "$_dp" 2>&1) || [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }
+  done
+  _dR=$(realpath -e -- "$_dS" 2>/dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "vanished once created"; exit 73; }
+  case $_dR in *"$_dN"*) printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "resolves to a path with a line break"; exit 73 ;; esac
+  set --
+  for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
+  _dL=$(stat -c '%u %f %U %n' -- "$@" "$_dS/runs" 2>/dev/null </dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was created"; exit 73; }
+  _dk "$_dL"
+fi
 for _dp in runs lock; do
   _dX=
   if [ -h "$_dS/$_dp" ]; then _dX="is a symbolic link"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from deploy.remote import helperboot
 from deploy.remote.hostfiles import HELPER_BOOT
 from deploy.remote.hostprogram import program
@@ -119,3 +121,41 @@ def test_a_write_that_fails_leaves_no_temp_file(tmp_path: Path) -> None:
         out, _ = _start(tmp_path)
         assert out == "ran __main__ ['-c', '3', '4']\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]
+
+
+def _plant(kept: Path, code_text: str) -> None:
+    """Replace the kept code with ``code_text``'s, digest and all (a well-formed file)."""
+    import hashlib
+    import marshal
+
+    body = marshal.dumps(compile(code_text, "<planted>", "exec"))
+    kept.write_bytes(hashlib.sha256(body).digest() + body)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_kept_code_another_user_owns_is_never_run(tmp_path: Path) -> None:
+    """Issue 32 point 3: what is loaded to run is checked by fd first: a well-formed kept
+    file that another user owns (or could write) is compiled afresh, never executed."""
+    _, (kept,) = _start(tmp_path)
+    _plant(kept, "print('PLANTED')\n")
+    os.chown(kept, 65534, 65534)
+    out, _ = _start(tmp_path)
+    assert out == "ran __main__ ['-c', '3', '4']\n"
+    _plant(kept, "print('PLANTED')\n")
+    os.chown(kept, 0, 0)
+    kept.chmod(0o666)
+    out, _ = _start(tmp_path)
+    assert out == "ran __main__ ['-c', '3', '4']\n"
+
+
+def test_kept_code_in_a_dir_others_can_write_is_never_run(tmp_path: Path) -> None:
+    _, (kept,) = _start(tmp_path)
+    _plant(kept, "print('PLANTED')\n")
+    planted = kept.read_bytes()
+    tmp_path.chmod(0o777)
+    try:
+        out, left = _start(tmp_path)
+    finally:
+        tmp_path.chmod(0o700)
+    assert out == "ran __main__ ['-c', '3', '4']\n"
+    assert left == [kept] and kept.read_bytes() == planted  # nothing written there either

@@ -1,0 +1,162 @@
+"""``lineinfile`` — make one line present (replacing what a regexp matches) or absent.
+
+Ansible's semantics, with the differences that keep bytes and idempotence: see
+`deploy.edits.lineinfile`. ``create: true`` makes a missing file (``present`` only; mode 0644,
+in an existing directory unless ``create_dirs``); undo removes a file the step created.
+``absent`` on a missing file is no change, as in Ansible.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from deploy.edits.lineinfile import LineSpec, line_in_file
+from deploy.edits.text import unified_diff
+from deploy.statedir.records import Backup, Done, Record, WriteIntent
+from deploy.steps import register
+from deploy.steps.base import FileChange, Planned, RecordUndo, StepContext
+from deploy.steps.create import (
+    CreateIntent,
+    CreateUndo,
+    DirUndo,
+    MkdirIntent,
+    create_file,
+    missing_dirs,
+    read_optional,
+)
+from deploy.steps.files import EditStep, FileUndo, FileWriteOptions
+
+
+class LineInFileArgs(FileWriteOptions):
+    """Ensure a line is present (or absent) in a file, like Ansible's lineinfile."""
+
+    path: str = Field(description="Absolute path of the file on the host.")
+    regexp: str | None = Field(
+        default=None,
+        description="Python regular expression searched in each line (without its ending). "
+        "present: the last matching line is replaced; absent: every matching line is removed.",
+    )
+    line: str | None = Field(
+        default=None, description="The line (one line; required for state: present)."
+    )
+    state: Literal["present", "absent"] = Field(default="present", description="present or absent.")
+    insertafter: str | None = Field(
+        default=None,
+        description="Where a line the regexp does not find goes: after the last line this "
+        "regexp matches, or EOF (the default) / BOF.",
+    )
+    insertbefore: str | None = Field(
+        default=None, description="Before the last line this regexp matches, or BOF."
+    )
+    backrefs: bool = Field(
+        default=False,
+        description="Expand \\1 / \\g<name> in line from the regexp's match; no match: no change.",
+    )
+    create: bool = Field(
+        default=False, description="Create the file when it is missing (state: present)."
+    )
+    create_dirs: bool = Field(
+        default=False, description="With create: also create missing directories (mode 0755)."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LineInFileArgs:
+        if self.line is not None and ("\n" in self.line or "\r" in self.line):
+            raise ValueError("line must be a single line (use append for a block)")
+        if self.state == "present" and self.line is None:
+            raise ValueError("state: present needs 'line'")
+        if self.state == "absent" and self.line is None and self.regexp is None:
+            raise ValueError("state: absent needs 'regexp' or 'line'")
+        if self.insertafter is not None and self.insertbefore is not None:
+            raise ValueError("give at most one of 'insertafter' or 'insertbefore'")
+        if self.backrefs and self.regexp is None:
+            raise ValueError("backrefs needs 'regexp'")
+        if self.insertbefore == "EOF":
+            raise ValueError("insertbefore takes a regexp or BOF (EOF is insertafter's)")
+        for key in ("regexp", "insertafter", "insertbefore"):
+            value = getattr(self, key)
+            if value is not None and value not in ("EOF", "BOF"):
+                try:
+                    re.compile(value)
+                except re.error as exc:
+                    raise ValueError(f"{key} is not a regular expression: {exc}") from None
+        return self
+
+
+@register
+class LineInFileStep(EditStep[LineInFileArgs]):
+    kind = "lineinfile"
+    example = """\
+- name: Give the server more KV cache
+  lineinfile:
+    path: /etc/sglang/server.env
+    regexp: '^SGLANG_MEM_FRACTION='
+    line: SGLANG_MEM_FRACTION=0.88
+    create: true          # a missing file is created (mode 0644)
+- name: No debug logging
+  lineinfile: {path: /etc/sglang/server.env, regexp: '^SGLANG_DEBUG=', state: absent}
+"""
+    records: ClassVar[tuple[type[Record], ...]] = (
+        Backup,
+        WriteIntent,
+        CreateIntent,
+        MkdirIntent,
+        Done,
+    )
+
+    @classmethod
+    def undo_handlers(cls) -> list[type[RecordUndo]]:
+        return [FileUndo, CreateUndo, DirUndo]
+
+    def spec(self) -> LineSpec:
+        args = self.args
+        return LineSpec(
+            line=args.line,
+            regexp=args.regexp,
+            state=args.state,
+            insertafter=args.insertafter,
+            insertbefore=args.insertbefore,
+            backrefs=args.backrefs,
+        )
+
+    def edit(self, content: bytes) -> tuple[bytes, str]:
+        result = line_in_file(content, self.spec())
+        return result.content, result.summary
+
+    def plan(self, ctx: StepContext) -> Planned:
+        if read_optional(ctx, self.path) is not None:
+            return super().plan(ctx)
+        if self.args.state == "absent":
+            return Planned(summary=f"no change: {self.path} does not exist", noop=True)
+        if not self.args.create:
+            from deploy.errors import StepFailed
+
+            raise StepFailed(
+                f"{ctx.host}: {self.path} does not exist (create: true makes it); "
+                "nothing was changed"
+            )
+        dirs = missing_dirs(ctx, self.path, create_dirs=self.args.create_dirs)
+        new, _ = self.edit(b"")
+        diff = unified_diff(b"", new, self.path)
+        return Planned(
+            summary=f"create {self.path} with the line",
+            changes=[FileChange(self.path, b"", new, diff)],
+            data={"dirs": dirs},
+        )
+
+    def apply(self, ctx: StepContext, planned: Planned) -> None:
+        if "dirs" not in planned.data:
+            super().apply(ctx, planned)
+            return
+        for change in planned.changes:
+            create_file(
+                ctx,
+                change.path,
+                change.after,
+                dirs=planned.data["dirs"],
+                unsafe_dir=self.args.unsafe_dir,
+                hardlinks=self.args.hardlinks,
+            )

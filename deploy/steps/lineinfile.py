@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from deploy.config.template import is_template
 from deploy.edits.lineinfile import LineSpec, line_in_file
 from deploy.edits.text import unified_diff
 from deploy.statedir.records import Backup, Done, Record, WriteIntent
@@ -76,14 +77,17 @@ class LineInFileArgs(FileWriteOptions):
             raise ValueError("backrefs needs 'regexp'")
         if self.insertbefore == "EOF":
             raise ValueError("insertbefore takes a regexp or BOF (EOF is insertafter's)")
-        for key in ("regexp", "insertafter", "insertbefore"):
-            value = getattr(self, key)
-            if value is not None and value not in ("EOF", "BOF"):
-                try:
-                    re.compile(value)
-                except re.error as exc:
-                    raise ValueError(f"{key} is not a regular expression: {exc}") from None
         return self
+
+    @field_validator("regexp", "insertafter", "insertbefore")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("EOF", "BOF") and not is_template(value):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
 
 @register

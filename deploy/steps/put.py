@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import Field, field_validator, model_validator
 
 from deploy.config.local_files import LocalFiles
+from deploy.config.template import is_template
 from deploy.edits.text import unified_diff
 from deploy.errors import StepFailed
 from deploy.statedir.records import Backup, Done, Record, WriteIntent
@@ -106,21 +107,21 @@ class PutArgs(FileWriteOptions):
             raise ValueError(
                 f"mode {value} is a YAML number: quote the octal mode, e.g. mode: '0644'"
             )
-        if isinstance(value, str):
+        if isinstance(value, str) and not is_template(value):
             parse_mode(value)
         return value
 
     @field_validator("owner", "group")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.fullmatch(value):
+        if value is not None and not is_template(value) and not _NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not a user or group name, nor a number")
         return value
 
     @field_validator("validate_")
     @classmethod
     def _has_placeholder(cls, value: str | None) -> str | None:
-        if value is None:
+        if value is None or is_template(value):
             return value
         try:
             formatted = value % ("\0",)
@@ -135,7 +136,7 @@ class PutArgs(FileWriteOptions):
     @field_validator("dest")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or value.endswith("/"):
+        if not is_template(value) and (not value.startswith("/") or value.endswith("/")):
             raise ValueError(f"dest {value!r} must be an absolute path to a file")
         return value
 

@@ -172,15 +172,8 @@ def create_file(
         planned_state(ctx, path, content, final_mode, uid, gid)
         return
     before_change(ctx)
-    for directory in dirs:
-        ctx.journal.write(
-            {"event": "intent", "op": "mkdir", "step": ctx.step_index, "path": directory}
-        )
-        ctx.changed = True
-        ctx.remote.mkdir(directory, DIR_MODE)
-        ctx.journal.write(
-            {"event": "done", "op": "mkdir", "step": ctx.step_index, "path": directory}
-        )
+    if dirs:
+        _make_dirs(ctx, dirs)
     ctx.journal.write(
         {
             "event": "intent",
@@ -206,6 +199,29 @@ def create_file(
     ctx.journal.guard(change)
     ctx.journal.write({"event": "done", "op": "create", "step": ctx.step_index, "path": path})
     planned_state(ctx, path, content, final_mode, uid, gid)
+
+
+def _make_dirs(ctx: StepContext, dirs: list[str]) -> None:
+    """Create ``dirs`` (top first), each journaled first, with exactly mode 0755.
+
+    ``mkdir -m`` in the lock's shell rather than the file helper's ``mkdir``: the helper runs
+    under the lock's umask 077, which would leave the directory readable by its owner only,
+    and a server running as another user could not read the file put there. ``mkdir`` fails
+    on a name that exists (someone made it since we looked): the step fails and is undone.
+    """
+    from deploy.remote.host import quote
+
+    for directory in dirs:
+        ctx.journal.write(
+            {"event": "intent", "op": "mkdir", "step": ctx.step_index, "path": directory}
+        )
+    ctx.changed = True
+    made = " && ".join(f"mkdir -m {DIR_MODE:04o} -- {quote(d)}" for d in dirs)
+    result = ctx.remote.run(made, timeout=30)
+    if not result.ok:
+        raise StepFailed(f"{ctx.host}: could not create {dirs[0]}: {result.tail(2)}")
+    for directory in dirs:
+        ctx.journal.write({"event": "done", "op": "mkdir", "step": ctx.step_index, "path": directory})
 
 
 # --- undo --------------------------------------------------------------------------------------

@@ -221,7 +221,9 @@ def _make_dirs(ctx: StepContext, dirs: list[str]) -> None:
     if not result.ok:
         raise StepFailed(f"{ctx.host}: could not create {dirs[0]}: {result.tail(2)}")
     for directory in dirs:
-        ctx.journal.write({"event": "done", "op": "mkdir", "step": ctx.step_index, "path": directory})
+        ctx.journal.write(
+            {"event": "done", "op": "mkdir", "step": ctx.step_index, "path": directory}
+        )
 
 
 # --- undo --------------------------------------------------------------------------------------

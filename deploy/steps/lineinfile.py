@@ -1,9 +1,22 @@
 """``lineinfile`` — make one line present (replacing what a regexp matches) or absent.
 
-Ansible's semantics, with the differences that keep bytes and idempotence: see
-`deploy.edits.lineinfile`. ``create: true`` makes a missing file (``present`` only; mode 0644,
-in an existing directory unless ``create_dirs``); undo removes a file the step created.
-``absent`` on a missing file is no change, as in Ansible.
+Ansible's ``lineinfile`` semantics: with ``regexp``, the *last* matching line is replaced by
+``line``; with no match, a line already equal to ``line`` anywhere is no change, else ``line``
+goes after the last line ``insertafter`` matches (``EOF``, the default: at the end) or before
+the last line ``insertbefore`` matches (``BOF``: at the start); an anchor that matches nothing
+puts it at the end. ``backrefs`` expands ``\\1`` / ``\\g<name>`` from the match and, with no
+match, changes nothing. ``absent`` removes every line the regexp matches (or, without one,
+every line equal to ``line``); on a missing file it is no change. ``create: true`` makes a
+missing file (``present`` only; mode 0644, in an existing directory unless ``create_dirs``);
+undo removes a file the step created.
+
+Where it differs from Ansible, on purpose: an added line takes the file's own line ending
+(a CRLF file stays CRLF; Ansible writes ``\\n``); a line that is already right is no change
+even as a last line without a final newline (Ansible adds the newline, so it reports a change
+on every run of such a file); regexps see each line without its ending, so ``value$`` also
+matches in a CRLF file; ``line`` must be one line (Ansible writes a multi-line ``line`` and never
+finds it again: a block is ``append``'s job); bytes that are not UTF-8 pass through untouched;
+``firstmatch`` and ``search_string`` are not offered.
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ from pydantic import (
 )
 
 from deploy.config.inventory import AS_WRITTEN, StrictModel, empty_list
+from deploy.config.services import ServiceSpec
+from deploy.config.steps import action_of, args_of
 from deploy.config.template import is_template
 from deploy.edits.cmdline import canonical
 from deploy.edits.flagtext import MOVING_FLAGS, parse_remove, parse_set
-from deploy.config.services import ServiceSpec
-from deploy.config.steps import action_of, args_of
 from deploy.errors import CheckFailed, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
@@ -165,7 +165,9 @@ class RestartArgs(ServiceArgs):
         description="Changes to the running server's command line: `set` (flag -> value; "
         "replaces every occurrence in any spelling, `--tp` being `--tp-size` and `--x=y` "
         "`--x y`, or is added at the end; true is a bare flag, false or null removes it, a "
-        "list gives several values) and `remove` (flags removed with their values).",
+        "list gives several values) and `remove` (flags removed with their values); each may "
+        "be one string instead (a template fed by -e: set '--x 1 --y', remove '--a,--b'). "
+        "--host and --port are refused unless `allow_move: true`.",
     )
     env: EnvChanges | None = Field(
         default=None,

@@ -3,9 +3,9 @@
 Rendered while the playbook is resolved, with the host's variables, in the same sandboxed Jinja
 environment as every playbook string (`deploy.config.template`: undefined variables are errors,
 comments are ``{## ##}``, output bounded): a template that does not render is bad input at the
-step's ``src``, before any host is touched. Then it is ``copy``'s content (`deploy.steps.put`):
-diff, ``--check``, no change when the file already holds it, ``validate``, ``mode``/``owner``,
-``diff: false``. Unlike Ansible, Jinja's output uses ``\\n`` line endings whatever the template
+step's ``src``, before any host is touched. Then it is ``copy``'s ``content``: the same
+diff, ``--check``, no change when the file already holds it, undo, ``validate``,
+``mode``/``owner``/``group``, ``create_dirs`` and ``diff: false`` (see ``copy``). Unlike Ansible, Jinja's output uses ``\\n`` line endings whatever the template
 file's (Jinja's default ``newline_sequence``), and the Ansible-only variables
 (``ansible_managed``, facts) do not exist: ``inventory_hostname`` and ``playbook_dir`` do.
 """

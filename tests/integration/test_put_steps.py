@@ -114,8 +114,8 @@ def test_three_steps_apply_rerun_and_roll_back_over_ssh(
 def test_validate_failure_and_missing_directory_change_nothing(
     make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]], tmp_path: Path
 ) -> None:
-    kimi, deploy, etc, books = setup(make_kimi_hosts, tmp_path)
-    # A validator that must see the new bytes at the path it is given (quoted: a space in it).
+    _, deploy, etc, books = setup(make_kimi_hosts, tmp_path)
+    # A validator that reads the new bytes at the path it is given, and refuses them.
     invalid = write(
         books / "invalid.yaml",
         {

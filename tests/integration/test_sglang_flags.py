@@ -75,7 +75,9 @@ def test_a_bad_flag_value_rolls_back_to_the_old_server(make_gpu_hosts: Any) -> N
     assert listener_cmdline(gpu.port) == old
 
 
-@pytest.mark.parametrize("flags", ["set_flags=--port 31000", "remove_flags=--host", "set_flags=--po 1"])
+@pytest.mark.parametrize(
+    "flags", ["set_flags=--port 31000", "remove_flags=--host", "set_flags=--po 1"]
+)
 def test_moving_flags_are_refused_before_any_host(make_gpu_hosts: Any, flags: str) -> None:
     (gpu,), deploy = make_gpu_hosts(["0.5.9"])
     old_pid = serve_by_hand(gpu, extra_args=OPERATOR_ARGS)

@@ -151,8 +151,13 @@ def test_a_created_file_someone_changed_is_not_removed(rig: LocalRig) -> None:
     ("validate", "ok"),
     [("grep -q '^PORT=' %s", True), ("grep -q '^NOPE=' %s", False)],
 )
-def test_validate_gates_the_write(rig: LocalRig, validate: str, ok: bool) -> None:
+def test_validate_gates_the_write(tmp_path: Path, validate: str, ok: bool) -> None:
+    # A state_dir whose path needs quoting: validate's %s is the quoted path of the copy.
+    rig = LocalRig(tmp_path / "it's a host")
     env = rig.files / "server.env"
+    env.write_bytes(ENV)
+    os.chmod(env, 0o640)
+    rig.write_inventory(etc=str(rig.files))
     playbook = rig.playbook(
         "validate",
         [{"copy": {"content": "PORT=1\n", "dest": "{{ etc }}/server.env", "validate": validate}}],

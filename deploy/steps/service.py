@@ -45,8 +45,6 @@ from deploy.config.inventory import AS_WRITTEN, StrictModel, empty_list
 from deploy.config.services import ServiceSpec
 from deploy.config.steps import action_of, args_of
 from deploy.config.template import is_template
-from deploy.edits.cmdline import canonical
-from deploy.edits.flagtext import MOVING_FLAGS, parse_remove, parse_set
 from deploy.errors import CheckFailed, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
@@ -124,6 +122,8 @@ class ArgChanges(StrictModel):
             as_written = isinstance(info.context, dict) and info.context.get(AS_WRITTEN)
             if as_written and is_template(value):
                 return value  # the as-written pass: a template, parsed once rendered
+            from deploy.edits.flagtext import parse_remove, parse_set  # only when written so
+
             value = parse_set(value) if info.field_name == "set" else parse_remove(value)
         return handler(value)
 
@@ -132,6 +132,11 @@ class ArgChanges(StrictModel):
         if self.allow_move or isinstance(self.set, str) or isinstance(self.remove, str):
             return self  # allowed, or a template not rendered yet (the as-written pass)
         names = [*self.set, *self.remove]
+        if not any(name.startswith(("--h", "--p")) for name in names):
+            return self  # (a run that moves nothing does not load the flag tables)
+        from deploy.edits.cmdline import canonical
+        from deploy.edits.flagtext import MOVING_FLAGS
+
         moving = [name for name in names if canonical(name) in MOVING_FLAGS]
         if moving:
             raise ValueError(

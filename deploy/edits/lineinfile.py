@@ -19,6 +19,8 @@ Where this differs from Ansible, on purpose:
   writes ``os.linesep``), and a line that is already right is no change even when it is the last
   line without a final newline (Ansible rewrites it to add one, reporting a change on every
   run of a file written without one).
+- A line inserted after a last line that lacks its newline goes on a line of its own
+  (Ansible appends it to that line: ``anchor`` + ``z`` gives ``anchorz``).
 - Regexps see each line without its ending, so ``value$`` also matches in a CRLF file (Ansible
   matches the line with its ``\\n``, where ``$`` works for LF only).
 - ``line`` is one line: a newline in it is refused when the playbook is loaded (Ansible writes it,

@@ -13,7 +13,8 @@ undo removes a file the step created.
 Where it differs from Ansible, on purpose: an added line takes the file's own line ending
 (a CRLF file stays CRLF; Ansible writes ``\\n``); a line that is already right is no change
 even as a last line without a final newline (Ansible adds the newline, so it reports a change
-on every run of such a file); regexps see each line without its ending, so ``value$`` also
+on every run of such a file), and a line inserted after a last line without a newline goes on
+its own line (Ansible glues it onto that line); regexps see each line without its ending, so ``value$`` also
 matches in a CRLF file; ``line`` must be one line (Ansible writes a multi-line ``line`` and never
 finds it again: a block is ``append``'s job); bytes that are not UTF-8 pass through untouched;
 ``firstmatch`` and ``search_string`` are not offered.

@@ -108,7 +108,7 @@ CASES: list[tuple[str, bytes, LineSpec, bytes | None]] = [
         b"a\nz\n",
     ),
     (
-        "insertafter the last line, which lacks a newline",
+        "insertafter the last line, which lacks a newline",  # Ansible: b"a\nanchorz\n"
         b"a\nanchor",
         LineSpec(line="z", insertafter=r"^anchor"),
         b"a\nanchor\nz\n",

@@ -11,10 +11,10 @@ atomic, fd-based helper (`deploy.steps.files.write_file`; a new file:
 
 ``validate``: as Ansible's, a command with ``%s`` that must exit 0 before the file is put in
 place. Ansible runs it on its own temporary copy of the content (in its remote tmp directory)
-before the atomic move; here it runs on the run's private copy of the exact bytes under
-``state_dir`` (``runs/<run-id>/files/<sha256>``, the directory that holds the saved copies:
-only root or the login user can write there), the path quoted for the shell, before the
-atomic write. A failure leaves the destination untouched. Not run under ``--check``.
+before the atomic move; here it runs on a private ``mktemp`` copy of the exact bytes in
+``state_dir`` (only root or the login user can write there), its path passed to the command
+as a quoted argument, before the atomic write. A failure leaves the destination untouched
+and nothing journaled. Not run under ``--check``.
 
 ``diff: false``: for secret content. The plan, the report (``--json``, history, the webhook,
 the log) say that the file changes, never what is in it: no diff, no checksum, no size, and
@@ -298,7 +298,14 @@ class PutStep(Step[SourcedArgsT]):
             write_file(ctx, self.dest, new, **options)
 
     def _validate(self, ctx: StepContext, content: bytes) -> None:
-        """Run ``validate`` on the run's private copy of ``content``; raise if it fails.
+        """Run ``validate`` on a private copy of ``content``; raise if it fails.
+
+        One command in the lock's shell: ``mktemp`` makes the copy (O_EXCL, mode 0600) in
+        ``state_dir``, which only root or the login user can write in; the bytes come on
+        stdin, never on a command line; the command gets the copy's path as ``"$1"`` (the
+        ``%s``), so no path is pasted into shell text; the copy is removed when it ends.
+        Nothing is journaled or written before it passes: a refused file is a run that
+        failed with nothing to undo.
 
         Raises:
             StepFailed: the command exited other than 0 or timed out (nothing was written).
@@ -306,18 +313,21 @@ class PutStep(Step[SourcedArgsT]):
         from deploy.remote.host import quote
         from deploy.statedir.layout import Layout
 
-        digest = ctx.journal.save_copy(content)
-        ctx.remote.flush()  # the copy is on the host before the command reads it
-        copy = Layout(ctx.state_dir).copy(ctx.run_id, digest)
-        command = str(self.args.validate_) % (quote(copy),)
+        command = str(self.args.validate_) % ('"$1"',)
         seconds = VALIDATE_TIMEOUT
-        result = ctx.remote.run(
-            f"cd / && timeout -k 5 {seconds} sh -c {quote(command)}", timeout=seconds + 10
+        script = (
+            f"_dv=$(mktemp {quote(Layout(ctx.state_dir).validate_template)}) || exit 125\n"
+            "trap 'rm -f -- \"$_dv\"' EXIT\n"
+            'cat > "$_dv" || exit 125\n'
+            f'cd / && timeout -k 5 {seconds} sh -c {quote(command)} validate "$_dv"'
         )
+        result = ctx.remote.run(script, stdin=content, timeout=seconds + 10)
         if result.ok:
             return
         if result.exit_status == 124 or result.timed_out:
             why = f"timed out after {seconds} s"
+        elif result.exit_status == 125:
+            why = "could not be given its copy of the file (mktemp or cat failed)"
         else:
             why = f"exited {result.exit_status}"
         output = (

@@ -163,12 +163,14 @@ def test_validate_gates_the_write(tmp_path: Path, validate: str, ok: bool) -> No
         [{"copy": {"content": "PORT=1\n", "dest": "{{ etc }}/server.env", "validate": validate}}],
     )
     run = rig.apply(playbook)
+    assert not list(rig.state_dir.glob("validate.*")), "the copy it checked is removed"
     if ok:
         assert run.exit_code == 0 and env.read_bytes() == b"PORT=1\n"
         return
-    assert run.exit_code == 1
+    assert run.exit_code == 1 and run.hosts[0].outcome == "failed"
     assert "validate `grep -q '^NOPE=' %s` exited 1" in run.hosts[0].steps[0].summary
     assert env.read_bytes() == ENV and mode_of(env) == 0o640
+    assert rig.runs() == [], "refused before anything was journaled: nothing to undo"
 
 
 def test_lineinfile_on_a_missing_file_without_create_fails(rig: LocalRig) -> None:

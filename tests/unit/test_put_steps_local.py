@@ -225,3 +225,70 @@ def test_bad_lineinfile_input(rig: LocalRig, args: dict[str, Any], message: str)
     playbook = rig.playbook("bad", [{"lineinfile": {"path": "{{ etc }}/server.env", **args}}])
     with pytest.raises(InputError, match=message):
         rig.apply(playbook)
+
+
+@pytest.mark.parametrize("create", [True, False], ids=["new file", "existing file"])
+def test_a_directory_others_can_write_is_refused_unless_unsafe_dir(
+    rig: LocalRig, create: bool
+) -> None:
+    shared = rig.files / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    target = shared / "x.conf"
+    if not create:
+        target.write_bytes(b"old\n")
+    step: dict[str, Any] = {"copy": {"content": "new\n", "dest": str(target)}}
+    refused = rig.apply(rig.playbook("shared", [step]))
+    assert refused.exit_code == 1 and "writable by others" in str(refused.hosts[0].error)
+    assert target.exists() is not create and (create or target.read_bytes() == b"old\n")
+    step["copy"]["unsafe_dir"] = True
+    allowed = rig.apply(rig.playbook("shared", [step]))
+    assert allowed.exit_code == 0, allowed.hosts[0].error
+    assert target.read_bytes() == b"new\n"
+
+
+def test_a_hard_linked_file_is_refused_unless_allowed(rig: LocalRig) -> None:
+    env = rig.files / "server.env"
+    os.link(env, rig.files / "other-name")
+    step: dict[str, Any] = {"copy": {"content": "new\n", "dest": "{{ etc }}/server.env"}}
+    refused = rig.apply(rig.playbook("linked", [step]))
+    assert refused.exit_code == 1 and "hard links" in str(refused.hosts[0].error)
+    assert env.read_bytes() == ENV
+    step["copy"]["hardlinks"] = "allow"
+    assert rig.apply(rig.playbook("linked", [step])).exit_code == 0
+    assert env.read_bytes() == b"new\n" and (rig.files / "other-name").read_bytes() == ENV
+
+
+def test_owner_and_group_by_name_and_number(rig: LocalRig) -> None:
+    import grp
+    import pwd
+
+    env = rig.files / "server.env"
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    step = {"copy": {"content": ENV.decode(), "dest": "{{ etc }}/server.env", "owner": user,
+                     "group": str(os.getgid())}}  # fmt: skip
+    run = rig.apply(rig.playbook("owner", [step]))
+    assert run.exit_code == 0 and run.hosts[0].outcome == "unchanged", run.hosts[0].error
+    assert env.stat().st_uid == os.getuid()
+    step["copy"]["owner"] = "no-such-user-x"
+    missing = rig.apply(rig.playbook("owner", [step]))
+    assert missing.exit_code == 1 and "no user 'no-such-user-x'" in str(missing.hosts[0].error)
+    assert group  # the name exists: numbers and names are both accepted
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+def test_a_new_owner_is_set_and_undone(rig: LocalRig) -> None:
+    import pwd
+
+    env = rig.files / "server.env"
+    nobody = pwd.getpwnam("nobody")
+    step = {"copy": {"content": ENV.decode(), "dest": "{{ etc }}/server.env", "owner": "nobody"}}
+    run = rig.apply(rig.playbook("chown", [step]))
+    assert run.exit_code == 0, run.hosts[0].error
+    assert run.hosts[0].steps[0].summary == f"changes owner 0 -> {nobody.pw_uid}"
+    assert env.stat().st_uid == nobody.pw_uid and mode_of(env) == 0o640
+    assert rig.apply(rig.playbook("chown", [step])).hosts[0].outcome == "unchanged"
+    (run_id,) = rig.runs()
+    assert rig.rollback(run_id).exit_code == 0
+    assert env.stat().st_uid == 0 and mode_of(env) == 0o640 and env.read_bytes() == ENV

@@ -59,22 +59,14 @@ class MkdirIntent(Record):
 
 
 def read_optional(ctx: StepContext, path: str) -> FileState | None:
-    """The file as this run knows it, or None when it does not exist (yet).
+    """The file as this run knows it, or None when it does not exist (yet): one fetch.
 
     Raises:
         StepFailed: the path is not absolute, is a symlink, or is not a regular file.
     """
-    cached = ctx.files.get(path)
-    if cached is not None:
-        return cached
-    from deploy.steps.files import read_file
+    from deploy.steps.files import read_file_or_none
 
-    if not path.startswith("/"):
-        raise StepFailed(f"{ctx.host}: {path!r} is not an absolute path")
-    info, _ = ctx.remote.fetch(path)
-    if info is None:
-        return None
-    return read_file(ctx, path)  # answered from what fetch just read
+    return read_file_or_none(ctx, path)
 
 
 def missing_dirs(ctx: StepContext, path: str, *, create_dirs: bool) -> list[str]:

@@ -70,6 +70,18 @@ def read_file(ctx: StepContext, path: str) -> FileState:
     Raises:
         StepFailed: the path is missing, not absolute, a symlink or not a regular file.
     """
+    state = read_file_or_none(ctx, path)
+    if state is None:
+        raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
+    return state
+
+
+def read_file_or_none(ctx: StepContext, path: str) -> FileState | None:
+    """`read_file`, but None when nothing exists at ``path`` (a step that may create it).
+
+    Raises:
+        StepFailed: the path is not absolute, is a symlink, or is not a regular file.
+    """
     cached = ctx.files.get(path)
     if cached is not None:
         return cached
@@ -77,7 +89,7 @@ def read_file(ctx: StepContext, path: str) -> FileState:
         raise StepFailed(f"{ctx.host}: {path!r} is not an absolute path")
     info, content = ctx.remote.fetch(path)
     if info is None:
-        raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
+        return None
     if info.is_symlink:
         # Following it would change a file the playbook does not name; replacing it would
         # break the link. Refuse, and say which path to use instead.

@@ -129,6 +129,12 @@ class LineInFileStep(EditStep[LineInFileArgs]):
     def undo_handlers(cls) -> list[type[RecordUndo]]:
         return [FileUndo, CreateUndo, DirUndo]
 
+    def reads(self) -> list[str]:
+        if not self.args.create:
+            return [self.path]
+        # The directory too: for a file to create, whether it exists is read with the lock.
+        return [self.path, self.path.rpartition("/")[0] or "/"]
+
     def spec(self) -> LineSpec:
         args = self.args
         return LineSpec(

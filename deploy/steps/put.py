@@ -202,7 +202,8 @@ class PutStep(Step[SourcedArgsT]):
         return f"{self.kind} {self.dest}"
 
     def reads(self) -> list[str]:
-        return [self.dest]
+        # The directory too: for a file to create, whether it exists is read with the lock.
+        return [self.dest, self.dest.rpartition("/")[0] or "/"]
 
     def content(self) -> bytes:
         return str(getattr(self.args, "content", "")).encode(*CODEC)

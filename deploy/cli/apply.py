@@ -264,6 +264,7 @@ def apply(
         color=color,
         details=not check,
         errors=as_json,
+        verbose=verbose,
     )
 
 

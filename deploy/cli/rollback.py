@@ -102,9 +102,11 @@ def rollback(
         where = ", ".join(name for name, _ in hosts)
         click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
         sys.exit(0)
-    # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
-    # hosts, files and the services it will restart.
-    if not yes and not click.confirm(target.describe(), default=False):
+    # The one place the prompt is made (`render_rollback_question`): run, playbook, start,
+    # hosts, files and the services it will restart, fitted to the terminal.
+    from deploy.report.records import render_rollback_question
+
+    if not yes and not click.confirm(render_rollback_question(target), default=False):
         handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)

@@ -266,6 +266,7 @@ def apply(
         color=color,
         details=not check,
         errors=as_json,
+        verbose=verbose,
     )
 
 

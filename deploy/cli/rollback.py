@@ -102,12 +102,13 @@ def rollback(
         where = ", ".join(name for name, _ in hosts)
         click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
         sys.exit(0)
-    # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
-    # hosts, files and the services it will restart.
+    # The one place the prompt is made (`render_rollback_question`): run, playbook, start,
+    # hosts, files and the services it will restart, fitted to the terminal.
     from deploy.cli.interrupts import confirmed, interruptible
     from deploy.engine.run_options import Cancel
+    from deploy.report.records import render_rollback_question
 
-    if not yes and not confirmed(target.describe()):
+    if not yes and not confirmed(render_rollback_question(target)):
         handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)

@@ -353,6 +353,10 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--ablate"]:  # each speed mechanism off against all on (`bench.ablate`)
+        from bench import ablate
+
+        return ablate.main(argv[1:])
     options = parse(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.environ.pop("SSH_AUTH_SOCK", None)

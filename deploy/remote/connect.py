@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
-from deploy import trace
+from deploy import ablation, trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
@@ -134,6 +134,9 @@ def _connection_class() -> type[Connection]:
     ProxyJump hop is Fabric's own `Connection`, made by Fabric.
     """
     from fabric import Connection
+
+    if ablation.off("fabricsetattr"):
+        return Connection  # type: ignore[no-any-return]
 
     class _Connection(Connection):  # type: ignore[misc]  # untyped
         inline_ssh_env = None

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from deploy import trace
+from deploy import ablation, trace
 from deploy.remote.settings import ConnectSettings
 
 if TYPE_CHECKING:
@@ -279,6 +279,8 @@ class Handshakes:
 
     def start(self, hosts: Iterable[ConnectSettings]) -> None:
         """Begin the handshake of every host given (once per host name)."""
+        if ablation.off("handshake"):
+            return
         for settings in hosts:
             with self._lock:
                 if self._cancelled.is_set() or settings.name in self._pending:

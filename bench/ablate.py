@@ -159,7 +159,9 @@ def _pct(values: list[float]) -> str:
     return f"{mid:+.1f} % [{(min(values) - 1) * 100:+.0f}, {(max(values) - 1) * 100:+.0f}]"
 
 
-def render(cells: list[Cell], trips: dict[str, dict[str, str]], trips_rtt: int) -> list[str]:
+def render(
+    cells: list[Cell], trips: dict[str, dict[str, str]], trips_rtt: int, bytes_rtt: int
+) -> list[str]:
     """The ablation tables: wall-time effect per cell, round trips, bytes and client CPU."""
     variants = [ALL_ON, *[v for v in MECHANISMS if any(v in c.runs for c in cells)]]
     out: list[str] = []
@@ -192,7 +194,7 @@ def render(cells: list[Cell], trips: dict[str, dict[str, str]], trips_rtt: int) 
         *(f"client CPU N={c.hosts} RTT {c.rtt} change" for c in cells),
     ]
     rows = []
-    big = [c for c in cells if c.rtt == trips_rtt and c.hosts == 1]
+    big = [c for c in cells if c.rtt == bytes_rtt and c.hosts == 1]
     for variant in variants:
         row = [
             variant,
@@ -228,9 +230,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench --ablate")
     parser.add_argument("--hosts", default="1,20")
     parser.add_argument("--rtt", default="0,50,100")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="0: round trips only")
     parser.add_argument("--only", default=",".join(MECHANISMS))
     parser.add_argument("--out", type=Path, default=Path("/tmp/deploy-ablate"))
+    # Round trips are counted where a wait cannot be confused with a stall of a loaded
+    # client (a wait is an answer that came RTT/2 after the client's last send).
+    parser.add_argument("--trip-rtt", type=int, default=400)
     options = parser.parse_args(argv)
     hosts = [int(x) for x in options.hosts.split(",")]
     rtts = [int(x) for x in options.rtt.split(",")]
@@ -255,9 +260,9 @@ def main(argv: list[str]) -> int:
                 sandbox, count, kimi_k25_source(PATCH_NEEDED), REPO, base / f"n{count}" / "ws"
             )
             _variant(Cell(count, 0), fleet, deploy, ALL_ON, None)  # warm-up, not kept
-            if count == 1:
-                trips = _round_trips(fleet, deploy, variants, max(rtts), base)
-            for rtt in rtts:
+            if count == 1 and options.trip_rtt:
+                trips = _round_trips(fleet, deploy, variants, options.trip_rtt, base)
+            for rtt in rtts if options.repeat else []:
                 cell = Cell(count, rtt)
                 cells.append(cell)
                 if rtt == 0:
@@ -278,7 +283,9 @@ def main(argv: list[str]) -> int:
                     json.dumps({"cells": raw, "round_trips": trips}, indent=1)
                 )
                 (options.out / "ablate.md").write_text(
-                    "\n".join(render(cells, trips, max(rtts))) + "\n"
+                    "\n".join(render(cells, trips, options.trip_rtt, max(rtts))) + "\n"
                 )
+    if not options.repeat:  # round trips only
+        (options.out / "trips.json").write_text(json.dumps(trips, indent=1))
     print(f"ablate: done in {time.monotonic() - began:.0f} s, {options.out}", file=sys.stderr)
     return 0

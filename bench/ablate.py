@@ -119,16 +119,19 @@ def _rounds(
 
 
 def _round_trips(
-    direct: Fleet, deploy: DeployTool, variants: list[str], rtt: int, base: Path
+    direct: Fleet, deploy: DeployTool, variants: list[str], rtt: int, base: Path, repeat: int = 3
 ) -> dict[str, dict[str, str]]:
-    """Variant -> kind -> waits on the wire (`bench.wire`), one host at ``rtt``: two runs
-    each, shown as ``a`` when they agree and ``a/b`` when they do not."""
-    found: dict[str, dict[str, str]] = {}
+    """Variant -> kind -> waits on the wire (`bench.wire`) and process seconds, one host at
+    ``rtt``, ``repeat`` runs each: ``waits a/b/c, median s [min–max]``. At a long RTT a round
+    trip (waited or caused by a burst over the congestion window) outweighs the machine's
+    noise in the process time."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    seconds: dict[tuple[str, str], list[float]] = {}
     with DelayNetwork(rtt, INITIAL_SEGMENTS) as net:
         first = direct.hosts[0]
         single = Fleet(direct.sandbox, [first], direct.workdir, direct.original, direct.python)
         fleet = through(single, {first.name: net.forward(first.port)}, base / "wire", REPO)
-        for variant, attempt in [(v, a) for a in (1, 2) for v in variants]:
+        for variant, _ in [(v, a) for a in range(repeat) for v in variants]:
             direct.reset()
             for kind in ("change", "rerun"):
                 log = base / f"wire-{variant.replace(' ', '_')}-{kind}.jsonl"
@@ -142,13 +145,16 @@ def _round_trips(
                 if outcome.exit_status != 0:
                     raise RuntimeError(f"{variant} {kind} (wire) failed: {outcome.reason()}")
                 lines = [json.loads(x) for x in log.read_text().splitlines()]
-                count = str(len(waits(lines, rtt / 1000)))
-                said = found.setdefault(variant, {})
-                if attempt == 1 or said[kind] == count:
-                    said[kind] = count
-                else:
-                    said[kind] += f"/{count}"
+                counts.setdefault((variant, kind), []).append(len(waits(lines, rtt / 1000)))
+                seconds.setdefault((variant, kind), []).append(outcome.seconds)
     direct.reset()
+    found: dict[str, dict[str, str]] = {}
+    for (variant, kind), said in counts.items():
+        times = seconds[(variant, kind)]
+        found.setdefault(variant, {})[kind] = (
+            f"{'/'.join(map(str, said))}, {statistics.median(times):.2f} s "
+            f"[{min(times):.2f}–{max(times):.2f}]"
+        )
     return found
 
 

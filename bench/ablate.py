@@ -47,27 +47,6 @@ class Run:
     cpu: float
     up: int = 0
     down: int = 0
-    #: CPU-seconds on the hosts: what their sshd listeners reaped meanwhile (each
-    #: connection's sshd, login shell, file helper, compile check...).
-    host_cpu: float = 0.0
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def host_cpu(fleet: Fleet) -> float:
-    """CPU-seconds of every process the hosts' sshd listeners have reaped so far."""
-    total = 0
-    for host in fleet.hosts:
-        process = getattr(host, "_process", None)
-        if process is None:
-            continue
-        try:
-            fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[13]) + int(fields[14])  # cutime, cstime
-    return total / _TICK
 
 
 @dataclass
@@ -86,25 +65,18 @@ class Cell:
         return [getattr(a, what) / getattr(b, what) for a, b in zip(mine, base, strict=False)]
 
 
-def _timed(
-    command: Command, variant: str, net: DelayNetwork | None, fleet: Fleet | None = None
-) -> tuple[Outcome, Run]:
+def _timed(command: Command, variant: str, net: DelayNetwork | None) -> tuple[Outcome, Run]:
     env = dict(command.env)
     if variant not in (ALL_ON, "floor"):
         env["DEPLOY_ABLATE"] = variant
-    hosts_before = host_cpu(fleet) if fleet is not None else 0.0
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     carried = dict(net.carried) if net is not None else {"up": 0, "down": 0}
     outcome = run(Command(command.argv, command.cwd, env))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     now = net.carried if net is not None else {"up": 0, "down": 0}
-    hosts = 0.0
-    if fleet is not None:
-        time.sleep(0.05)  # the listeners reap their sessions' processes on SIGCHLD
-        hosts = host_cpu(fleet) - hosts_before
     return outcome, Run(
-        outcome.seconds, cpu, now["up"] - carried["up"], now["down"] - carried["down"], hosts
+        outcome.seconds, cpu, now["up"] - carried["up"], now["down"] - carried["down"]
     )
 
 
@@ -113,11 +85,11 @@ def _variant(
 ) -> None:
     fleet.reset()
     count = len(fleet.hosts)
-    outcome, found = _timed(deploy.command(fleet, count), variant, net, fleet)
+    outcome, found = _timed(deploy.command(fleet, count), variant, net)
     if outcome.exit_status != 0 or change_wrong(deploy, fleet):
         raise RuntimeError(f"{variant} change run failed: {outcome.reason()}")
     cell.add(variant, "change", found)
-    outcome, found = _timed(deploy.command(fleet, count), variant, net, fleet)
+    outcome, found = _timed(deploy.command(fleet, count), variant, net)
     if outcome.exit_status != 0:
         raise RuntimeError(f"{variant} re-run failed: {outcome.reason()}")
     cell.add(variant, "rerun", found)
@@ -137,7 +109,7 @@ def _rounds(
         shift = round_ % len(variants)
         for variant in variants[shift:] + variants[:shift]:
             _variant(cell, fleet, deploy, variant, net)
-        _, found = _timed(floor.command(fleet, len(fleet.hosts)), "floor", net, fleet)
+        _, found = _timed(floor.command(fleet, len(fleet.hosts)), "floor", net)
         cell.add("floor", "connect", found)
         print(
             f"ablate: N={cell.hosts} RTT={cell.rtt} round {round_ + 1}/{repeat} done",
@@ -255,27 +227,6 @@ def render(
         "bytes through the proxy and the client process's CPU-seconds (median):",
         "",
         *table(header, [*rows, floor_row]),
-        "",
-    ]
-    rows = []
-    for variant in [*variants, "floor"]:
-        row = [variant]
-        for c in cells:
-            kinds = c.runs.get(variant, {})
-            for kind in ("connect",) if variant == "floor" else ("change", "rerun"):
-                runs = kinds.get(kind, [])
-                row.append(
-                    f"{statistics.median(r.host_cpu for r in runs) * 1000:.0f} ms" if runs else "–"
-                )
-            if variant == "floor":
-                row.append("")
-        rows.append(row)
-    header = ["off", *(f"N={c.hosts} RTT {c.rtt} {k}" for c in cells for k in ("change", "re-run"))]
-    out += [
-        "CPU on the hosts (median; what their sshd listeners reaped during the run: "
-        "sshd sessions, login shells, the file helper, compile checks):",
-        "",
-        *table(header, rows),
         "",
     ]
     return out

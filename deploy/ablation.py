@@ -17,11 +17,8 @@ MECHANISMS = {
     "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
     "compression": "no delayed zlib compression (deploy.remote.compression)",
     "codeonly": "host programs sent with their docstrings and comments (codeonly)",
-    "marshal": "the file helper compiled from source on every run (helperboot)",
-    "hostjson": "the file helper imports json (deploy.remote.hostjson)",
     "compilehelper": "the compile record looked up by the shell script, not the helper",
     "readahead": "no file reads or compile checks sent with the lock's exec",
-    "fabricsetattr": "Fabric's Connection as it is (no __setattr__ override)",
 }
 
 _ENV = "DEPLOY_ABLATE"

@@ -38,14 +38,13 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
-from deploy import ablation, trace
+from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
@@ -100,7 +99,7 @@ def fabric_connection(settings: ConnectSettings) -> Connection:
     Raises:
         InputError: unreadable ssh_config.
     """
-    from fabric import Config
+    from fabric import Config, Connection
 
     try:
         config = Config(runtime_ssh_path=settings.ssh_config)
@@ -108,7 +107,7 @@ def fabric_connection(settings: ConnectSettings) -> Connection:
         raise InputError(
             f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
         ) from exc
-    return _connection_class()(
+    return Connection(
         settings.address,
         user=settings.user,
         port=settings.port,
@@ -116,39 +115,6 @@ def fabric_connection(settings: ConnectSettings) -> Connection:
         connect_timeout=int(max(1, round(settings.connect_timeout))),
         connect_kwargs=_timeouts(settings),
     )
-
-
-@functools.cache
-def _connection_class() -> type[Connection]:
-    """Fabric's `Connection`, without two costs of its constructor that every host paid.
-
-    ~0.8 ms of GIL-bound CPU per host, half of what building one cost (1.6 ms, the Config
-    included). The connection is invoke's ``DataProxy``, which decides on every attribute
-    assignment whether the name is a real attribute or a config key, by computing
-    ``dir(self)``: a dozen times per connection. And ``inline_ssh_env``, which the
-    constructor assigns but Fabric does not declare, becomes a modification of the
-    connection's Config, which invoke then rebuilds by merging all its layers again. Here the
-    class's attribute names are computed once (an instance's own are still looked up, as
-    ``dir`` would), and ``inline_ssh_env`` is declared, so it is kept on the connection with
-    the same value (deploy runs no command through Fabric, which is what reads it). A
-    ProxyJump hop is Fabric's own `Connection`, made by Fabric.
-    """
-    from fabric import Connection
-
-    if ablation.off("fabricsetattr"):
-        return Connection  # type: ignore[no-any-return]
-
-    class _Connection(Connection):  # type: ignore[misc]  # untyped
-        inline_ssh_env = None
-
-        def __setattr__(self, key: str, value: Any) -> None:
-            if key in names or key in self.__dict__:
-                object.__setattr__(self, key, value)
-            else:
-                super().__setattr__(key, value)
-
-    names = frozenset(dir(_Connection))
-    return _Connection
 
 
 def _timeouts(settings: ConnectSettings) -> dict[str, float]:

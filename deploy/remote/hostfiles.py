@@ -23,7 +23,6 @@ import shlex
 import stat as statmod
 from typing import Any, Protocol, Unpack
 
-from deploy import ablation
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become
@@ -35,17 +34,8 @@ from deploy.remote.sftpfiles import SftpFiles
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it: its code kept in state_dir (`deploy.remote.helperboot`).
+#: What the lock's shell runs to start it (`deploy.remote.helperboot`).
 HELPER_BOOT = program("helperboot")
-if ablation.off("hostjson"):
-    HELPER_SOURCE = HELPER_SOURCE.replace(
-        "loads, dumps = _accelerated() or _plain_json()", "loads, dumps = _plain_json()"
-    )
-if ablation.off("marshal"):
-    HELPER_BOOT = HELPER_BOOT.replace(
-        "code = code_for(source, state_dir)",
-        'code = compile(source, "<deploy file helper>", "exec", dont_inherit=True)',
-    )
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:

@@ -6,7 +6,6 @@
     runs/<run-id>/files/<sha256>  saved copies, content-addressed
     services/<name>.log, .pid     servers deploy started itself (manager: process)
     compiled/<sha256>             passed compile checks (a cache, safe to delete)
-    .helper-code.<key>            the file helper's compiled code (a cache, safe to delete)
 
 Paths are built here and nowhere else. `scan_script` is the only shell that reads journals
 (the lock's exec and ``deploy status`` both embed it); `parse_scan` turns its output into

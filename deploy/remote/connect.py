@@ -39,13 +39,13 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 from __future__ import annotations
 
 import logging
-import socket
 from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy import trace
-from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
+from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable
+from deploy.remote.fabricconn import fabric_connection, tcp_socket, timeouts
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
@@ -77,52 +77,6 @@ def _guard(conn: Connection, settings: ConnectSettings) -> None:
     conn.client.set_missing_host_key_policy(policy)
     conn.connect_kwargs["transport_factory"] = preferring(types, compress=settings.compression)
     conn.connect_kwargs["compress"] = settings.compression
-
-
-def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
-    """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
-
-    paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
-    delayed ACK: ~40 ms of a ~60 ms login on loopback, on every host, every run (measured in
-    docs/performance.md). OpenSSH's own client turns Nagle off for the same reason. Fabric
-    takes the socket as it takes a ProxyJump channel (``sock=``); errors surface exactly as
-    Fabric's own connect would raise them.
-    """
-    sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def fabric_connection(settings: ConnectSettings) -> Connection:
-    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
-
-    Raises:
-        InputError: unreadable ssh_config.
-    """
-    from fabric import Config, Connection
-
-    try:
-        config = Config(runtime_ssh_path=settings.ssh_config)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
-        ) from exc
-    return Connection(
-        settings.address,
-        user=settings.user,
-        port=settings.port,
-        config=config,
-        connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=_timeouts(settings),
-    )
-
-
-def _timeouts(settings: ConnectSettings) -> dict[str, float]:
-    return {
-        "banner_timeout": settings.connect_timeout,
-        "auth_timeout": settings.connect_timeout,
-        "channel_timeout": settings.connect_timeout,
-    }
 
 
 @trace.spanned("ssh.connect")
@@ -182,7 +136,7 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
         hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
+        hop.connect_kwargs.update(timeouts(settings), **hop_auth)
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt

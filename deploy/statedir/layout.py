@@ -8,7 +8,6 @@
     compiled/<sha256>             passed compile checks (a cache, safe to delete)
     validate.XXXXXXXX             a step's new content while its ``validate`` command runs
                                   (mktemp; removed when the command ends, safe to delete)
-    .helper-code.<key>            the file helper's compiled code (a cache, safe to delete)
 
 Paths are built here and nowhere else. `scan_script` is the only shell that reads journals
 (the lock's exec and ``deploy status`` both embed it); `parse_scan` turns its output into

@@ -351,11 +351,14 @@ def run_rollback(
     playbook: str | None = None,
     progress: Any = None,
     open_host: HostOpener = ssh_host,
+    cancel: Cancel | None = None,
 ) -> RunResult:
     """Undo ``target_run`` on every host given (those the run touched).
 
-    ``progress`` (e.g. `deploy.report.human.ProgressPrinter`) hears each host's notes; one
-    with ``busy``/``idle`` also keeps a heartbeat for the host while it works.
+    ``progress`` (e.g. `deploy.report.progress.ProgressPrinter`) hears each host's notes; one
+    with ``busy``/``idle`` also keeps a heartbeat for the host while it works. Once ``cancel``
+    is set, hosts not started yet are skipped (an undo under way finishes: stopping it would
+    leave the host half undone).
     """
     began = time.monotonic()
     deadline = _Deadline(timeout)
@@ -364,6 +367,8 @@ def run_rollback(
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
+        if cancel is not None and cancel.is_set():
+            return _skipped(name, cancel.reason)
         remote = open_host(name, spec, accept_new_host_keys)
         note = None
         if progress is not None:

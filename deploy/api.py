@@ -28,6 +28,8 @@ options, the prompts, signals, the output and the exit code.
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,7 +224,7 @@ def apply(
     }
     if check:
         return execute(prepared, check=True, **options)
-    from deploy.engine import history, local_lock
+    from deploy.engine import history
     from deploy.engine.host_run import holder_info
     from deploy.engine.runid import new_run_id
 
@@ -230,11 +232,60 @@ def apply(
         history.save(run)
 
     run_id = new_run_id()
-    holder = holder_info(run_id, prepared.name)
-    with local_lock.acquire(prepared.playbook.path, prepared.inventory, holder, wait=wait_lock):
+    lock = _lock(prepared, holder_info(run_id, prepared.name), wait_lock, cancel)
+    if lock is None:  # cancelled while waiting for another run of this job: nothing touched
+        return _untouched(prepared, run_id, cancel.reason if cancel is not None else "")
+    with lock:
         run = execute(prepared, run_id=run_id, on_start=record, **options)
         history.save(run)
     return run
+
+
+#: How often a wait for the workstation's lock looks at the caller's token.
+_LOCK_POLL = 0.1
+
+
+def _lock(prepared: Prepared, holder: dict[str, Any], wait: float, cancel: Cancel | None) -> Any:
+    """The workstation's lock of this job, waiting up to ``wait`` seconds for another run of
+    it to end; None when ``cancel`` is set while waiting (at once, not at the wait's end).
+
+    Raises:
+        RunLocked: still held after ``wait`` seconds.
+    """
+    from deploy.engine import local_lock
+
+    deadline = time.monotonic() + max(0.0, wait)
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return local_lock.acquire(
+                prepared.playbook.path, prepared.inventory, holder, wait=min(_LOCK_POLL, remaining)
+            )
+        except local_lock.RunLocked as exc:
+            if cancel is not None and cancel.is_set():
+                return None
+            if remaining <= _LOCK_POLL:  # said as one wait of ``wait`` seconds, not the last poll
+                text = re.sub(r"after waiting [\d.]+ s", f"after waiting {wait:g} s", str(exc))
+                raise local_lock.RunLocked(text) from None
+
+
+def _untouched(prepared: Prepared, run_id: str, reason: str) -> RunResult:
+    """The report of a run cancelled before it began: every host skipped, exit 4."""
+    from datetime import UTC, datetime
+
+    from deploy.engine.results import HostResult
+
+    return RunResult(
+        run_id,
+        "apply",
+        prepared.name,
+        datetime.now(UTC).isoformat(),
+        hosts=[
+            HostResult(p.name, "skipped", error=f"never touched: {reason}") for p in prepared.plans
+        ],
+        stopped=reason,
+        inventory=str(prepared.inventory.resolve()),
+    )
 
 
 def plan(

@@ -198,3 +198,37 @@ def test_the_documented_fabric_task_applies_and_rolls_back(
     assert gpu.model_file.read_bytes() != original
     back = cli("rollback", "--yes")
     assert back.exit_code == 0 and gpu.model_file.read_bytes() == original, back.output
+
+
+def test_a_wait_for_another_run_is_cancelled_at_once_and_a_held_job_is_refused(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]], tmp_path: Path
+) -> None:
+    """Another run of the job holds the workstation's lock: ``wait_lock`` waits for it, the
+    token ends that wait at once (every host skipped, nothing touched), and without a wait
+    the call is refused with RunLocked."""
+    import deploy
+    from deploy.engine import local_lock
+
+    (kimi,), cli = make_kimi_hosts(["0.5.9"])
+    original = sha256(kimi.model_file)
+    playbook = write_playbook(tmp_path, "held")
+    logins = kimi.host.log_text().count("Accepted publickey")
+    with local_lock.acquire(playbook, cli.inventory, {"run_id": "other-run", "user": "ops"}):
+        with pytest.raises(local_lock.RunLocked, match="other-run by ops"):
+            deploy.apply(playbook, inventory=cli.inventory)
+        with pytest.raises(local_lock.RunLocked, match=r"after waiting 0\.5 s"):
+            deploy.apply(playbook, inventory=cli.inventory, wait_lock=0.5)
+
+        token = deploy.CancelToken()
+        threading.Timer(1.0, token.cancel).start()
+        began = time.monotonic()
+        run = _in_thread(
+            lambda: deploy.apply(playbook, inventory=cli.inventory, wait_lock=600, cancel=token)
+        )
+        took = time.monotonic() - began
+
+    assert took < 10, f"the wait ended {took:.1f} s after the cancel, not at once"
+    assert run.exit_code == 4 and [h.outcome for h in run.hosts] == ["skipped"]
+    assert run.hosts[0].error == "never touched: cancelled by the caller"
+    assert sha256(kimi.model_file) == original
+    assert kimi.host.log_text().count("Accepted publickey") == logins, "no host was contacted"

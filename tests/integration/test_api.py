@@ -232,3 +232,37 @@ def test_a_wait_for_another_run_is_cancelled_at_once_and_a_held_job_is_refused(
     assert run.hosts[0].error == "never touched: cancelled by the caller"
     assert sha256(kimi.model_file) == original
     assert kimi.host.log_text().count("Accepted publickey") == logins, "no host was contacted"
+
+
+def test_two_threads_run_two_jobs_at_once(
+    make_kimi_hosts: Callable[..., tuple[list[KimiHost], Deploy]],
+) -> None:
+    """Two calls at once from two threads, each its own inventory and host: both reach the
+    desired state, each report names only its own host, the history holds both runs."""
+    import deploy
+
+    hosts, cli = make_kimi_hosts(["0.5.9", "0.5.9"])
+    other = cli.inventory.with_name("other.yaml")
+    other.write_text(cli.inventory.read_text())
+    jobs = {"gpu-1": cli.inventory, "gpu-2": other}
+    reports: dict[str, Any] = {}
+    start = threading.Barrier(2)
+
+    def job(name: str) -> None:
+        start.wait()
+        reports[name] = deploy.apply(
+            "kimi-eagle3", inventory=jobs[name], limit=[name], skip_tags=FILES_ONLY
+        )
+
+    workers = [threading.Thread(target=job, args=(name,)) for name in jobs]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert all(not w.is_alive() for w in workers) and len(reports) == 2, reports
+    for name, report in reports.items():
+        assert [(h.host, h.outcome) for h in report.hosts] == [(name, "changed")]
+    assert reports["gpu-1"].run_id != reports["gpu-2"].run_id
+    recorded = json.loads(cli("history", "--all", "--json").stdout)
+    assert sorted(r["run_id"] for r in recorded) == sorted(r.run_id for r in reports.values())
+    assert all(b"def get_embed_and_head" in h.model_file.read_bytes() for h in hosts)

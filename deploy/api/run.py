@@ -1,29 +1,5 @@
-"""deploy as a library: ``from deploy import plan, apply, rollback``.
-
-Each call does what the command of the same name does and returns the run's report, the
-`deploy.engine.results.RunResult` whose ``to_dict()`` is the document ``--json`` prints
-(described by `deploy.report.json_schema`); ``report.exit_code`` is the command's exit code.
-Invalid input raises `deploy.errors.InputError` (nothing touched); another run of the same
-playbook and inventory holding the workstation's lock raises `deploy.engine.local_lock.RunLocked`.
-Everything that happens on a host is in the report, never raised.
-
-No click and no terminal: nothing is printed or asked. A secret comes from the inventory's
-``*_env`` variables (``password_env``, ``become_password_env``), never from a prompt. Progress
-goes to the ``progress`` object given (the engine's `deploy.engine.host_run.Progress`:
-``host_event``, ``step_started``, ``step_finished``), if any.
-
-Cancellation is the caller's `CancelToken`, not a signal handler (a library cannot install
-one off the main thread, and must not take the process's Ctrl-C from its host program):
-``token.cancel()`` from any thread makes the run start no new step, and roll back every host
-in the middle of its changes, as a failure does; hosts not started are skipped. The report
-then says ``cancelled by the caller`` (or the reason given).
-
-Safe to call from a thread, and from several at once on different playbooks or inventories:
-a call keeps its state in its own objects; the workstation's lock per playbook and inventory
-is held for the call and released when it returns, however it returns. The CLI
-(`deploy.cli.apply`, `deploy.cli.rollback`) is a layer over these functions: it adds the
-options, the prompts, signals, the output and the exit code.
-"""
+"""`plan` and `apply`: load and check the input (`prepare`), run it (`execute`), with the
+workstation's lock and the history around a real run (see `deploy.api`)."""
 
 from __future__ import annotations
 
@@ -35,27 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.config.inventory import HostSpec
+from deploy.api.token import CancelToken
 from deploy.config.locate import find_playbook, inventory_path
 from deploy.engine.results import RunResult
 from deploy.engine.run_options import Cancel, HostOpener, ssh_host
-
-__all__ = ["CancelToken", "Prepared", "apply", "plan", "prepare", "rollback"]
-
-
-class CancelToken(Cancel):
-    """Cancels a running `apply`, `plan` or `rollback` from any thread (``cancel()``).
-
-    Hosts start no new step, and a host in the middle of its changes is rolled back as if its
-    next step had failed; a wait inside a step ends with that step. A token cancels one call.
-    """
-
-    def cancel(self, reason: str = "cancelled by the caller") -> None:
-        self.set(reason)
-
-    @property
-    def cancelled(self) -> bool:
-        return self.is_set()
 
 
 def _extra_vars(value: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
@@ -316,119 +275,3 @@ def plan(
         progress=progress,
         cancel=cancel,
     )
-
-
-def rollback_target(
-    run_id: str | None,
-    *,
-    inventory: str | os.PathLike[str] | None = None,
-    limit: Sequence[str] | None = None,
-) -> Any:
-    """The run to undo (``run_id``, or the inventory's latest apply) and the hosts to undo it
-    on: a `deploy.engine.rollback_target.RollbackTarget`. Contacts no host.
-
-    Raises:
-        InputError: a bad inventory or ``limit``, or an ambiguous run id.
-    """
-    from deploy.config import load
-    from deploy.engine import rollback_target as target
-    from deploy.errors import InputError
-
-    path = inventory_path(inventory)
-    inv = load.load_inventory(path)
-    hosts = load.resolve_hosts(inv, limit=list(limit) if limit else None)
-    if not hosts:
-        raise InputError("no host matches --limit")
-    return target.choose(run_id, str(path.resolve()), hosts)
-
-
-def undo(
-    target: Any,
-    *,
-    inventory: Path,
-    run_id: str | None = None,
-    force: bool = False,
-    forks: int = 10,
-    timeout: float | None = None,
-    accept_new_host_keys: bool = False,
-    progress: Any = None,
-    cancel: Cancel | None = None,
-    open_host: HostOpener = ssh_host,
-) -> RunResult:
-    """Undo a `rollback_target` on its hosts; the report (history is the caller's)."""
-    from deploy.engine.fleet import run_rollback
-    from deploy.engine.runid import new_run_id
-
-    hosts: list[tuple[str, HostSpec]] = list(target.hosts)
-    run = run_rollback(
-        hosts,
-        run_id=run_id or new_run_id(),
-        target_run=target.run_id,
-        force=force,
-        accept_new_host_keys=accept_new_host_keys,
-        forks=forks,
-        timeout=timeout,
-        playbook=target.recorded.playbook if target.recorded else None,
-        progress=progress,
-        open_host=open_host,
-        cancel=cancel,
-    )
-    run.inventory = str(inventory.resolve())
-    return run
-
-
-def rollback(
-    run_id: str | None = None,
-    *,
-    inventory: str | os.PathLike[str] | None = None,
-    limit: Sequence[str] | None = None,
-    force: bool = False,
-    forks: int = 10,
-    timeout: float | None = None,
-    accept_new_host_keys: bool = False,
-    progress: Any = None,
-    cancel: CancelToken | None = None,
-) -> RunResult:
-    """``deploy rollback [RUN_ID] --yes``: undo one run (default: the inventory's latest
-    apply) on every host it touched, files and services; the report, recorded in the history.
-
-    With nothing to undo the report has no hosts and ``stopped`` says why (exit code 0).
-
-    Raises:
-        InputError: a bad inventory or ``limit``, or an ambiguous run id.
-    """
-    from deploy.engine import history
-    from deploy.engine.results import RunResult as Report
-    from deploy.engine.runid import new_run_id
-
-    path = inventory_path(inventory)
-    target = rollback_target(run_id, inventory=path, limit=limit)
-    new_id = new_run_id()
-    if target.run_id is None or not target.hosts:
-        from datetime import UTC, datetime
-
-        why = (
-            f"no apply of {path} is recorded on this workstation"
-            if target.run_id is None
-            else f"run {target.run_id} left no change on these hosts"
-        )
-        empty = Report(new_id, "rollback", None, datetime.now(UTC).isoformat(timespec="seconds"))
-        empty.target_run, empty.stopped, empty.inventory = (
-            target.run_id,
-            f"nothing to roll back: {why}",
-            str(path.resolve()),
-        )
-        return empty
-    run = undo(
-        target,
-        inventory=path,
-        run_id=new_id,
-        force=force,
-        forks=forks,
-        timeout=timeout,
-        accept_new_host_keys=accept_new_host_keys,
-        progress=progress,
-        cancel=cancel,
-    )
-    history.save(run)
-    return run

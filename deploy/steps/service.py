@@ -250,6 +250,10 @@ class ServiceStep(Step[ServiceArgsT]):
         problem = imports_problem(answer)
         if problem:
             raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+        versions: dict[str, str] = next(
+            (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
+        )
+        runtime(ctx, self.service)["interpreter_versions"] = versions
         ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
         if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
             runtime(ctx, self.service)["imports_ran_as"] = ran
@@ -304,6 +308,11 @@ class ServiceStep(Step[ServiceArgsT]):
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
             facts["endpoint"] = _new_endpoint(svc, want)
+            if isinstance(self.args, RestartArgs):
+                from deploy.services.confirm import expected_settings
+
+                changes = self.args.changes()
+                facts["confirm"] = expected_settings(changes.set, changes.remove)
             parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])

@@ -139,6 +139,7 @@ def _describe(pid, with_env=False, table=None):
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
         info["user"] = _user(pid)
+        info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         try:
             info["exe"] = os.readlink(f"/proc/{pid}/exe")
         except OSError:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from pydantic import Field
 
 from deploy.config.inventory import StrictModel, empty_list
-from deploy.errors import StepFailed
+from deploy.errors import ServiceUnsupported, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
@@ -124,6 +124,12 @@ class RestartArgs(ServiceArgs):
             env_set=dict(self.env.set) if self.env else {},
             env_unset=list(self.env.unset) if self.env else [],
         )
+
+
+def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
+    """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
+    spec = ctx.services.get(name)
+    return getattr(spec, "manager", "process") == "systemd"
 
 
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
@@ -233,16 +239,25 @@ class ServiceStep(Step[ServiceArgsT]):
         every ``imports`` module in the file named (a pip-installed sglang in site-packages
         beside an edited checkout would otherwise load the unpatched copy after the restart).
 
+        A server deploy cannot restart as it runs — in a container, or one of several nodes
+        — is refused here too, before anything is touched (`deploy.services.identity`).
+
         Raises:
+            ServiceUnsupported: the server runs in a container or on several nodes (exit 4).
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
-        if not isinstance(args, RestartArgs) or not args.imports:
+        has_imports = isinstance(args, RestartArgs) and bool(args.imports)
+        if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
             return
         svc = control(ctx, self.service)
+        if not isinstance(args, RestartArgs) or not args.imports:
+            self._refuse_unsupported(ctx, svc, svc.current())
+            return
         python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
         fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
         state, answer = svc.resolve_imports(dict(args.imports), fallback)
+        self._refuse_unsupported(ctx, svc, state)
         if state.running:  # a stranger on the port: refuse that first, and say so
             svc.check_ownership(state, force=ctx.force)
         from deploy.services.desired import imports_problem
@@ -258,6 +273,14 @@ class ServiceStep(Step[ServiceArgsT]):
         if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
             runtime(ctx, self.service)["imports_ran_as"] = ran
             ctx.note(f"{self.service}: the module lookup ran {ran}")
+
+    @staticmethod
+    def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        from deploy.services.identity import unsupported
+
+        problem = unsupported(state, svc.spec)
+        if problem:
+            raise ServiceUnsupported(f"{ctx.host}: {problem}; nothing was touched")
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:

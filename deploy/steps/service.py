@@ -306,9 +306,16 @@ class ServiceStep(Step[ServiceArgsT]):
             if state.running and svc.spec.manager == "process":
                 ctx.note(
                     f"draining {self.service} (pid {state.pid}): up to "
-                    f"{svc.spec.drain_timeout:g} s for its requests in flight"
+                    f"{svc.spec.drain_timeout:g} s for its requests in flight (SGLang keeps "
+                    "admitting new ones meanwhile)"
                 )
-            parts.append(svc.stop(state, timeout=self.args.timeout))
+            from deploy.services import drain
+            from deploy.services.endpoint import endpoint_of_state
+
+            old = svc.endpoint
+            svc.endpoint = endpoint_of_state(svc.spec, state)  # ask the old server its load
+            parts.append(drain.stop(svc, state, timeout=self.args.timeout, note=ctx.note))
+            svc.endpoint = old
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":

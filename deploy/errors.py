@@ -12,7 +12,8 @@ escapes is a bug and is shown with a traceback.
     │   ├── HostKeyMismatch            known_hosts has another key for this host
     │   ├── LockHeld                   another run holds state_dir/lock
     │   ├── BecomeFailed               sudo refused (wrong password, not in sudoers, no -K)
-    │   └── StateDirDenied             state_dir cannot be created or locked: permission denied
+    │   ├── StateDirDenied             state_dir cannot be created or locked: permission denied
+    │   └── ServiceUnsupported         the server runs in a container or on several nodes
     ├── StepFailed (1)                 a step could not do or prove its job
     │   ├── PermissionDenied           the acting user may not read or write a path
     │   ├── EditError                  an edit cannot be computed (class missing, conflict, ...)
@@ -126,6 +127,11 @@ class StateDirDenied(HostNotAttempted):
 
 class StateDirUntrusted(HostNotAttempted):
     """state_dir or a parent can be changed by a user other than root and the login user."""
+
+
+class ServiceUnsupported(HostNotAttempted):
+    """The server runs in a container, or on several nodes: deploy cannot restart it as it
+    runs, so it refuses before anything is touched (`deploy.services.identity`)."""
 
 
 class StepFailed(DeployError):

@@ -69,7 +69,8 @@ class ServiceSpec(_Strict):
         gt=0,
         description="Seconds the main process gets, after SIGTERM to it alone, to finish "
         "in-flight requests before the group is stopped (default: 300 s, the budget of one "
-        "generation in the smoke and gate steps).",
+        "generation in the smoke and gate steps). SGLang 0.5.9 keeps admitting requests while "
+        "it drains and exits once none is in flight, so steady traffic is ended by this bound.",
     )
     python: str | None = Field(
         default=None,

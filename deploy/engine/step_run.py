@@ -40,7 +40,14 @@ from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.engine.run_options import Progress, RunOptions, holder_info
 from deploy.engine.verdicts import Verdicts
-from deploy.errors import CheckFailed, DeployError, HostUnreachable, RollbackFailed, StepFailed
+from deploy.errors import (
+    CheckFailed,
+    DeployError,
+    HostUnreachable,
+    RollbackFailed,
+    ServiceUnsupported,
+    StepFailed,
+)
 from deploy.remote.api import Host
 from deploy.statedir.records import End
 from deploy.steps import build_step
@@ -341,6 +348,12 @@ def _preflight(
         ctx.step_index = index
         try:
             step.preflight(ctx)
+        except ServiceUnsupported as exc:  # a host deploy will not serve: refused, untouched
+            result.steps.append(StepResult(index, step.kind, step.title, "failed", str(exc)))
+            progress.step_finished(remote.name, result.steps[-1])
+            _not_run(result, steps[position + 1 :])
+            result.outcome, result.error = "not attempted", str(exc)
+            return False
         except DeployError as exc:
             failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
             result.steps.append(failed)

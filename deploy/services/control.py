@@ -92,9 +92,11 @@ class ServiceControl:
         """Stop the service completely; return a one-line account of what was done.
 
         With ``drain``, the main process alone gets SIGTERM first and up to the service's
-        ``drain_timeout`` to finish its in-flight requests (SGLang stops admitting, answers
-        what it has, then exits); SIGTERM to the whole group at once would kill the schedulers
-        that are computing those answers.
+        ``drain_timeout`` to finish its in-flight requests (SGLang 0.5.9 answers 503 to health
+        checks but keeps admitting requests, and exits once none is in flight: under steady
+        traffic only the bound ends the drain); SIGTERM to the whole group at once would kill
+        the schedulers that are computing those answers. `deploy.services.drain` says the
+        progress.
 
         Raises:
             StepFailed: the port is still held, or the GPUs are not released, in time.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.config.services import ServiceSpec
-from deploy.edits.cmdline import masked_argv
+from deploy.edits.cmdline import masked_argv, parse
 from deploy.services.state import ServiceState, ids_from_helper
 
 
@@ -52,6 +52,7 @@ def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
         origin=origin,
         listen=list(info.get("listen") or []),
         exe=info.get("exe"),
+        cgroup=str(info.get("cgroup") or ""),
         **ids_from_helper(info.get("user")),
     )
 
@@ -77,3 +78,66 @@ def start_refusal(user: dict[str, Any] | None, helper_ids: tuple[int, ...] | Non
         return None
     refusal: str | None = start_ids(user, tuple(helper_ids))[1]  # type: ignore[no-untyped-call]
     return refusal
+
+
+#: cgroup path words that mean a container runtime started the process (``docker-ID.scope``,
+#: ``/docker/ID``, ``cri-containerd-ID.scope``, ``libpod-ID.scope``, ``/kubepods/...``).
+_CONTAINER_WORDS = (
+    ("kubepods", "Kubernetes"),  # first: its pods' containers are containerd's or docker's
+    ("docker", "docker"),
+    ("containerd", "containerd"),
+    ("libpod", "podman"),
+    ("podman", "podman"),
+    ("lxc.payload", "LXC"),
+)
+
+
+def _cgroup_paths(cgroup: str) -> list[str]:
+    """The paths of /proc/PID/cgroup (v2 ``0::/path``; v1 ``N:controllers:/path``)."""
+    return [line.split(":", 2)[2] for line in cgroup.splitlines() if line.count(":") >= 2]
+
+
+def container_of(cgroup: str) -> str | None:
+    """The container runtime a process's cgroup names (docker, containerd, podman...), or None."""
+    for path in _cgroup_paths(cgroup):
+        for word, runtime in _CONTAINER_WORDS:
+            if word in path:
+                return runtime
+    return None
+
+
+def unit_of(cgroup: str) -> str | None:
+    """The systemd system unit a process belongs to (``sglang.service``), or None: a login
+    session's scope, a user manager's units (``user@UID.service``) and containers are not
+    system units deploy could restart with systemctl."""
+    for path in _cgroup_paths(cgroup):
+        parts = [part for part in path.split("/") if part]
+        if not parts or parts[0] == "user.slice" or container_of(f"0::{path}"):
+            continue
+        units = [part for part in parts if part.endswith(".service")]
+        if units:
+            return units[-1]
+    return None
+
+
+def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
+    """Why deploy will not restart this server, in one line, or None: it runs in a container
+    (its cgroup, or a ``docker-proxy`` holding the port) or on several nodes (``--nnodes``)."""
+    if not state.running:
+        return None
+    program = (state.argv[0] if state.argv else "").rsplit("/", 1)[-1]
+    runtime = "docker" if program == "docker-proxy" else container_of(state.cgroup)
+    if runtime is not None:
+        return (
+            f"the {spec.match} server on port {spec.port} (pid {state.pid}) runs in a {runtime} "
+            "container, which deploy does not restart: change the image or the container's "
+            "command with its own tooling, or run the server on the host"
+        )
+    nodes = parse(state.argv, spec.match).values("--nnodes")
+    if nodes and nodes[-1].isdigit() and int(nodes[-1]) > 1:
+        return (
+            f"the {spec.match} server on port {spec.port} (pid {state.pid}) is one of "
+            f"{nodes[-1]} nodes (--nnodes {nodes[-1]}), which deploy does not restart: a "
+            "multi-node server must be restarted on every node together, by hand"
+        )
+    return None

@@ -57,6 +57,8 @@ class ServiceState:
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
     user: str | None = None
+    #: /proc/PID/cgroup of the server: which systemd unit, container or login session it is in.
+    cgroup: str = ""
 
     def describe(self) -> str:
         if not self.running:

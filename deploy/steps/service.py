@@ -43,7 +43,7 @@ from pydantic import (
 
 from deploy.config.inventory import AS_WRITTEN, StrictModel, empty_list
 from deploy.config.template import is_template
-from deploy.errors import StepFailed
+from deploy.errors import ServiceUnsupported, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
@@ -198,6 +198,12 @@ class RestartArgs(ServiceArgs):
         )
 
 
+def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
+    """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
+    spec = ctx.services.get(name)
+    return getattr(spec, "manager", "process") == "systemd"
+
+
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
     """Where the server just started will answer, and its key: from its command line and
     environment (its ``--host``, ``--api-key``), as `deploy.services.endpoint` reads them."""
@@ -305,16 +311,25 @@ class ServiceStep(Step[ServiceArgsT]):
         every ``imports`` module in the file named (a pip-installed sglang in site-packages
         beside an edited checkout would otherwise load the unpatched copy after the restart).
 
+        A server deploy cannot restart as it runs — in a container, or one of several nodes
+        — is refused here too, before anything is touched (`deploy.services.identity`).
+
         Raises:
+            ServiceUnsupported: the server runs in a container or on several nodes (exit 4).
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
-        if not isinstance(args, RestartArgs) or not args.imports:
+        has_imports = isinstance(args, RestartArgs) and bool(args.imports)
+        if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
             return
         svc = control(ctx, self.service)
+        if not isinstance(args, RestartArgs) or not args.imports:
+            self._refuse_unsupported(ctx, svc, svc.current())
+            return
         python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
         fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
         state, answer = svc.resolve_imports(dict(args.imports), fallback)
+        self._refuse_unsupported(ctx, svc, state)
         if state.running:  # a stranger on the port: refuse that first, and say so
             svc.check_ownership(state, force=ctx.force)
         from deploy.services.desired import imports_problem
@@ -322,10 +337,22 @@ class ServiceStep(Step[ServiceArgsT]):
         problem = imports_problem(answer)
         if problem:
             raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+        versions: dict[str, str] = next(
+            (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
+        )
+        runtime(ctx, self.service)["interpreter_versions"] = versions
         ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
         if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
             runtime(ctx, self.service)["imports_ran_as"] = ran
             ctx.note(f"{self.service}: the module lookup ran {ran}")
+
+    @staticmethod
+    def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        from deploy.services.identity import unsupported
+
+        problem = unsupported(state, svc.spec)
+        if problem:
+            raise ServiceUnsupported(f"{ctx.host}: {problem}; nothing was touched")
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:
@@ -351,9 +378,16 @@ class ServiceStep(Step[ServiceArgsT]):
             if state.running and svc.spec.manager == "process":
                 ctx.note(
                     f"draining {self.service} (pid {state.pid}): up to "
-                    f"{svc.spec.drain_timeout:g} s for its requests in flight"
+                    f"{svc.spec.drain_timeout:g} s for its requests in flight (SGLang keeps "
+                    "admitting new ones meanwhile)"
                 )
-            parts.append(svc.stop(state, timeout=self.args.timeout))
+            from deploy.services import drain
+            from deploy.services.endpoint import endpoint_of_state
+
+            old = svc.endpoint
+            svc.endpoint = endpoint_of_state(svc.spec, state)  # ask the old server its load
+            parts.append(drain.stop(svc, state, timeout=self.args.timeout, note=ctx.note))
+            svc.endpoint = old
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":
@@ -376,6 +410,11 @@ class ServiceStep(Step[ServiceArgsT]):
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
             facts["endpoint"] = _new_endpoint(svc, want)
+            if isinstance(self.args, RestartArgs):
+                from deploy.services.confirm import expected_settings
+
+                changes = self.args.changes()
+                facts["confirm"] = expected_settings(changes.set, changes.remove)
             parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])

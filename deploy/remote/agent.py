@@ -269,6 +269,7 @@ def start(args):
         "pid": child.pid,
         "pgid": child.pid,
         "sid": child.pid,
+        "start": (_stat_fields(child.pid) or {}).get("start"),
         "log_offset": offset,
         "argv": argv,
         "user": user or None,

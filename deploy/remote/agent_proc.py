@@ -34,7 +34,15 @@ def _stat_fields(pid):
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
     rest = raw[raw.rfind(")") + 2 :].split()
-    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3])}
+    # "start": field 22, clock ticks after boot: with the pid, which process this is (a pid
+    # reused later has another start), so an undo knows the server its run started.
+    return {
+        "state": rest[0],
+        "ppid": int(rest[1]),
+        "pgid": int(rest[2]),
+        "sid": int(rest[3]),
+        "start": int(rest[19]),
+    }
 
 
 def _pids():

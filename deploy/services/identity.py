@@ -52,6 +52,7 @@ def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
         origin=origin,
         listen=list(info.get("listen") or []),
         exe=info.get("exe"),
+        start_time=info.get("start"),
         **ids_from_helper(info.get("user")),
     )
 

@@ -57,6 +57,16 @@ class ServiceState:
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
     user: str | None = None
+    #: /proc/PID/stat's start time (clock ticks after boot): with ``pid``, which process this
+    #: is. None: not known (systemd, a record from before it was kept).
+    start_time: int | None = None
+
+    def same_process(self, pid: int | None, start: int | None) -> bool:
+        """Whether this is the process ``pid`` that started at ``start`` (None: not known,
+        the pid alone decides)."""
+        if not self.running or pid is None or self.pid != pid:
+            return False
+        return start is None or self.start_time is None or self.start_time == start
 
     def describe(self) -> str:
         if not self.running:

@@ -291,9 +291,15 @@ class ServiceStep(Step[ServiceArgsT]):
             parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])
-        ctx.journal.write(
-            {"event": "done", "op": "service", "step": ctx.step_index, "service": self.service}
-        )
+        done: dict[str, object] = {
+            "event": "done",
+            "op": "service",
+            "step": ctx.step_index,
+            "service": self.service,
+        }
+        if self.starts:  # who the undo may stop: this run's server and no other
+            done["started"] = {k: started.get(k) for k in ("pid", "start", "argv")}
+        ctx.journal.write(done)
         planned.summary = "; ".join(parts)
         if planned.data.get("why"):
             planned.summary = f"{planned.data['why']}: {planned.summary}"

@@ -40,7 +40,14 @@ from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.engine.run_options import Progress, RunOptions, holder_info
 from deploy.engine.verdicts import Verdicts
-from deploy.errors import CheckFailed, DeployError, HostUnreachable, RollbackFailed, StepFailed
+from deploy.errors import (
+    CheckFailed,
+    DeployError,
+    HostUnreachable,
+    NothingTouched,
+    RollbackFailed,
+    StepFailed,
+)
 from deploy.remote.api import Host
 from deploy.statedir.records import End
 from deploy.steps import build_step
@@ -350,6 +357,8 @@ def _preflight(
                 for i, e in steps[position + 1 :]
             )
             fail(remote, spec, ctx, journal, result, index, str(exc), exc, progress)
+            if isinstance(exc, NothingTouched) and result.outcome == "failed":
+                result.outcome = "not attempted"  # exit 4: the operator's server untouched
             return False
     return True
 

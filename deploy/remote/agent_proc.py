@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import time
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.agent_trust import lookup_env, run_as, switcher
@@ -243,6 +244,43 @@ def resolve_imports(imports, python, env, cwd, pid=None):
         entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
         results.append(entry)
     return results
+
+
+def pycheck(args):
+    """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
+    `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
+    ``timeout`` seconds: an import of the patched module, the new command line against the
+    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output,
+    ``seconds``, ``timed_out`` and ``ran_as``."""
+    python, env, cwd = args["python"], args.get("env") or {}, args.get("cwd") or "/"
+    ids, note, refused = run_as(python, env, cwd, args.get("pid"))
+    if refused:
+        return {"error": refused}
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            [python, "-c", args["code"], *args.get("argv", [])],
+            env=lookup_env(env, ids),
+            cwd=cwd if ids is None else None,  # else entered as that user
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=float(args.get("timeout", 300)),
+            preexec_fn=switcher(ids, cwd),
+        )
+    except subprocess.TimeoutExpired:
+        seconds = round(time.monotonic() - began, 1)
+        return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}
+    except OSError as exc:
+        return {"error": "cannot run " + python + ": " + (exc.strerror or str(exc))}
+    output = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()
+    return {
+        "ok": done.returncode == 0,
+        "status": done.returncode,
+        "tail": output[-8:],
+        "seconds": round(time.monotonic() - began, 1),
+        "timed_out": False,
+        "ran_as": note,
+    }
 
 
 def _address(hex_address):

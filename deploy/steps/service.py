@@ -44,6 +44,7 @@ from deploy.steps.service_client import control, run_as_note, runtime
 
 if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired command line)
     # loads when a service step runs: validating a playbook and a file-only run never need it
+    from deploy.services.control import ServiceControl
     from deploy.services.desired import Changes, Desired
     from deploy.services.state import ServiceState
 
@@ -222,29 +223,77 @@ class ServiceStep(Step[ServiceArgsT]):
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
-        if not isinstance(args, RestartArgs) or not args.imports:
+        if not isinstance(args, RestartArgs):
             return
         svc = control(ctx, self.service)
-        python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
-        fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
-        state, answer = svc.resolve_imports(dict(args.imports), fallback)
-        if state.running:  # a stranger on the port: refuse that first, and say so
-            svc.check_ownership(state, force=ctx.force)
-        from deploy.services.desired import imports_problem
+        if args.imports:
+            python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
+            fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
+            state, answer = svc.resolve_imports(dict(args.imports), fallback)
+            if state.running:  # a stranger on the port: refuse that first, and say so
+                svc.check_ownership(state, force=ctx.force)
+            from deploy.services.desired import imports_problem
 
-        problem = imports_problem(answer)
+            problem = imports_problem(answer)
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+            ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
+            if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
+                runtime(ctx, self.service)["imports_ran_as"] = ran
+                ctx.note(f"{self.service}: the module lookup ran {ran}")
+        elif svc.spec.manager == "process":
+            state = svc.current()
+        else:
+            return
+        self._before_stop(ctx, svc, state)
+
+    def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        """Checks of the new server that need no stop (`deploy.services.prechecks`), made
+        before anything is touched when the server will be replaced: the draft model, and
+        the new command line against the server's own argument parser.
+
+        Raises:
+            NothingTouched: a check refused; nothing was stopped or changed (exit 4).
+        """
+        from deploy.errors import NothingTouched
+        from deploy.services import prechecks
+        from deploy.services.desired import desired
+
+        assert isinstance(self.args, RestartArgs)
+        want = desired(state, self.args.changes(), svc.spec)
+        if want.source != "running server" or want.satisfied:
+            return  # a template's server, or nothing to restart unless a file changes
+        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
+        if problem is None:
+            problem = prechecks.argparse_problem(
+                svc, want.argv, want.env, want.cwd, state.pid, note=ctx.note
+            )
         if problem:
-            raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
-        ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
-        if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
-            runtime(ctx, self.service)["imports_ran_as"] = ran
-            ctx.note(f"{self.service}: the module lookup ran {ran}")
+            raise NothingTouched(
+                f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
+            )
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:
             return
         svc = control(ctx, self.service)
         state: ServiceState = planned.data["state"]
+        want: Desired | None = planned.data.get("desired")
+        if (
+            isinstance(self.args, RestartArgs)
+            and self.args.imports
+            and want is not None
+            and want.source == "running server"  # a server runs: check before it is stopped
+        ):
+            # The new file is in place: the server's interpreter must import it, before the
+            # stop (a NameError costs seconds, not a failed model load).
+            from deploy.services.prechecks import import_check
+
+            python = (want.argv or [svc.spec.python or "python3"])[0]
+            import_check(
+                svc, sorted(self.args.imports), python=python, env=want.env, cwd=want.cwd,
+                pid=state.pid, note=ctx.note,
+            )  # fmt: skip
         before_change(ctx)
         ctx.journal.write(
             {
@@ -259,7 +308,6 @@ class ServiceStep(Step[ServiceArgsT]):
         )
         ctx.changed = True
         parts = []
-        want: Desired | None = planned.data.get("desired")
         if self.stops:
             if state.running and svc.spec.manager == "process":
                 ctx.note(

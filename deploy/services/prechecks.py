@@ -1,0 +1,203 @@
+"""What is checked before a running server is stopped, so that a typo costs seconds, not a load.
+
+A restart that fails after the stop costs the old server's downtime twice: the new server's
+load, then the old one's. Everything that can be known without stopping is checked first, with
+the server's own interpreter, environment and cwd (run by the process helper's ``pycheck``
+under the same trust rule as the ``imports`` lookup):
+
+- the draft model (``--speculative-draft-model-path``): a local path must be a directory
+  holding ``config.json``; a Hugging Face id (``org/name``) passes;
+- the new command line against the server's own argument parser
+  (``sglang.srt.server_args.ServerArgs.add_cli_args``, what ``launch_server`` parses with),
+  for a server started as ``-m sglang.launch_server``;
+- the patched module importing (`import_check`, once the new file is in place): a NameError
+  costs seconds; bounded in time, with progress (importing sglang pulls in torch);
+- the GPUs the server uses (its ``CUDA_VISIBLE_DEVICES``, or all): a compute process on them
+  outside the server's own process tree (another user's job) would fail the after-stop memory
+  check, so it is found now.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from deploy.errors import StepFailed
+from deploy.remote.api import Host
+from deploy.services.control import ServiceControl
+
+SERVER_MODULE = "sglang.launch_server"
+DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
+#: What huggingface_hub accepts as a repo id (``validate_repo_id``: ``name`` or ``org/name``);
+#: a local directory of that name wins, as in transformers.
+_HUB_ID = re.compile(r"(\b[\w\-.]+\b/)?\b[\w\-.]+\b")
+ARGPARSE_CHECK = (
+    "import argparse, sys\n"
+    "from sglang.srt.server_args import ServerArgs\n"
+    "parser = argparse.ArgumentParser()\n"
+    "ServerArgs.add_cli_args(parser)\n"
+    "parser.parse_args(sys.argv[1:])\n"
+)
+IMPORT_CHECK = (
+    "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+)
+#: Seconds an import or a parser check may take (sglang imports torch: tens of seconds).
+CHECK_TIMEOUT = 600.0
+
+
+def server_args(argv: list[str]) -> list[str] | None:
+    """The arguments after ``-m sglang.launch_server``; None for another kind of server."""
+    for index in range(len(argv) - 1):
+        if argv[index] == "-m" and argv[index + 1] == SERVER_MODULE:
+            return argv[index + 2 :]
+    return None
+
+
+def draft_path(argv: list[str]) -> str | None:
+    """The value of the draft model flag in ``argv`` (the last one given), if any."""
+    found = None
+    for index, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in DRAFT_FLAGS:
+            found = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+    return found
+
+
+def draft_problem(remote: Host, argv: list[str], cwd: str | None) -> str | None:
+    """Why the draft model in ``argv`` cannot load (one line), or None (none, or it can)."""
+    value = draft_path(argv)
+    if value is None:
+        return None
+    local = (
+        value.startswith(("/", "./", "../", "~"))
+        or not _HUB_ID.fullmatch(value)
+        or "--" in value
+        or ".." in value
+    )
+    where = value if value.startswith("/") else os.path.join(cwd or "/", value)
+    if remote.stat(f"{where.rstrip('/')}/config.json") is not None:
+        return None
+    if not local:
+        return None  # a Hub id, and no local directory of that name: the Hub serves it
+    if remote.stat(where) is None:
+        return f"the draft model path {value} does not exist (from {cwd or '/'})"
+    return f"the draft model path {value} holds no config.json"
+
+
+def python_check(
+    svc: ServiceControl,
+    *,
+    python: str,
+    env: dict[str, str],
+    cwd: str | None,
+    pid: int | None,
+    code: str,
+    argv: list[str],
+    what: str,
+    note: Callable[[str], None] | None = None,
+    timeout: float = CHECK_TIMEOUT,
+) -> dict[str, Any]:
+    """Run ``code`` with the server's interpreter on the host (the helper's ``pycheck``),
+    saying every 5 s how long it has taken; the helper's answer.
+
+    Raises:
+        StepFailed: the helper could not run it (e.g. an interpreter it may not trust).
+    """
+    request = {
+        "python": python,
+        "env": env,
+        "cwd": cwd or "/",
+        "pid": pid,
+        "code": code,
+        "argv": argv,
+        "timeout": timeout,
+    }
+    answer: dict[str, Any] = {}
+    failure: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answer.update(svc.process.helper("pycheck", request, timeout=timeout + 30))
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=ask, name=f"check-{svc.name}", daemon=True)
+    began = time.monotonic()
+    worker.start()
+    next_note = 5.0
+    while worker.is_alive():
+        # Not cut short by an interrupt: the host's shell is busy with the check until it
+        # answers (bounded by ``timeout``), and the run's next command needs that shell.
+        worker.join(timeout=0.2)
+        elapsed = time.monotonic() - began
+        if note and worker.is_alive() and elapsed >= next_note:
+            note(f"{what}: {elapsed:.0f} s (at most {timeout:g} s)")
+            next_note += 5.0
+    if failure:
+        raise failure[0]
+    return answer
+
+
+def _refusal(answer: dict[str, Any], what: str, timeout: float) -> str | None:
+    if answer.get("ok"):
+        return None
+    if answer.get("timed_out"):
+        return f"{what} took longer than {timeout:g} s"
+    tail = [line for line in answer.get("tail") or [] if line.strip()]
+    return (
+        f"{what} failed: {tail[-1].strip()[:300] if tail else 'exit ' + str(answer.get('status'))}"
+    )
+
+
+def argparse_problem(
+    svc: ServiceControl,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    pid: int | None,
+    note: Callable[[str], None] | None = None,
+) -> str | None:
+    """Why the server's own parser refuses the new command line ``argv``, or None."""
+    args = server_args(argv)
+    if args is None or not argv:
+        return None
+    what = "the new command line against the server's argument parser"
+    answer = python_check(
+        svc, python=argv[0], env=env, cwd=cwd, pid=pid, code=ARGPARSE_CHECK, argv=args,
+        what=f"checking {what}", note=note,
+    )  # fmt: skip
+    problem = _refusal(answer, what, CHECK_TIMEOUT)
+    return problem and f"{problem} ({shlex.join(args)[:200]})"
+
+
+def import_check(
+    svc: ServiceControl,
+    modules: list[str],
+    *,
+    python: str,
+    env: dict[str, str],
+    cwd: str | None,
+    pid: int | None,
+    note: Callable[[str], None] | None = None,
+) -> None:
+    """Import each module with the server's interpreter, the new file in place.
+
+    Raises:
+        StepFailed: an import failed (its last line: the NameError, the SyntaxError) or took
+            longer than `CHECK_TIMEOUT`.
+    """
+    if not modules:
+        return
+    what = f"importing {', '.join(modules)} with the server's interpreter"
+    answer = python_check(
+        svc, python=python, env=env, cwd=cwd, pid=pid, code=IMPORT_CHECK, argv=modules,
+        what=what, note=note,
+    )  # fmt: skip
+    problem = _refusal(answer, what, CHECK_TIMEOUT)
+    if problem:
+        raise StepFailed(f"{svc.remote.name}: {problem}; nothing was stopped")

@@ -2,8 +2,12 @@
 
 An undo that ran and failed (its target did not come up healthy) is never retried: every apply
 and rollback on that host refuses until a human has looked (`deploy.statedir.runs`). This is
-how they say they have. It also closes a run left unfinished or half undone whose undo will
-not run (it refuses to stop a server the run did not start), once a human put the host back. First the host is read, without its lock (like ``deploy status``):
+how they say they have.
+
+It also closes a run left unfinished or half undone whose undo will not run (it refuses to
+stop a server the run did not start), once a human put the host back.
+
+First the host is read, without its lock (like ``deploy status``):
 the run's state there, each file the run wrote with its sha256 now and whether that is the
 content from before the run, the run's, or neither, and each service the run touched (what
 serves its port, and whether it answers its health check). Then, once confirmed, the lock is

@@ -135,6 +135,14 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
+def _started_at(ticks):
+    """A process's start (``/proc/PID/stat`` ticks after boot) as Unix time, or None."""
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
@@ -144,6 +152,7 @@ def _describe(pid, with_env=False, table=None):
     except OSError:
         cwd = None
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    info["started_at"] = _started_at(fields["start"])
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None

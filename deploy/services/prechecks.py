@@ -1,5 +1,13 @@
 """What is checked before a running server is stopped, so that a typo costs seconds, not a load.
 
+First, that the undo has a target known to start (`drift_problem`): the running server and the
+files it imports were seen serving together, i.e. no such file changed after the server
+started, unless deploy itself wrote it (a run's journaled write, as ``--skip-tags service``
+leaves it). Otherwise "the state before this run" — those files with the running command line
+— never served, an undo to it could fail to start (the motivating case: a ``git checkout``
+reverted the model file under a running EAGLE-3 server), and the run refuses before the stop
+(exit 4): see docs/operations.md for why it refuses rather than fall back.
+
 A restart that fails after the stop costs the old server's downtime twice: the new server's
 load, then the old one's. Everything that can be known without stopping is checked first, with
 the server's own interpreter, environment and cwd (run by the process helper's ``pycheck``
@@ -19,17 +27,23 @@ under the same trust rule as the ``imports`` lookup):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from deploy.errors import StepFailed
 from deploy.remote.api import Host
+from deploy.remote.host import quote
 from deploy.services.control import ServiceControl
+from deploy.services.state import ServiceState
+from deploy.statedir.layout import Layout
+from deploy.statedir.records import sha256
 
 SERVER_MODULE = "sglang.launch_server"
 DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
@@ -48,6 +62,62 @@ IMPORT_CHECK = (
 )
 #: Seconds an import or a parser check may take (sglang imports torch: tens of seconds).
 CHECK_TIMEOUT = 600.0
+
+
+def drift_problem(
+    remote: Host, state_dir: str, state: ServiceState, paths: list[str]
+) -> str | None:
+    """Why the running server and ``paths`` (the files its restart imports) were never seen
+    serving together, or None: a file changed (mtime) after the server started and holds
+    content no deploy run wrote there (the runs' manifests on the host)."""
+    if not state.running or state.started_at is None:
+        return None
+    changed = []
+    for path in paths:
+        info = remote.stat(path)
+        if info is not None and info.mtime > state.started_at + 1.0:
+            changed.append((path, info.mtime))
+    if not changed:
+        return None
+    written = _deploy_writes(remote, state_dir)
+    for path, mtime in changed:
+        if sha256(remote.read(path)) in written.get(path, set()):
+            continue  # deploy's own journaled write (e.g. a run with --skip-tags service)
+        when = datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        since = datetime.fromtimestamp(state.started_at, UTC).strftime("%H:%M:%S UTC")
+        return (
+            f"drift: {path} changed at {when}, after the running server (pid {state.pid}) "
+            f"started ({since}), and not by deploy: the state before this run was never seen "
+            "serving, so an undo to it might not start. Restart the server on the file as it "
+            "is now (or put the file back as the server loaded it), then run again"
+        )
+    return None
+
+
+def _deploy_writes(remote: Host, state_dir: str) -> dict[str, set[str]]:
+    """Per path, the contents (sha256) deploy runs left there: their manifests' ``after``."""
+    layout = Layout(state_dir)
+    command = (
+        f"for m in {quote(layout.runs)}/*/manifest.json; do "
+        '[ -f "$m" ] && [ ! -h "$m" ] && cat "$m" && echo; done; true'
+    )
+    result = remote.run(command, timeout=60)
+    written: dict[str, set[str]] = {}
+    decoder = json.JSONDecoder()
+    text, position = result.stdout, 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            break
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except ValueError:
+            break
+        for entry in document.get("files", []) if isinstance(document, dict) else []:
+            if isinstance(entry, dict) and entry.get("path") and entry.get("sha256_after"):
+                written.setdefault(str(entry["path"]), set()).add(str(entry["sha256_after"]))
+    return written
 
 
 def server_args(argv: list[str]) -> list[str] | None:

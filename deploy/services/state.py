@@ -60,6 +60,8 @@ class ServiceState:
     #: /proc/PID/stat's start time (clock ticks after boot): with ``pid``, which process this
     #: is. None: not known (systemd, a record from before it was kept).
     start_time: int | None = None
+    #: When it started, as Unix time (from ``start_time`` and the boot time); None: not known.
+    started_at: float | None = None
 
     def same_process(self, pid: int | None, start: int | None) -> bool:
         """Whether this is the process ``pid`` that started at ``start`` (None: not known,

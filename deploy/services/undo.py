@@ -141,5 +141,5 @@ def restore_previous(
     who = describe_user(started.get("user"))
     return (
         f"{name}: old server (pid {started.get('pid')}{', as ' + who if who else ''}) healthy "
-        f"in {total:.0f} s ({seconds:.1f} s to ready)"
+        f"in {total:.0f} s ({seconds:.1f} s to ready); its log: {svc.log_location()}"
     )

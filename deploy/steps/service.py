@@ -245,6 +245,15 @@ class ServiceStep(Step[ServiceArgsT]):
             state = svc.current()
         else:
             return
+        if args.imports and svc.spec.manager == "process":
+            from deploy.errors import NothingTouched
+            from deploy.services.prechecks import drift_problem
+
+            drift = drift_problem(ctx.remote, ctx.state_dir, state, sorted(args.imports.values()))
+            if drift:
+                raise NothingTouched(
+                    f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
+                )
         self._before_stop(ctx, svc, state)
 
     def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
@@ -336,7 +345,11 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
-            parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
+            parts.append(
+                f"started pid {started.get('pid')}"
+                + run_as_note(started.get("user"))
+                + f"; its log: {svc.log_location()}"
+            )
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])
         done: dict[str, object] = {

@@ -35,9 +35,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from deploy.errors import StepFailed
+from deploy.checks.nvidia_smi import (
+    COMPUTE_APP_FIELDS,
+    GPU_FIELDS,
+    parse_compute_apps,
+    parse_query_gpu,
+)
+from deploy.config.services import ServiceSpec
+from deploy.errors import CheckFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.host import quote
 from deploy.services.control import ServiceControl
@@ -118,6 +125,71 @@ def _deploy_writes(remote: Host, state_dir: str) -> dict[str, set[str]]:
             if isinstance(entry, dict) and entry.get("path") and entry.get("sha256_after"):
                 written.setdefault(str(entry["path"]), set()).add(str(entry["sha256_after"]))
     return written
+
+
+def server_gpus(state: ServiceState, spec: ServiceSpec) -> Literal["all"] | list[int] | None:
+    """The GPUs the server uses: its ``CUDA_VISIBLE_DEVICES`` (indices), else the service's
+    ``gpus`` (None: not asked to check GPUs)."""
+    if spec.gpus is None:
+        return None
+    visible = state.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        try:
+            return [int(item) for item in visible.split(",") if item.strip()]
+        except ValueError:
+            return spec.gpus  # UUIDs or MIG names: the service's own selection decides
+    return spec.gpus
+
+
+def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) -> str | None:
+    """A compute process on the server's GPUs outside its own process tree (its session or
+    process group): another user's job. After the stop the GPU would not be released, and the
+    run would fail there with the old server already stopped; so it is found now."""
+    gpus = server_gpus(state, spec)
+    if gpus is None or not state.running:
+        return None
+    smi = quote(spec.nvidia_smi)
+    command = (
+        f"command -v {smi} >/dev/null 2>&1 || {{ echo NO_NVIDIA_SMI; exit 0; }}; "
+        f"_a=$({smi} --query-compute-apps={','.join(COMPUTE_APP_FIELDS)} "
+        "--format=csv,noheader,nounits) || exit 0; "
+        'printf "%s\n" "$_a"; echo ---; '
+        f"{smi} --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits; echo ---; "
+        'printf "%s\n" "$_a" | while IFS=, read -r _p _rest; do '
+        '[ -n "$_p" ] || continue; '
+        "_s=$(sed 's/.*) //' /proc/$_p/stat 2>/dev/null | cut -d' ' -f3,4); "
+        '_u=$(stat -c %u /proc/$_p 2>/dev/null); echo "$_p $_s $_u"; done'
+    )
+    out = remote.run(command, timeout=60).stdout
+    if "NO_NVIDIA_SMI" in out:
+        return None
+    apps_text, _, rest = out.partition("---")
+    gpu_text, _, owners_text = rest.partition("---")
+    try:
+        apps, infos = parse_compute_apps(apps_text), parse_query_gpu(gpu_text)
+    except CheckFailed:
+        return None  # unreadable now: the check after the stop still judges
+    owners = {}
+    for line in owners_text.split("\n"):
+        fields = line.split()
+        if len(fields) == 4 and all(f.isdigit() for f in fields):
+            owners[int(fields[0])] = (int(fields[1]), int(fields[2]), int(fields[3]))
+    by_uuid = {info.uuid: info.index for info in infos if info.uuid}
+    selected = set(by_uuid.values()) if gpus == "all" else set(gpus)
+    for app in apps:
+        index = by_uuid.get(app.gpu_uuid)
+        if index is None or index not in selected or app.pid == state.pid:
+            continue
+        pgid, sid, uid = owners.get(app.pid, (None, None, None))
+        if (state.sid and sid == state.sid) or (state.pgid and pgid == state.pgid):
+            continue  # the server's own scheduler
+        memory = f"{app.used_memory_mib} MiB" if app.used_memory_mib is not None else "memory"
+        return (
+            f"GPU {index} is used by pid {app.pid} ({app.process_name}, uid {uid}, {memory}), "
+            "outside the server's process tree (another user's job?): after the stop the GPU "
+            "would not be free for the new server"
+        )
+    return None
 
 
 def server_args(argv: list[str]) -> list[str] | None:

@@ -274,6 +274,8 @@ class ServiceStep(Step[ServiceArgsT]):
             return  # a template's server, or nothing to restart unless a file changes
         problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
         if problem is None:
+            problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
+        if problem is None:
             problem = prechecks.argparse_problem(
                 svc, want.argv, want.env, want.cwd, state.pid, note=ctx.note
             )

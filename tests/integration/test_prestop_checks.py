@@ -10,6 +10,7 @@ is in place, before the stop (exit 1, the file put back, the server untouched).
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline, listener_pid
@@ -105,3 +106,38 @@ def test_a_name_error_in_the_patched_module_costs_seconds_not_a_load(
     assert "nothing was stopped" in host["error"]
     _untouched(gpu, pid, digest)
     assert listener_cmdline(gpu.port) == old
+
+
+def test_another_users_job_on_the_servers_gpus_is_found_before_the_stop(
+    serving_059: tuple[GpuHost, Deploy],
+) -> None:
+    """A compute process on the server's GPUs outside its process tree would fail the
+    after-stop memory check with the old server already stopped: found before the stop."""
+    gpu, deploy = serving_059
+    pid, digest = listener_pid(gpu.port), sha256(gpu.model_file)
+    job = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        start = Path(f"/proc/{job.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        registry = gpu.ssh.root / "sglang" / ".standin-gpu"
+        registry.mkdir(exist_ok=True)
+        (registry / str(job.pid)).write_text(
+            json.dumps(
+                {
+                    "pid": job.pid,
+                    "name": "python3",
+                    "used_memory_mib": 30000,
+                    "gpu_index": 1,
+                    "start_time": start,
+                }
+            )
+        )
+        result = deploy("apply", "kimi-eagle3", "--yes")
+        assert result.exit_code == 4, result.output
+        assert f"GPU 1 is used by pid {job.pid} (python3, uid 0, 30000 MiB)" in result.output
+        assert "outside the server's process tree" in result.output
+        _untouched(gpu, pid, digest)
+    finally:
+        job.kill()
+        job.wait()
+    ok = deploy("apply", "kimi-eagle3", "--yes")
+    assert ok.exit_code == 0, ok.output

@@ -192,6 +192,11 @@ class RemoteCommandFailed(StepFailed):
         super().__init__(message)
 
 
+class NothingTouched(StepFailed):
+    """A check before the first change refused: nothing on the host was touched, so the host
+    counts as not attempted (exit 4), not as a failed change."""
+
+
 class Interrupted(StepFailed):
     """A wait was cut short by the run's cancel (Ctrl-C, SIGTERM, ``--timeout``): what it
     waited for is abandoned at once and the host is put back, as after a failure."""

@@ -44,6 +44,7 @@ from deploy.errors import (
     CheckFailed,
     DeployError,
     HostUnreachable,
+    NothingTouched,
     RollbackFailed,
     ServiceUnsupported,
     StepFailed,
@@ -363,6 +364,8 @@ def _preflight(
                 for i, e in steps[position + 1 :]
             )
             fail(remote, spec, ctx, journal, result, index, str(exc), exc, progress)
+            if isinstance(exc, NothingTouched) and result.outcome == "failed":
+                result.outcome = "not attempted"  # exit 4: the operator's server untouched
             return False
     return True
 

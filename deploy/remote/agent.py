@@ -26,6 +26,9 @@ Operations:
     ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left; then SIGKILL
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
+``pycheck {python, env, cwd, pid?, code, argv, timeout}``
+    Run ``code`` under the server's interpreter, environment and cwd (trusted as ``probe``'s
+    lookup is), bounded in time: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin from /dev/null, stdout and stderr
     appended to ``log_file``, so the SSH session can end at once; record its pid. With
@@ -58,6 +61,7 @@ from deploy.remote.agent_proc import (
     _pids,
     _stat_fields,
     _titled,
+    pycheck,
     resolve_imports,
     start_as,
 )
@@ -269,6 +273,7 @@ def start(args):
         "pid": child.pid,
         "pgid": child.pid,
         "sid": child.pid,
+        "start": (_stat_fields(child.pid) or {}).get("start"),
         "log_offset": offset,
         "argv": argv,
         "user": user or None,
@@ -278,7 +283,7 @@ def start(args):
 def main():
     operation = sys.argv[1]
     args = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    result = {"probe": probe, "stop": stop, "start": start}[operation](args)
+    result = {"probe": probe, "stop": stop, "start": start, "pycheck": pycheck}[operation](args)
     sys.stdout.write(json.dumps(result))
 
 

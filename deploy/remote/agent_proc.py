@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import time
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.agent_trust import lookup_env, run_as, switcher
@@ -34,7 +35,15 @@ def _stat_fields(pid):
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
     rest = raw[raw.rfind(")") + 2 :].split()
-    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3])}
+    # "start": field 22, clock ticks after boot: with the pid, which process this is (a pid
+    # reused later has another start), so an undo knows the server its run started.
+    return {
+        "state": rest[0],
+        "ppid": int(rest[1]),
+        "pgid": int(rest[2]),
+        "sid": int(rest[3]),
+        "start": int(rest[19]),
+    }
 
 
 def _pids():
@@ -126,6 +135,14 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
+def _started_at(ticks):
+    """A process's start (``/proc/PID/stat`` ticks after boot) as Unix time, or None."""
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
@@ -135,6 +152,7 @@ def _describe(pid, with_env=False, table=None):
     except OSError:
         cwd = None
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    info["started_at"] = _started_at(fields["start"])
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
@@ -262,6 +280,43 @@ def resolve_imports(imports, python, env, cwd, pid=None):
         entry["versions"] = (found or {}).get(" versions") or {}
         results.append(entry)
     return results
+
+
+def pycheck(args):
+    """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
+    `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
+    ``timeout`` seconds: an import of the patched module, the new command line against the
+    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output,
+    ``seconds``, ``timed_out`` and ``ran_as``."""
+    python, env, cwd = args["python"], args.get("env") or {}, args.get("cwd") or "/"
+    ids, note, refused = run_as(python, env, cwd, args.get("pid"))
+    if refused:
+        return {"error": refused}
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            [python, "-c", args["code"], *args.get("argv", [])],
+            env=lookup_env(env, ids),
+            cwd=cwd if ids is None else None,  # else entered as that user
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=float(args.get("timeout", 300)),
+            preexec_fn=switcher(ids, cwd),
+        )
+    except subprocess.TimeoutExpired:
+        seconds = round(time.monotonic() - began, 1)
+        return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}
+    except OSError as exc:
+        return {"error": "cannot run " + python + ": " + (exc.strerror or str(exc))}
+    output = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()
+    return {
+        "ok": done.returncode == 0,
+        "status": done.returncode,
+        "tail": output[-8:],
+        "seconds": round(time.monotonic() - began, 1),
+        "timed_out": False,
+        "ran_as": note,
+    }
 
 
 def _address(hex_address):

@@ -136,6 +136,12 @@ class ServiceControl:
 
     # -- logs ----------------------------------------------------------------------------------
 
+    def log_location(self) -> str:
+        """Where the server's output goes: deploy's log file, or the unit's journal."""
+        if self.spec.manager == "systemd":
+            return f"journalctl -u {self.spec.unit}"
+        return self.log_file
+
     def log_tail(self, offset: int = 0, lines: int = 40) -> list[str]:
         return self.manager.log_tail(offset, lines)
 

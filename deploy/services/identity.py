@@ -53,6 +53,8 @@ def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
         listen=list(info.get("listen") or []),
         exe=info.get("exe"),
         cgroup=str(info.get("cgroup") or ""),
+        start_time=info.get("start"),
+        started_at=info.get("started_at"),
         **ids_from_helper(info.get("user")),
     )
 

@@ -59,6 +59,18 @@ class ServiceState:
     user: str | None = None
     #: /proc/PID/cgroup of the server: which systemd unit, container or login session it is in.
     cgroup: str = ""
+    #: /proc/PID/stat's start time (clock ticks after boot): with ``pid``, which process this
+    #: is. None: not known (systemd, a record from before it was kept).
+    start_time: int | None = None
+    #: When it started, as Unix time (from ``start_time`` and the boot time); None: not known.
+    started_at: float | None = None
+
+    def same_process(self, pid: int | None, start: int | None) -> bool:
+        """Whether this is the process ``pid`` that started at ``start`` (None: not known,
+        the pid alone decides)."""
+        if not self.running or pid is None or self.pid != pid:
+            return False
+        return start is None or self.start_time is None or self.start_time == start
 
     def describe(self) -> str:
         if not self.running:

@@ -323,28 +323,69 @@ class ServiceStep(Step[ServiceArgsT]):
         if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
             return
         svc = control(ctx, self.service)
-        if not isinstance(args, RestartArgs) or not args.imports:
-            self._refuse_unsupported(ctx, svc, svc.current())
-            return
-        python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
-        fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
-        state, answer = svc.resolve_imports(dict(args.imports), fallback)
-        self._refuse_unsupported(ctx, svc, state)
-        if state.running:  # a stranger on the port: refuse that first, and say so
-            svc.check_ownership(state, force=ctx.force)
-        from deploy.services.desired import imports_problem
+        if isinstance(args, RestartArgs) and args.imports:
+            python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
+            fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
+            state, answer = svc.resolve_imports(dict(args.imports), fallback)
+            self._refuse_unsupported(ctx, svc, state)
+            if state.running:  # a stranger on the port: refuse that first, and say so
+                svc.check_ownership(state, force=ctx.force)
+            from deploy.services.desired import imports_problem
 
-        problem = imports_problem(answer)
+            problem = imports_problem(answer)
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+            versions: dict[str, str] = next(
+                (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
+            )
+            runtime(ctx, self.service)["interpreter_versions"] = versions
+            ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
+            if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
+                runtime(ctx, self.service)["imports_ran_as"] = ran
+                ctx.note(f"{self.service}: the module lookup ran {ran}")
+        else:
+            state = svc.current()
+            self._refuse_unsupported(ctx, svc, state)
+            if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
+                return
+        if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
+            from deploy.errors import NothingTouched
+            from deploy.services.prechecks import drift_problem
+
+            drift = drift_problem(ctx.remote, ctx.state_dir, state, sorted(args.imports.values()))
+            if drift:
+                raise NothingTouched(
+                    f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
+                )
+        self._before_stop(ctx, svc, state)
+
+    def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        """Checks of the new server that need no stop (`deploy.services.prechecks`), made
+        before anything is touched when the server will be replaced: the draft model, and
+        the new command line against the server's own argument parser.
+
+        Raises:
+            NothingTouched: a check refused; nothing was stopped or changed (exit 4).
+        """
+        from deploy.errors import NothingTouched
+        from deploy.services import prechecks
+        from deploy.services.desired import desired
+
+        assert isinstance(self.args, RestartArgs)
+        want = desired(state, self.args.changes(), svc.spec)
+        if want.source != "running server" or want.satisfied:
+            return  # a template's server, or nothing to restart unless a file changes
+        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
+        if problem is None:
+            problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
+        if problem is None:
+            problem = prechecks.argparse_problem(
+                svc, want.argv, want.env, want.cwd, state.pid, note=ctx.note
+            )
         if problem:
-            raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
-        versions: dict[str, str] = next(
-            (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
-        )
-        runtime(ctx, self.service)["interpreter_versions"] = versions
-        ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
-        if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
-            runtime(ctx, self.service)["imports_ran_as"] = ran
-            ctx.note(f"{self.service}: the module lookup ran {ran}")
+            raise NothingTouched(
+                f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
+            )
 
     @staticmethod
     def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
@@ -359,6 +400,22 @@ class ServiceStep(Step[ServiceArgsT]):
             return
         svc = control(ctx, self.service)
         state: ServiceState = planned.data["state"]
+        want: Desired | None = planned.data.get("desired")
+        if (
+            isinstance(self.args, RestartArgs)
+            and self.args.imports
+            and want is not None
+            and want.source == "running server"  # a server runs: check before it is stopped
+        ):
+            # The new file is in place: the server's interpreter must import it, before the
+            # stop (a NameError costs seconds, not a failed model load).
+            from deploy.services.prechecks import import_check
+
+            python = (want.argv or [svc.spec.python or "python3"])[0]
+            import_check(
+                svc, sorted(self.args.imports), python=python, env=want.env, cwd=want.cwd,
+                pid=state.pid, note=ctx.note,
+            )  # fmt: skip
         before_change(ctx)
         ctx.journal.write(
             {
@@ -373,7 +430,6 @@ class ServiceStep(Step[ServiceArgsT]):
         )
         ctx.changed = True
         parts = []
-        want: Desired | None = planned.data.get("desired")
         if self.stops:
             if state.running and svc.spec.manager == "process":
                 ctx.note(
@@ -415,12 +471,22 @@ class ServiceStep(Step[ServiceArgsT]):
 
                 changes = self.args.changes()
                 facts["confirm"] = expected_settings(changes.set, changes.remove)
-            parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
+            parts.append(
+                f"started pid {started.get('pid')}"
+                + run_as_note(started.get("user"))
+                + f"; its log: {svc.log_location()}"
+            )
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])
-        ctx.journal.write(
-            {"event": "done", "op": "service", "step": ctx.step_index, "service": self.service}
-        )
+        done: dict[str, object] = {
+            "event": "done",
+            "op": "service",
+            "step": ctx.step_index,
+            "service": self.service,
+        }
+        if self.starts:  # who the undo may stop: this run's server and no other
+            done["started"] = {k: started.get(k) for k in ("pid", "start", "argv")}
+        ctx.journal.write(done)
         planned.summary = "; ".join(parts)
         if planned.data.get("why"):
             planned.summary = f"{planned.data['why']}: {planned.summary}"

@@ -40,7 +40,14 @@ from deploy.engine.results import HostResult, StepResult
 from deploy.engine.rollback import undo_run
 from deploy.engine.run_options import Progress, RunOptions, holder_info
 from deploy.engine.verdicts import Verdicts
-from deploy.errors import CheckFailed, DeployError, HostUnreachable, RollbackFailed, StepFailed
+from deploy.errors import (
+    CheckFailed,
+    DeployError,
+    HostNotAttempted,
+    HostUnreachable,
+    RollbackFailed,
+    StepFailed,
+)
 from deploy.remote.api import Host
 from deploy.statedir.records import End
 from deploy.steps import build_step
@@ -372,7 +379,8 @@ def fail(
     result.failed_step = index
     result.error = f"step {index + 1} failed: {reason}"
     if not journal.started:
-        result.outcome = "failed"
+        # Refused before anything was touched (a preflight's `HostNotAttempted`): exit 4.
+        result.outcome = "not attempted" if isinstance(exc, HostNotAttempted) else "failed"
         return
     if not isinstance(exc, HostUnreachable):
         try:

@@ -175,6 +175,10 @@ class ServiceStep(Step[ServiceArgsT]):
                         f"as desired ({state.describe()}): not restarted",
                         noop=True,
                     )
+        if self.stops and (state.running or state.leftover_pgids):
+            problem = svc.identity_problem(restart=self.starts)  # changed since the preflight?
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped")
         if self.stops and state.running:
             svc.check_ownership(state, force=ctx.force)
         if isinstance(self.args, RestartArgs) and want.source == "running server":
@@ -222,12 +226,20 @@ class ServiceStep(Step[ServiceArgsT]):
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
+        restart = isinstance(args, RestartArgs)
+        svc = control(ctx, self.service)
+        imports = dict(args.imports) if isinstance(args, RestartArgs) else {}
+        if self.stops and svc.spec.manager == "process" and not imports:
+            # Who holds the port, judged before anything is touched (issue 32): a second
+            # process tree or user on it, or another user's server, is not attempted.
+            svc.current()
+            svc.refuse_stranger(restart=restart)
         if not isinstance(args, RestartArgs) or not args.imports:
             return
-        svc = control(ctx, self.service)
         python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
         fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
         state, answer = svc.resolve_imports(dict(args.imports), fallback)
+        svc.refuse_stranger(restart=True)
         if state.running:  # a stranger on the port: refuse that first, and say so
             svc.check_ownership(state, force=ctx.force)
         from deploy.services.desired import imports_problem

@@ -262,10 +262,11 @@ def start(args):
             env.pop(name, None)
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
     if args.get("argv"):  # a server's own argv again (a restart, an undo): judged as it runs
-        python = _argv_interpreter(argv, env, args.get("cwd") or "/")
-        problem = judge_start(
-            python, argv, env, args.get("cwd") or "/", ids[0] if ids else os.geteuid()
-        )
+        cwd = args.get("cwd") or "/"
+        python = _argv_interpreter(argv, env, cwd)
+        first = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        judged = [os.path.join(cwd, first or argv[0]), *argv[1:]]
+        problem = judge_start(python, judged, env, cwd, ids[0] if ids else os.geteuid())
         if problem:
             return {"error": "refusing to start " + argv[0] + ": " + problem}
     with open(log_file, "ab") as log:

@@ -188,8 +188,11 @@ def start_problem(python, argv, env, cwd, uid):
     directories, ``PYTHONPATH``, the cwd, ``LD_*``) plus the script's own directory, judged
     for the user the server runs as: a root server whose cwd another user owns would run a
     module planted there (``python -m`` puts the cwd first on ``sys.path``) as root."""
-    if not python:
-        return "cannot tell which interpreter the server runs"
+    if not python:  # not a Python program (``sh -c``, a binary): judge what is executed
+        first = argv[0] if argv else ""
+        if not first.startswith("/"):
+            return "cannot tell which program " + (first or "the server") + " is"
+        return judge(["/", *_walk(first)], uid)[0]
     paths, reason = lookup_paths(python, env, cwd)
     if reason is not None:
         return reason

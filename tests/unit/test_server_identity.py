@@ -88,3 +88,15 @@ def test_a_root_start_from_a_directory_another_user_owns_is_refused(tmp_path: Pa
     script = shared / "serve.py"
     said = start_problem(python, [python, str(script)], {}, str(work), 0)
     assert said is not None and str(shared) in said  # the script's directory is sys.path[0]
+
+
+def test_a_program_that_is_not_python_is_judged_by_its_own_path(tmp_path: Path) -> None:
+    from deploy.remote.agent_trust import start_problem
+
+    assert start_problem(None, ["/bin/sh", "-c", "exec x"], {}, "/", 0) is None
+    tmp_path.chmod(0o755)
+    tool = tmp_path / "serve"
+    tool.write_bytes(b"\x7fELF")
+    os.chown(tool, 1234, 1234)
+    said = start_problem(None, [str(tool)], {}, "/", 0)
+    assert said is not None and f"{tool} is owned by" in said

@@ -346,13 +346,37 @@ class Bench:
             self.results.notes.append(
                 "no plot: matplotlib is not installed (`pip install -e '.[bench]'`)"
             )
-        out.write_text(render(self.results))
+        out.write_text(render(self.results) + kept_sections(out))
         self.log(f"wrote {out}")
         return 0 if self.results.all_ok() else 1
 
 
+#: Sections of the page written from other runs (`bench.ablate`), kept when it is regenerated.
+KEPT = ("## Ablation",)
+
+
+def kept_sections(page: Path) -> str:
+    """The `KEPT` sections of the page as it is now (each up to the next ``## `` heading)."""
+    try:
+        text = page.read_text()
+    except OSError:
+        return ""
+    out = ""
+    for heading in KEPT:
+        start = text.find("\n" + heading)
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 1)
+        out += "\n" + text[start + 1 : end if end >= 0 else len(text)].rstrip("\n") + "\n"
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--ablate"]:  # each speed mechanism off against all on (`bench.ablate`)
+        from bench import ablate
+
+        return ablate.main(argv[1:])
     options = parse(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.environ.pop("SSH_AUTH_SOCK", None)

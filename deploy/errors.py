@@ -193,6 +193,11 @@ class RemoteCommandFailed(StepFailed):
         super().__init__(message)
 
 
+class Interrupted(StepFailed):
+    """A wait was cut short by the run's cancel (Ctrl-C, SIGTERM, ``--timeout``): what it
+    waited for is abandoned at once and the host is put back, as after a failure."""
+
+
 class RollbackFailed(DeployError):
     """An undo could not be completed: the host is in a state a human must look at."""
 

@@ -6,7 +6,7 @@ import importlib
 import inspect
 import pkgutil
 
-from deploy import errors, masking, schema
+from deploy import errors, jobenv, masking, schema
 from deploy import schedule as scheduling
 from deploy.checks import interpreter
 from deploy.config import inventory as inventory_models
@@ -175,7 +175,11 @@ def render_operations() -> str:
         "",
         "## Scheduling",
         "",
-        markdown(scheduling.__doc__, 0, 4),
+        markdown(scheduling.__doc__, 0, 5),
+        "",
+        "### Secrets of a scheduled job",
+        "",
+        markdown(jobenv.__doc__),
         "",
         "### One run of a job at a time",
         "",

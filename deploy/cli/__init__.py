@@ -22,6 +22,7 @@ import click
 from deploy.cli.apply import apply
 from deploy.cli.common import CONTEXT, Process, leave, quiet_warnings
 from deploy.cli.records import history, show, status
+from deploy.cli.resolve import resolve
 from deploy.cli.rollback import rollback
 from deploy.cli.tools import demo, schedule, schema_command, validate
 from deploy.masking import mask_terminal
@@ -58,6 +59,7 @@ def main() -> None:
       deploy rollback                     put back what the last run changed
       deploy history                      what ran where, when, with what outcome
       deploy status                       each host's lock, last run, unfinished runs
+      deploy resolve RUN -m WHY           after a failed undo: you brought the host back
       deploy schedule kimi-eagle3 --on-calendar "Mon *-*-* 03:00"   a systemd timer for it
     """
     # Start-up is imports and validation: no garbage worth collecting (see `startup_done`).
@@ -67,5 +69,16 @@ def main() -> None:
         quiet_warnings()  # the libraries' warnings: shown with -v only
 
 
-for _command in (apply, rollback, validate, history, show, status, schedule, schema_command, demo):
+for _command in (
+    apply,
+    rollback,
+    resolve,
+    validate,
+    history,
+    show,
+    status,
+    schedule,
+    schema_command,
+    demo,
+):
     main.add_command(_command)

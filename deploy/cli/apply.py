@@ -24,7 +24,7 @@ from deploy.cli.common import (
     want_colour,
 )
 from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
-from deploy.cli.runs import _delivery, _finish, _logging, _maybe, _progress, _split
+from deploy.cli.runs import _delivery, _finish, _logging, _progress, _split
 from deploy.errors import DeployError, InputError
 
 
@@ -151,34 +151,29 @@ def apply(
             # validated (deploy.remote.handshake); the login waits for valid input.
             early = _first_wave(inv, path, limit, serial, forks, check)
             handshakes_ahead(handshakes, early, accept_new=accept_new_host_keys)
-        from deploy.config import load
-        from deploy.engine import batches, local_lock
+        from deploy import api
+        from deploy.engine import local_lock
         from deploy.engine.host_run import holder_info
 
-        pb = load.load_playbook(path)
-        plans = load.resolve(
-            inv,
-            pb,
-            extra_vars=load.parse_extra_vars(list(extra)),
-            limit=list(limit) or None,
-            tags=_split(tags),
-            skip_tags=_split(skip_tags),
+        prepared = api.prepare(
+            path,
+            inventory=inventory_path,
+            loaded_inventory=inv,
+            limit=limit,
+            extra_vars=extra,
+            tags=sorted(_split(tags) or ()),
+            skip_tags=sorted(_split(skip_tags) or ()),
+            serial=serial,
+            max_fail=max_fail,
         )
-        sizes = serial or pb.playbook.serial
-        pace = {
-            "serial": batches.parse_serial(sizes) if sizes is not None else None,
-            "max_fail": _maybe(batches.parse_max_fail, max_fail, pb.playbook.max_fail),
-            "timeout": timeout,
-        }
-        if not plans:
-            raise InputError("no host matches the playbook's hosts and --limit")
+        pb, plans = prepared.playbook, prepared.plans
         if detailed_exitcode and not check:
             raise InputError("--detailed-exitcode needs --check (it reports pending changes)")
         if list_hosts or list_tasks:
             click.echo(_listing(pb.playbook.name, plans, hosts=list_hosts, tasks=list_tasks))
             sys.exit(0)
         # The secrets (--ask-pass, -K) are asked for only by a command that will log in.
-        plans = with_connection(plans)
+        plans = prepared.plans = with_connection(plans)
         if not check and not yes and not interactive:
             raise InputError(
                 "refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"
@@ -191,28 +186,20 @@ def apply(
         handshakes.close()
         _fail(exc, out)
     from deploy.cli.interrupts import interruptible, record_start
-    from deploy.engine.fleet import Listeners, run_apply
-    from deploy.engine.host_run import RunOptions
-    from deploy.engine.run_options import ssh_opener
+    from deploy.engine.fleet import Listeners
+    from deploy.engine.run_options import Cancel, ssh_opener
 
     startup_done()
-    work = plans
     name = pb.playbook.name
     colour = want_colour(color, sys.stdout)
     progress = Listeners(_progress(as_json, verbose, color=color, steps=not check), out.log_file)
+    connection: dict[str, Any] = {
+        "accept_new_host_keys": accept_new_host_keys,
+        "force": force,
+        "forks": forks,
+    }
     if not check and not yes:
-        preview = run_apply(
-            work,
-            RunOptions(
-                run_id=new_run_id(),
-                playbook=name,
-                check_mode=True,
-                accept_new_host_keys=accept_new_host_keys,
-                force=force,
-                open_host=ssh_opener(handshakes),
-            ),
-            forks=forks,
-        )
+        preview = api.execute(prepared, check=True, open_host=ssh_opener(handshakes), **connection)
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour), color=colour)
@@ -229,26 +216,27 @@ def apply(
                 color=color,
                 details=False,
             )
-        if not click.confirm("\nApply these changes?", default=False):
+        from deploy.cli.interrupts import confirmed
+
+        if not confirmed("\nApply these changes?"):
             click.echo("Nothing was changed.")
             sys.exit(0)
-    options = RunOptions(
-        run_id=run_id,
-        playbook=name,
-        check_mode=check,
-        accept_new_host_keys=accept_new_host_keys,
-        progress=progress,
-        force=force,
-        inventory=str(inventory_path.resolve()),
-        on_start=record_start,
-        open_host=ssh_opener(handshakes),
-    )
+    cancel = Cancel()
     if not check:
-        interruptible(options.cancel, run_id, name)
-    run = run_apply(work, options, forks=forks, **pace)
+        interruptible(cancel, run_id, name)
+    run = api.execute(
+        prepared,
+        check=check,
+        run_id=run_id,
+        timeout=timeout,
+        progress=progress,
+        cancel=cancel,
+        open_host=ssh_opener(handshakes),
+        on_start=record_start,
+        **connection,
+    )
     handshakes.close()  # hosts never opened (a batch called off, a deadline)
     run.detailed_exitcode = detailed_exitcode
-    run.inventory = str(inventory_path.resolve())
     if check and not as_json:
         from deploy.report.human import render_plan
 
@@ -264,6 +252,7 @@ def apply(
         color=color,
         details=not check,
         errors=as_json,
+        verbose=verbose,
     )
 
 

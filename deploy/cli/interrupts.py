@@ -1,8 +1,9 @@
-"""How ``deploy apply`` meets signals and an early death: kept apart from the commands.
+"""How ``deploy apply`` and ``deploy rollback`` meet signals and an early death.
 
 SIGINT and SIGTERM (what systemd sends when a timer's job times out) cancel the run the first
-time (`deploy.engine.host_run.Cancel`), abandon it the second; the run is in the
-workstation's history before it touches a host, so even a killed run can be rolled back.
+time (`deploy.engine.run_options.Cancel`; its waits end at once, `deploy.interrupt`), abandon
+it the second; the run is in the workstation's history before it touches a host, so even a
+killed run can be rolled back. Ctrl-C at the confirmation prompt changes nothing: exit 130.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from typing import Any
 import click
 
 
-def interruptible(cancel: Any, run_id: str, playbook: str) -> None:
-    """First SIGINT/SIGTERM: start no new step, roll back hosts mid-change, report (exit 1/3).
+def interruptible(cancel: Any, run_id: str, playbook: str, *, undoing: str | None = None) -> None:
+    """First SIGINT/SIGTERM: start no new step, cut every wait short (a loading server is not
+    waited for), roll back hosts mid-change, report (exit 1/3).
 
     A host whose commit was already sent behind its last check (`deploy.engine.verdicts`)
     commits if the check passes: the signal came after the run's last decision.
 
-    A second signal abandons at once (exit 3), naming the hosts left mid-run and the command
-    that recovers them: their journals record what changed, for the next apply or rollback.
+    ``undoing`` (``deploy rollback`` of that run): the first signal starts no new host, and a
+    host being undone finishes its undo (putting the host back is what was asked for; the old
+    server's load takes what it takes). Hosts never started are reported skipped (exit 4).
+
+    A second signal abandons at once (exit 3), naming the hosts left mid-run (or half undone)
+    and the command that finishes the job: their journals record what changed.
     """
     import signal
 
@@ -29,26 +35,52 @@ def interruptible(cancel: Any, run_id: str, playbook: str) -> None:
         name = signal.Signals(signum).name
         if not cancel.is_set():
             cancel.set(f"interrupted by {name}")
+            first = (
+                "starting no new host; hosts being rolled back finish their undo"
+                if undoing
+                else "starting no new step and cutting waits short; hosts mid-change are "
+                "being rolled back, except where the commit was already sent behind its "
+                "last check"
+            )
             click.echo(
-                f"\ndeploy: {name}: starting no new step; hosts mid-change are being rolled "
-                "back, except where the commit was already sent behind its last check "
-                "(send it again to abandon them at once)",
-                err=True,
+                f"\ndeploy: {name}: {first} (send it again to abandon them at once)", err=True
             )
             return
         busy = ", ".join(sorted(cancel.busy)) or "none"
-        click.echo(
-            f"\ndeploy: abandoned at once; left mid-run: {busy}. Their journals record what "
-            f"changed: `deploy rollback {run_id}` undoes it (or the next `deploy apply "
-            f"{playbook}` recovers it first); `deploy status` shows them",
-            err=True,
-        )
+        if undoing:
+            message = (
+                f"abandoned at once; left half undone: {busy}. `deploy rollback {undoing}` "
+                "finishes the job (their journals record what is undone); `deploy status` "
+                "shows them"
+            )
+        else:
+            message = (
+                f"abandoned at once; left mid-run: {busy}. Their journals record what "
+                f"changed: `deploy rollback {run_id}` undoes it (or the next `deploy apply "
+                f"{playbook}` recovers it first); `deploy status` shows them"
+            )
+        click.echo(f"\ndeploy: {message}", err=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(3)
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
+
+
+def confirmed(question: str) -> bool:
+    """Ask ``question`` (default no). Ctrl-C at the prompt: "Nothing was changed.", exit 130.
+
+    Nothing has been touched while the question is open, so an interrupt there is not a
+    failure: the shell's convention for "stopped by SIGINT" (128 + 2).
+    """
+    from deploy.cli.common import end_process
+
+    try:
+        return click.confirm(question, default=False)
+    except click.Abort:
+        click.echo("\nNothing was changed.")
+        end_process(130)
 
 
 def record_start(run: Any) -> None:

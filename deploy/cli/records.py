@@ -34,7 +34,7 @@ def history(host: str | None, inventory: str | None, every: bool, as_json: bool,
     import json
 
     from deploy.engine import history as store
-    from deploy.report.human import render_history
+    from deploy.report.records import render_history
 
     inventory_path = None if every else _inventory_path(inventory)
     runs = store.load_all(host, inventory=inventory_path)[-last:]
@@ -69,7 +69,7 @@ def show(run_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        click.echo(render_summary(run, diffs=True))
+        click.echo(render_summary(run, diffs=True, verbose=True))
     end_process(0)
 
 
@@ -110,7 +110,7 @@ def status(
         _fail(exc)
     from deploy.engine.run_options import ssh_opener
     from deploy.engine.status import exit_code, fleet_status, sglang_health
-    from deploy.report.human import render_status
+    from deploy.report.records import render_status
 
     startup_done()
     statuses = fleet_status(

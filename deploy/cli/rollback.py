@@ -61,6 +61,7 @@ def rollback(
     A run with later runs still standing on a host is refused there (they are listed: roll
     them back first, newest first). A retry after a partial failure finishes the same run.
     """
+    from deploy import api
     from deploy.config import load
     from deploy.engine import rollback_target
     from deploy.engine.runid import new_run_id
@@ -87,7 +88,6 @@ def rollback(
     # waits for the run.
     handshakes = Handshakes()
     handshakes_ahead(handshakes, target.hosts[:forks], accept_new=accept_new_host_keys)
-    from deploy.engine.fleet import run_rollback
     from deploy.engine.run_options import ssh_opener
 
     startup_done()
@@ -102,25 +102,35 @@ def rollback(
         where = ", ".join(name for name, _ in hosts)
         click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
         sys.exit(0)
-    # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
-    # hosts, files and the services it will restart.
-    if not yes and not click.confirm(target.describe(), default=False):
+    # The one place the prompt is made (`render_rollback_question`): run, playbook, start,
+    # hosts, files and the services it will restart, fitted to the terminal.
+    from deploy.cli.interrupts import confirmed, interruptible
+    from deploy.engine.run_options import Cancel
+    from deploy.report.records import render_rollback_question
+
+    if not yes and not confirmed(render_rollback_question(target)):
         handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)
-    run = run_rollback(
-        target.hosts,
+    halt = Cancel()  # as apply's: the first signal starts no new host, a second abandons
+    interruptible(halt, new_id, "rollback", undoing=target.run_id)
+    run = api.undo(
+        target,
+        inventory=inventory_path,
         run_id=new_id,
-        target_run=target.run_id,
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
         timeout=timeout,
-        playbook=target.recorded.playbook if target.recorded else None,
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),
         open_host=ssh_opener(handshakes),
+        cancel=halt,
     )
     handshakes.close()
-    run.inventory = str(inventory_path.resolve())
+    absent = f"no run {target.run_id} on this host"
+    if target.recorded is None and all(h.error == absent for h in run.hosts):
+        # Named in full, recorded nowhere and on no host: a typo, as `show` says (exit 2).
+        where = ", ".join(h.host for h in run.hosts)
+        _fail(InputError(f"no run {target.run_id} on {where} nor in `deploy history`"), out)
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

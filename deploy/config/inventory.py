@@ -7,6 +7,7 @@ silently ignored on a production inventory).
 
 from __future__ import annotations
 
+import re
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -22,6 +23,16 @@ from pydantic import (
 DEFAULT_STATE_DIR = "/var/lib/deploy"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_BECOME_USER = "root"
+
+
+#: A host name, an IPv4 or IPv6 address (``[...]``, ``%zone``) or an ssh_config alias.
+_ADDRESS = re.compile(r"[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:%\[\]-]*")
+
+
+def valid_address(text: str) -> bool:
+    """Whether ``text`` may be a host's address: nothing a shell or ssh reads specially (see
+    `deploy.config.resolve`), no leading ``-``."""
+    return _ADDRESS.fullmatch(text) is not None
 
 
 #: Validation context key: keep templated strings as written (see `kept_as_written`).

@@ -19,11 +19,12 @@ from pydantic import ValidationError
 
 from deploy import masking, trace
 from deploy.config.errors import Problems, validation_error
-from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec
+from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec, valid_address
+from deploy.config.local_files import LocalFiles
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import StepCommon, args_of, step_entry, validate_step
+from deploy.config.steps import STEP_MODELS, StepCommon, args_of, step_entry, validate_step
 from deploy.config.template import BUILTIN_VARS, Origin, Variables
 from deploy.config.yamlpos import KeyPath, Positions, format_path
 from deploy.errors import InputError, SourcePosition
@@ -124,6 +125,16 @@ def _read_diff(
     args["diff"] = cache[path]
 
 
+def _local_reader(action: str) -> Callable[[dict[str, Any], LocalFiles], dict[str, Any]] | None:
+    """The ``read_local_files`` hook of an action's arguments model (`deploy.config.local_files`)."""
+    entry = STEP_MODELS.get(action)
+    if entry is None or action not in entry.model_fields:
+        return None
+    model = entry.model_fields[action].annotation
+    reader = getattr(model, "read_local_files", None)
+    return reader if callable(reader) else None
+
+
 def _validated(
     validate: Callable[[Any], T], root: Any, data: Any, positions: Positions, base: KeyPath
 ) -> T:
@@ -142,7 +153,32 @@ def _host_spec(
     rendered = variables.render(written, Origin(inv.positions, ("hosts", host)))
     rendered["vars"] = raw.get("vars", {})
     spec = _validated(HostSpec.model_validate, HostSpec, rendered, inv.positions, ("hosts", host))
+    _check_address(inv, host, spec)
     return _with_become(inv, host, spec, playbook_become)
+
+
+def _check_address(inv: LoadedInventory, host: str, spec: HostSpec) -> None:
+    """The address the host is reached at (its name by default), once rendered.
+
+    ssh_config's ProxyCommand gets it as ``%h``, in a command line a shell may read: ``a;b``
+    there would run ``b`` on the workstation, and a leading ``-`` is an option. No real host
+    name, address or alias has such characters, so they are refused before any host is
+    contacted (exit 2), whatever ssh_config says.
+
+    Raises:
+        InputError: the address holds a character no host name has.
+    """
+    address = spec.address if spec.address is not None else host
+    if valid_address(address):
+        return
+    path: tuple[str, ...] = (
+        ("hosts", host, "address") if spec.address is not None else ("hosts", host)
+    )
+    raise InputError(
+        f"{address!r} is not a host name, IP address or ssh_config alias "
+        "(letters, digits, '.', '-', '_', ':', '%', '[ ]')",
+        inv.positions.locate(path, prefer_key=spec.address is None),
+    )
 
 
 def _with_become(inv: LoadedInventory, host: str, spec: HostSpec, playbook: bool) -> HostSpec:
@@ -170,6 +206,12 @@ def _step(
     if isinstance(rendered.get("patch"), dict):
         rendered["patch"] = dict(rendered["patch"])
         _read_diff(pb, index, rendered["patch"], diffs)
+    for action, args in list(rendered.items()):
+        reader = _local_reader(action)
+        if reader is not None and isinstance(args, dict):
+            base: KeyPath = ("steps", index, action)
+            files = LocalFiles(pb.path.parent.resolve(), pb.positions, base, variables)
+            rendered[action] = reader(dict(args), files)
     return _validated(validate_step, step_entry(), rendered, pb.positions, ("steps", index))
 
 
@@ -225,6 +267,7 @@ def _plan(
     _register_secrets(values, resolved, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
     for service in services.values():
         masking.register_vars(service.env)
+        masking.register(service.api_key)  # None and "" are not registered
     if spec is None or len(steps) != len(indexes):
         return None
     masking.register_env(spec.password_env)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from deploy import trace
+from deploy import interrupt, trace
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
@@ -127,6 +127,7 @@ def _in_parallel(
     forks: int,
     deadline: _Deadline,
     cancel: Cancel | None = None,
+    halt: Cancel | None = None,
 ) -> tuple[dict[int, HostResult], set[int]]:
     """Run ``work(i)`` for every name on up to ``forks`` daemon threads.
 
@@ -136,7 +137,9 @@ def _in_parallel(
     (`deploy.engine.host_run.Cancel`). Without it (a rollback), the deadline abandons busy
     hosts after a grace period: a started index without a result. Daemon threads, not a
     ThreadPoolExecutor, because the executor joins its threads at exit: an abandoned host
-    would hold the process, and the run would hang exactly when it must not.
+    would hold the process, and the run would hang exactly when it must not. ``halt`` (a
+    rollback's signal) only stops hosts from starting. Each host's thread watches ``cancel``:
+    its waits end when it is set (`deploy.interrupt`).
     """
     results: dict[int, HostResult] = {}
     started: set[int] = set()
@@ -152,7 +155,8 @@ def _in_parallel(
                         return
                     index = pending.popleft()
                     started.add(index)
-                result = _guarded(names[index], work, index)
+                with interrupt.watched(cancel):
+                    result = _guarded(names[index], work, index)
                 with cond:
                     results[index] = result
                     cond.notify_all()
@@ -164,7 +168,11 @@ def _in_parallel(
     for number in range(state["active"]):
         threading.Thread(target=worker, name=f"host-{number}", daemon=True).start()
     with cond:
-        while not cond.wait_for(lambda: state["active"] == 0, timeout=_tick(deadline, cancel)):
+        while not cond.wait_for(
+            lambda: state["active"] == 0, timeout=_tick(deadline, cancel or halt)
+        ):
+            if halt is not None and halt.is_set():
+                state["closed"] = True
             if cancel is not None:
                 if deadline.expired:
                     cancel.set(f"--timeout {deadline.timeout:g} s expired")
@@ -351,11 +359,15 @@ def run_rollback(
     playbook: str | None = None,
     progress: Any = None,
     open_host: HostOpener = ssh_host,
+    halt: Cancel | None = None,
 ) -> RunResult:
     """Undo ``target_run`` on every host given (those the run touched).
 
     ``progress`` (e.g. `deploy.report.human.ProgressPrinter`) hears each host's notes; one
-    with ``busy``/``idle`` also keeps a heartbeat for the host while it works.
+    with ``busy``/``idle`` also keeps a heartbeat for the host while it works. ``halt`` (the
+    first SIGINT/SIGTERM, `deploy.cli.interrupts`): no host starts after it; a host being
+    undone finishes its undo (its ``busy`` set names it for a second signal's message), and
+    the hosts never started are reported skipped.
     """
     began = time.monotonic()
     deadline = _Deadline(timeout)
@@ -364,11 +376,15 @@ def run_rollback(
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
+        if halt is not None and halt.is_set():
+            return _skipped(name, halt.reason)
         remote = open_host(name, spec, accept_new_host_keys)
         note = None
         if progress is not None:
             note = partial(progress.host_event, name)
             getattr(progress, "busy", lambda *_: None)(name, "rollback")
+        if halt is not None:
+            halt.busy.add(name)
         try:
             return rollback_host(
                 remote,
@@ -379,14 +395,18 @@ def run_rollback(
                 note=note,
             )
         finally:
+            if halt is not None:
+                halt.busy.discard(name)
             remote.close()
             if progress is not None:
                 getattr(progress, "idle", lambda *_: None)(name)
 
     names = [h[0] for h in hosts]
-    got, started = _in_parallel(names, work, forks, deadline)
+    got, started = _in_parallel(names, work, forks, deadline, halt=halt)
     settled = _settle(names, got, started, None, timeout, "while rolling back")
-    if any(result is None for result in settled):
+    if halt is not None and halt.is_set():
+        run.stopped = f"{halt.reason}: no host started after it"
+    elif any(result is None for result in settled):
         run.stopped = f"--timeout {timeout:g} s expired before every host was started"
     run.hosts = [r or _skipped(n, run.stopped) for n, r in zip(names, settled, strict=True)]
     run.duration = round(time.monotonic() - began, 3)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from deploy.config.inventory import HostSpec
+from deploy.config.inventory import HostSpec, valid_address
 from deploy.remote.handshake import Handshakes
 from deploy.remote.settings import ConnectSettings
 
@@ -51,8 +51,10 @@ def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> 
     )
 
 
-def settled(spec: HostSpec) -> bool:
+def settled(name: str, spec: HostSpec) -> bool:
     """Whether ``spec`` (as written) already has the connection settings the run will use."""
+    if not valid_address(spec.address if spec.address is not None else name):
+        return False  # refused as input (exit 2) before any host is contacted
     for name in HANDSHAKE_FIELDS:
         value = getattr(spec, name)
         if isinstance(value, str) and ("{{" in value or "{%" in value):
@@ -65,5 +67,7 @@ def start_handshakes(
 ) -> None:
     """Begin the handshakes of the ``hosts`` (as written) whose connection settings are final."""
     handshakes.start(
-        connect_settings(name, spec, accept_new=accept_new) for name, spec in hosts if settled(spec)
+        connect_settings(name, spec, accept_new=accept_new)
+        for name, spec in hosts
+        if settled(name, spec)
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deploy import trace
 from deploy.engine.results import RunResult
+from deploy.engine.runid import check_run_id
 from deploy.errors import InputError
 
 
@@ -81,18 +82,21 @@ def load_all(host: str | None = None, inventory: Path | None = None) -> list[Run
 
 
 def load(run_id: str) -> RunResult | None:
-    """The run ``run_id``, or the one run whose id starts with it; None if there is none.
+    """The run ``run_id``, or the one run whose id starts or ends with it; None if there is
+    none.
 
     Raises:
-        InputError: the prefix names several runs (they are listed).
+        InputError: ``run_id`` is no run id (a path, say), or names several runs (listed).
     """
+    check_run_id(run_id)
     directory = history_dir()
     exact = directory / f"{run_id}.json"
     if exact.is_file():
         return RunResult.from_dict(json.loads(exact.read_text(encoding="utf-8")))
-    if not run_id or not directory.is_dir():
+    if not directory.is_dir():
         return None
-    matches = sorted(directory.glob(f"{_glob_escape(run_id)}*.json"))
+    part = _glob_escape(run_id)
+    matches = sorted(set(directory.glob(f"{part}*.json")) | set(directory.glob(f"*{part}.json")))
     if len(matches) > 1:
         names = ", ".join(p.stem for p in matches[:5]) + (", ..." if len(matches) > 5 else "")
         raise InputError(f"run id {run_id!r} is ambiguous: {names}")

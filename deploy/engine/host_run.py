@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
+from deploy import ablation
 from deploy.config.resolve import HostPlan
 from deploy.engine.recovery import note_takeover, preview_recovery, recover
 from deploy.engine.results import HostResult, StepResult
@@ -148,9 +149,17 @@ def _apply_host(plan: HostPlan, options: RunOptions) -> HostResult:
                 remote.forget_read_ahead()  # an undo ran: read the files as it left them
             host_seq = next_host_seq(lock.runs)
         if options.check_mode:
-            if not _state_dir_writable(remote, spec.state_dir, result, progress):
-                return result
-            if not preview_recovery(remote, spec.state_dir, result):
+            try:
+                if not _state_dir_writable(remote, spec.state_dir, result, progress):
+                    return result
+                if not preview_recovery(remote, spec.state_dir, result):
+                    return result
+            except HostNotAttempted as exc:
+                # --check takes no lock, so the first thing done as the become user is this
+                # read: a refused sudo (a rotated password) is "not attempted" (exit 4) in one
+                # line, as the real run's lock says it, never an internal error.
+                result.outcome, result.error = "not attempted", str(exc)
+                progress.host_event(name, str(exc))
                 return result
             remote.read_ahead(paths)
         run_steps(remote, plan, options, result, host_seq)
@@ -179,6 +188,8 @@ def read_ahead(plan: HostPlan) -> tuple[list[str], list[str]]:
     """
     paths: list[str] = []
     commands: list[str] = []
+    if ablation.off("readahead"):
+        return paths, commands
     for index, entry in plan.steps:
         step = build_step(entry, index)
         if not step.confined:

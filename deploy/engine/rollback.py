@@ -17,9 +17,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from deploy import interrupt
 from deploy.engine.journal import Journal, attach, read_copy, read_journal
 from deploy.engine.results import HostResult
-from deploy.errors import DeployError, HostNotAttempted, InputError, RollbackFailed
+from deploy.errors import (
+    DeployError,
+    HostNotAttempted,
+    HostUnreachable,
+    InputError,
+    Interrupted,
+    RollbackFailed,
+)
 from deploy.remote.api import Host
 from deploy.remote.lock import acquire
 from deploy.statedir.records import End, RollbackBegin, RollbackEnd, UndoFailed
@@ -155,17 +163,32 @@ def undo_run(
     # Each pending intent went to the handler its step declared for its op (`_handlers`); the
     # phases below are `RecordUndo`'s: release everything, then restore files, then services.
     try:
-        for handler, events in handlers:
-            lines.extend(handler.release(events))
-        for handler, events in handlers:
-            lines.extend(handler.restore(events, journal))
+        # Not cut short by the run's first interrupt: putting the host back is what it asked
+        # for (`deploy.interrupt`); a second signal abandons the run, journal as it stands.
+        with interrupt.shielded():
+            for handler, events in handlers:
+                lines.extend(handler.release(events))
+            for handler, events in handlers:
+                lines.extend(handler.restore(events, journal))
     except DeployError as exc:
         failure = (
             exc if isinstance(exc, RollbackFailed) else RollbackFailed(f"{remote.name}: {exc}")
         )
-        journal.write(UndoFailed(error=str(failure)))
-        journal.close()
-        raise failure from exc
+        # Cut short (the connection lost, an interrupt): `deploy rollback` finishes it. Ran
+        # and failed: running it again would fail the same way, so it waits for a human.
+        interrupted = isinstance(exc, HostUnreachable | Interrupted)
+        try:
+            journal.write(UndoFailed(error=str(failure), interrupted=interrupted))
+        finally:
+            journal.close()
+        if interrupted:
+            raise RollbackFailed(
+                f"{failure}; the undo was cut short: `deploy rollback {run_id}` finishes it"
+            ) from exc
+        raise RollbackFailed(
+            f"{failure}; it is not retried: bring the host back by hand, then record it with "
+            f"`deploy resolve {run_id} -m WHY`"
+        ) from exc
     journal.finish(End(outcome="rolled_back") if own_run else RollbackEnd(by=by))
     return lines
 

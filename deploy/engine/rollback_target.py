@@ -16,6 +16,8 @@ from datetime import datetime
 from deploy.config.inventory import HostSpec
 from deploy.engine import history
 from deploy.engine.results import RunResult
+from deploy.engine.runid import is_full_run_id
+from deploy.errors import InputError
 
 #: Host outcomes after which a run's changes may still stand on that host.
 LEFT_CHANGES = frozenset({"changed", "rollback failed", "interrupted"})
@@ -48,6 +50,9 @@ def latest_apply(inventory: str) -> RunResult | None:
 
 @dataclass
 class RollbackTarget:
+    """The run ``deploy rollback`` will undo and where; the question it asks is made from
+    this by `deploy.report.records.render_rollback_question` (fitted to the terminal)."""
+
     #: None: no apply of this inventory is recorded here, so there is nothing to name.
     run_id: str | None
     hosts: list[tuple[str, HostSpec]]
@@ -55,50 +60,13 @@ class RollbackTarget:
     #: Hosts the run touched that this inventory (or --limit) does not reach.
     missing: list[str] = field(default_factory=list)
 
-    def describe(self) -> str:
-        """The confirmation: run id, playbook, start, hosts, files, services to restart."""
-        run = self.recorded
-        names = ", ".join(name for name, _ in self.hosts) or "(none)"
-        if run is None:
-            return (
-                f"Roll back run {self.run_id} (not in this workstation's history) on {names}?\n"
-                "Each host undoes whatever its journal of that run records."
-            )
-        touched = {name for name, _ in self.hosts}
-        files = sorted({f for h in run.hosts if h.host in touched for f in h.changed_files})
-        services = sorted(
-            {
-                f"{h.host}: {s.title}"
-                for h in run.hosts
-                if h.host in touched
-                for s in h.steps
-                if s.kind in SERVICE_STEPS and s.status in ("ok", "changed")
-            }
-        )
-        unknown = [h.host for h in run.hosts if h.host in touched and h.outcome == "interrupted"]
-        lines = [
-            f"Roll back run {run.run_id}",
-            f"  playbook: {run.playbook or '-'}, started {run.started}",
-            f"  hosts:    {names}",
-            f"  files:    {', '.join(files) or '-'}",
-            f"  services: {'; '.join(services) or '-'} (restarted as they ran before)",
-        ]
-        if unknown:
-            lines.append(
-                f"  {', '.join(unknown)}: the run did not finish there; its journal says what to undo"
-            )
-        if self.missing:
-            lines.append(
-                f"  not reached (not in this inventory or --limit): {', '.join(self.missing)}"
-            )
-        return "\n".join(lines) + "\nProceed?"
-
 
 def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]) -> RollbackTarget:
     """The run to undo and the hosts to undo it on (``hosts``: the inventory after --limit).
 
     Raises:
-        InputError: an ambiguous RUN_ID prefix.
+        InputError: RUN_ID is no run id (a path), names several recorded runs, or is a part
+            of an id that no recorded run has.
     """
     if run_id is None:
         recorded = latest_apply(inventory)
@@ -106,6 +74,13 @@ def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]
             return RollbackTarget(None, [])
     else:
         recorded = history.load(run_id)
+        if recorded is None and not is_full_run_id(run_id):
+            # A part of an id can only be completed from this workstation's records; a run
+            # kept only on the hosts (another workstation's) is named in full.
+            raise InputError(
+                f"no recorded run {run_id} (see `deploy history`; a run kept only on the "
+                "hosts is named in full, as `deploy status` lists it)"
+            )
     if recorded is None or recorded.command != "apply":
         return RollbackTarget(run_id, list(hosts))
     touched = [h.host for h in recorded.hosts if h.outcome in TOUCHED]

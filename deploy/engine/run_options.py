@@ -63,6 +63,10 @@ class Cancel:
     def is_set(self) -> bool:
         return self._event.is_set()
 
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s; True at once when set (`deploy.interrupt.pause`)."""
+        return self._event.wait(timeout)
+
 
 #: Makes the (not yet opened) `Host` for an inventory host: (name, spec, accept new host keys).
 HostOpener = Callable[[str, HostSpec, bool], Host]

@@ -55,7 +55,8 @@ class HostRun:
     """One run kept on a host, as its journal's first and last lines describe it."""
 
     run_id: str
-    #: changed | rolled back | rollback incomplete | unfinished | running | damaged
+    #: changed | rolled back | rollback incomplete | undo failed | resolved | unfinished |
+    #: running | damaged
     state: str
     playbook: str = ""
     user: str = ""
@@ -129,7 +130,8 @@ def parse(name: str, output: str) -> HostStatus:
             )
         )
     status.last_run = runs[-1] if runs else None
-    status.unfinished = [r for r in runs if r.state in ("unfinished", str(RunState.UNDOING))]
+    open_states = ("unfinished", str(RunState.UNDOING), str(RunState.UNDO_FAILED))
+    status.unfinished = [r for r in runs if r.state in open_states]
     if status.lock == "free" and any(r.run_id == holder_run for r in status.unfinished):
         status.lock = "stale"
     return status

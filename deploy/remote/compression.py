@@ -30,6 +30,8 @@ from typing import Any
 
 import paramiko
 
+from deploy import ablation
+
 #: What a transport offers when compression is on: delayed zlib, else none.
 DELAYED = ("zlib@openssh.com", "none")
 OFF = ("none",)
@@ -49,7 +51,8 @@ def compressing(cls: type[paramiko.Transport]) -> type[paramiko.Transport]:
 
         class Compressing(cls):  # type: ignore[misc]  # untyped paramiko
             def use_compression(self, compress: bool = True) -> None:
-                self.get_security_options().compression = DELAYED if compress else OFF
+                on = compress and not ablation.off("compression")
+                self.get_security_options().compression = DELAYED if on else OFF
 
         Compressing.__name__ = Compressing.__qualname__ = f"Compressing{cls.__name__}"
         made = _MADE.setdefault(cls, Compressing)

@@ -38,15 +38,14 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 
 from __future__ import annotations
 
-import functools
 import logging
-import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy import trace
-from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
+from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable
+from deploy.remote.fabricconn import fabric_connection, tcp_socket, timeouts
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
@@ -78,82 +77,6 @@ def _guard(conn: Connection, settings: ConnectSettings) -> None:
     conn.client.set_missing_host_key_policy(policy)
     conn.connect_kwargs["transport_factory"] = preferring(types, compress=settings.compression)
     conn.connect_kwargs["compress"] = settings.compression
-
-
-def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
-    """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
-
-    paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
-    delayed ACK: ~40 ms of a ~60 ms login on loopback, on every host, every run (measured in
-    docs/performance.md). OpenSSH's own client turns Nagle off for the same reason. Fabric
-    takes the socket as it takes a ProxyJump channel (``sock=``); errors surface exactly as
-    Fabric's own connect would raise them.
-    """
-    sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def fabric_connection(settings: ConnectSettings) -> Connection:
-    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
-
-    Raises:
-        InputError: unreadable ssh_config.
-    """
-    from fabric import Config
-
-    try:
-        config = Config(runtime_ssh_path=settings.ssh_config)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
-        ) from exc
-    return _connection_class()(
-        settings.address,
-        user=settings.user,
-        port=settings.port,
-        config=config,
-        connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=_timeouts(settings),
-    )
-
-
-@functools.cache
-def _connection_class() -> type[Connection]:
-    """Fabric's `Connection`, without two costs of its constructor that every host paid.
-
-    ~0.8 ms of GIL-bound CPU per host, half of what building one cost (1.6 ms, the Config
-    included). The connection is invoke's ``DataProxy``, which decides on every attribute
-    assignment whether the name is a real attribute or a config key, by computing
-    ``dir(self)``: a dozen times per connection. And ``inline_ssh_env``, which the
-    constructor assigns but Fabric does not declare, becomes a modification of the
-    connection's Config, which invoke then rebuilds by merging all its layers again. Here the
-    class's attribute names are computed once (an instance's own are still looked up, as
-    ``dir`` would), and ``inline_ssh_env`` is declared, so it is kept on the connection with
-    the same value (deploy runs no command through Fabric, which is what reads it). A
-    ProxyJump hop is Fabric's own `Connection`, made by Fabric.
-    """
-    from fabric import Connection
-
-    class _Connection(Connection):  # type: ignore[misc]  # untyped
-        inline_ssh_env = None
-
-        def __setattr__(self, key: str, value: Any) -> None:
-            if key in names or key in self.__dict__:
-                object.__setattr__(self, key, value)
-            else:
-                super().__setattr__(key, value)
-
-    names = frozenset(dir(_Connection))
-    return _Connection
-
-
-def _timeouts(settings: ConnectSettings) -> dict[str, float]:
-    return {
-        "banner_timeout": settings.connect_timeout,
-        "auth_timeout": settings.connect_timeout,
-        "channel_timeout": settings.connect_timeout,
-    }
 
 
 @trace.spanned("ssh.connect")
@@ -213,7 +136,7 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
         hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
+        hop.connect_kwargs.update(timeouts(settings), **hop_auth)
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt

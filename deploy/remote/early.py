@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import paramiko
 from paramiko.auth_handler import AuthHandler
@@ -38,8 +38,8 @@ from paramiko.common import MSG_SERVICE_ACCEPT, cMSG_SERVICE_REQUEST
 
 from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, InputError
-from deploy.remote.connect import fabric_connection, tcp_socket
-from deploy.remote.handshake import BANNER
+from deploy.remote.dial import BANNER, Dial
+from deploy.remote.fabricconn import fabric_connection, tcp_socket
 from deploy.remote.hostkeys import (
     KnownHostsPolicy,
     known_hosts_name,
@@ -49,10 +49,6 @@ from deploy.remote.hostkeys import (
 )
 from deploy.remote.quickack import QuickAckTransport
 from deploy.remote.settings import ConnectSettings
-
-if TYPE_CHECKING:
-    from deploy.remote.handshake import Dial
-
 
 #: paramiko's major versions whose internals the adapters below were checked against.
 TESTED_MAJORS = frozenset({3, 4, 5})

@@ -10,8 +10,7 @@ replaced by the part's text before it is sent).
 The operations themselves, and why each goes through file descriptors (issue 14), are
 `deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-Two more parts: `deploy.remote.hostjson` (its JSON, without ``import json``) and
-`deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
+One more part: `deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
 sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
@@ -27,6 +26,7 @@ as a failed request: the commit record sent behind a failed check is skipped.
 import errno as errnomod
 import os
 import sys
+from json import dumps, loads
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.fileagent_compiled import compile_here, compiled
@@ -43,9 +43,6 @@ from deploy.remote.fileagent_ops import (
     sha256,
     write,
 )
-
-# host-program: part (deploy.remote.hostprogram)
-from deploy.remote.hostjson import dumps, loads
 
 
 def handle(header, payload):

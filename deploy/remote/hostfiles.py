@@ -56,7 +56,7 @@ in that directory would get, then the mode deploy asks for.
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it: its code kept in state_dir (`deploy.remote.helperboot`).
+#: What the lock's shell runs to start it (`deploy.remote.helperboot`).
 HELPER_BOOT = program("helperboot")
 
 

@@ -33,6 +33,8 @@ import os
 import re
 from pathlib import Path
 
+from deploy import ablation
+
 HERE = Path(__file__).resolve().parent
 SHIPPED = HERE / "shipped"
 #: The programs that run on hosts (each kept stripped in `SHIPPED`).
@@ -52,6 +54,8 @@ def program(name: str) -> str:
     import replaced by the part's own text, then `stripped` (the kept text when it was made
     from this very source by this very stripper, and is whole)."""
     source = _assembled(name)
+    if ablation.off("codeonly"):
+        return source
     try:
         header, _, text = (SHIPPED / f"{name}.txt").read_bytes().decode().partition("\n")
     except (OSError, ValueError):

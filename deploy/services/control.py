@@ -18,6 +18,7 @@ from deploy.config.services import ServiceSpec
 from deploy.errors import ServerRefused, StepFailed
 from deploy.remote.api import Host
 from deploy.services import identity
+from deploy.services.endpoint import Endpoint
 from deploy.services.gpus import wait_gpus_released
 from deploy.services.helper import AGENT_SOURCE
 from deploy.services.managers import Manager, ProcessManager, SystemdManager
@@ -43,6 +44,9 @@ class ServiceControl:
         self.manager: Manager = (
             SystemdManager(remote, spec) if spec.manager == "systemd" else self.process
         )
+        #: Where probes go and the key they send (`deploy.services.endpoint`): the service's
+        #: ``address`` and ``api_key`` until a server's own sockets and flags are known.
+        self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
 
     @property
     def helper_ids(self) -> tuple[int, ...] | None:

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from deploy import interrupt
 from deploy.checks.throughput import Level, rate
 from deploy.errors import CheckFailed
 from deploy.remote import http
 from deploy.services.control import ServiceControl
+from deploy.services.endpoint import endpoint_of_state
 from deploy.services.probes import get, post_generate
 from deploy.services.state import ServiceState
 
@@ -73,7 +75,12 @@ def completion_tokens(svc: ServiceControl, args: LoadSpec) -> int:
 
 
 def wave(svc: ServiceControl, args: LoadSpec, concurrency: int) -> float:
-    """``concurrency`` requests at once; their completion tokens over the wave's wall time."""
+    """``concurrency`` requests at once; their completion tokens over the wave's wall time.
+
+    Raises:
+        Interrupted: the run was interrupted before the wave (`deploy.interrupt`).
+    """
+    interrupt.check()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         began = time.monotonic()
         counts = list(pool.map(lambda _: completion_tokens(svc, args), range(concurrency)))
@@ -113,6 +120,7 @@ def measure_baseline(
     else (None, why not) — not running, not healthy, or a request failed."""
     if not state.running:
         return None, "old server was not running"
+    svc.endpoint = endpoint_of_state(svc.spec, state)
     try:
         health = get(svc, svc.spec.health_path, timeout=30)
         if health.status != 200:

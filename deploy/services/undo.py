@@ -17,12 +17,31 @@ from deploy.config.services import ServiceSpec
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.services.control import ServiceControl
+from deploy.services.endpoint import endpoint_of_state
 from deploy.services.probes import POLL_INTERVAL, wait_healthy
 from deploy.services.state import ServiceState, describe_user
 
 
 def _control(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> ServiceControl:
     return ServiceControl(remote, state_dir, name, ServiceSpec.model_validate(record["spec"]))
+
+
+def serving(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
+    """What serves ``name`` now and whether it answers its health check, in one line (for
+    ``deploy resolve``: a human says the host is back; this is what deploy sees)."""
+    from deploy.remote import http
+    from deploy.services.probes import get
+
+    svc = _control(remote, state_dir, name, record)
+    current = svc.current()
+    if not current.running:
+        return "not running"
+    try:
+        answer = get(svc, svc.spec.health_path, timeout=10)
+        health = f"health {svc.spec.health_path}: HTTP {answer.status}"
+    except http.ServerUnavailable as exc:
+        health = f"health {svc.spec.health_path}: no answer ({exc})"
+    return f"{current.describe()}; {health}"
 
 
 def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
@@ -54,6 +73,7 @@ def restore_previous(
     before = ServiceState.from_record(record.get("before") or {})
     if not before.running:
         return f"{name}: was not running before; left stopped"
+    svc.endpoint = endpoint_of_state(svc.spec, before)  # where the old server listened
     began = time.monotonic()
     try:
         if svc.spec.manager == "systemd":

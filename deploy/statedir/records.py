@@ -150,10 +150,29 @@ class Undone(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class UndoFailed(Record):
-    """An undo stopped half-way: what it had undone is in the ``undone`` lines before."""
+    """An undo stopped half-way: what it had undone is in the ``undone`` lines before.
+
+    ``interrupted``: it was cut short (a signal, the connection lost), so ``deploy rollback``
+    may finish it. Otherwise it ran and failed (its target did not come up healthy): running
+    it again would do the same, so the run waits for a human (`Resolved`). A record written
+    before the field existed counts as failed.
+    """
 
     EVENT = "rollback_failed"
     error: str = ""
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved(Record):
+    """A human brought the host back after a failed undo (``deploy resolve``): the run is
+    closed on this host. ``ts`` is when; ``by`` who (login user @ workstation); ``why`` their
+    words; ``found`` what deploy saw on the host when they confirmed (checksums, server)."""
+
+    EVENT = "resolved"
+    by: str = ""
+    why: str = ""
+    found: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +203,7 @@ _KINDS: dict[tuple[str, str | None], type[Record]] = {
         RollbackBegin,
         Undone,
         UndoFailed,
+        Resolved,
         End,
         RollbackEnd,
     )

@@ -21,8 +21,7 @@ acted on. Nothing is judged before it exists: missing parts are created by the c
 (mode 0700, one level at a time, never ``mkdir -p`` through what another user put there), and
 every part that was not there to judge is checked once created — a directory of ours, not a
 symbolic link — so a directory another user renamed into its place in between (possible under a
-sticky ``/tmp``) is refused as theirs. The file helper's kept code in state_dir is loaded only when the fd it opened
-is a regular file owned by the helper's user that nobody else may write.
+sticky ``/tmp``) is refused as theirs.
 """
 
 #: The lock script's trust check (shell, run before anything in state_dir is read or written).

@@ -30,8 +30,11 @@ class WaitHealthyArgs(StrictModel):
         default=None,
         description="Path or http://127.0.0.1:PORT/path on the host (default: the service's).",
     )
-    timeout: float = Field(
-        default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly)."
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds (default: the service's `start_timeout`, 45 min unless set, "
+        "which the rollback's wait for the old server uses too).",
     )
     interval: float = Field(
         default=POLL_INTERVAL,
@@ -70,7 +73,8 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
                 noop=True,
                 skipped=True,
             )
-        return Planned(summary=f"wait up to {args.timeout:g} s for {args.service}")
+        timeout = args.timeout or control(ctx, args.service).spec.start_timeout
+        return Planned(summary=f"wait up to {timeout:g} s for {args.service}")
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
         args = self.args
@@ -87,7 +91,7 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
             svc,
             pid=facts.get("pid"),  # type: ignore[arg-type]
             path=path,
-            timeout=args.timeout,
+            timeout=args.timeout or svc.spec.start_timeout,
             interval=args.interval,
             log_offset=int(facts.get("log_offset", 0)),  # type: ignore[call-overload]
             on_progress=ctx.note,

@@ -162,8 +162,11 @@ def make_gpu_hosts(
 ) -> Callable[..., tuple[list[GpuHost], Deploy]]:
     """Sandbox hosts laid out like the SGLang host, with the stand-in server (not started)."""
 
-    def make(versions: list[str | None], **standin: object) -> tuple[list[GpuHost], Deploy]:
-        hosts = sshd_sandbox.start_many([f"gpu-{i + 1}" for i in range(len(versions))])
+    def make(
+        versions: list[str | None], *, names: list[str] | None = None, **standin: object
+    ) -> tuple[list[GpuHost], Deploy]:
+        names = names or [f"gpu-{i + 1}" for i in range(len(versions))]
+        hosts = sshd_sandbox.start_many(names)
         settings = {**QUICK_HEALTH, **standin}
         gpus = [gpu_host.prepare(h, v, **settings) for h, v in zip(hosts, versions, strict=True)]
         workdir = tmp_path / "workstation"

@@ -169,7 +169,7 @@ def test_rollback_of_a_named_run(kimi_059: tuple[KimiHost, Deploy]) -> None:
     run_id = report["run_id"]
     assert report["hosts"][0]["outcome"] == "changed" and report["exit_code"] == 0
     assert report["hosts"][0]["steps"][1]["diff"].count("+    def ") == 3
-    assert deploy("rollback", "nonexistent-run", "--yes").exit_code == 0
+    assert deploy("rollback", "nonexistent-run", "--yes").exit_code == 2  # test_odd_commands
     assert deploy("rollback", run_id, "--yes").exit_code == 0
     assert kimi.model_file.read_bytes() == original
     history = deploy("history")

@@ -293,6 +293,33 @@ def test_ask_pass_logs_in_with_a_password_then_k_becomes_root(clean: Fleet, tmp_
         log.close()
 
 
+@pytest.mark.parametrize(
+    ("password", "expected"),
+    [("wrong-password", "the become password is wrong"), (None, "sudo asks for a password")],
+)
+def test_a_refused_sudo_under_check_is_one_line_exit_4(
+    clean: Fleet,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    password: str | None,
+    expected: str,
+) -> None:
+    """Issue 30: a nightly `--check` after a password rotation is exit 4 in one line, not a
+    traceback and "internal error" (exit 3)."""
+    extra: dict[str, object] = {"become": True}
+    if password is not None:
+        monkeypatch.setenv("SUDO_SECRET", password)
+        extra["become_password_env"] = "SUDO_SECRET"
+    deploy = clean.deploy(tmp_path, "pw", **extra)
+    for args in (["--check"], ["--check", "--detailed-exitcode"]):
+        run = deploy("apply", "conf.yaml", *args)
+        assert run.exit_code == 4, run.output
+        refused = f"sudo as {clean.users['pw']} -> root refused: {expected}"
+        assert [line for line in run.output.splitlines() if refused in line], run.output
+        assert "Traceback" not in run.output and "internal error" not in run.output
+        assert clean.untouched()
+
+
 #: A login user's ~/.bashrc that would capture what goes to sudo: ``sudo``, ``exec`` (and
 #: the ``/usr/bin/sudo`` bash allows as a function name too) as functions, and aliases.
 _INTERCEPTING_BASHRC = """\

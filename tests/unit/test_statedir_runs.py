@@ -55,9 +55,12 @@ class ModelHost:
         if result == "crash":
             return False
         journal.append(r.Undone(op="write", path="/f", action="restored"))
-        if result == "fail":
+        if result == "fail":  # ran and failed: a human must look
             journal.append(r.UndoFailed(error="x"))
             return True
+        if result == "cut":  # interrupted (a signal, the connection lost): resumable
+            journal.append(r.UndoFailed(error="x", interrupted=True))
+            return False
         journal.append(r.End(outcome="rolled_back") if own else r.RollbackEnd())
         return True
 
@@ -66,7 +69,7 @@ class ModelHost:
         if decision.blocked_by:
             return
         for run in decision.recover:
-            if not self.undo(run.run_id, recovery) or recovery in ("refuse", "fail"):
+            if not self.undo(run.run_id, recovery) or recovery in ("refuse", "fail", "cut"):
                 return  # a failed recovery stops the apply before its first step
         self.counter += 1
         # Run ids sort the wrong way round on purpose: order must come from host_seq.
@@ -92,19 +95,29 @@ class ModelHost:
             self.undo(target, result)
         return target if decision.action == "undo" else decision.action
 
+    def resolve(self, pick: int) -> str | None:
+        """``deploy resolve``: closes a run whose undo failed, and only such a run."""
+        failed = [i for i in ordered(self.infos()) if i.state is RunState.UNDO_FAILED]
+        if not failed:
+            return None
+        target = failed[pick % len(failed)].run_id
+        self.journals[target].append(r.Resolved(by="ops", why="fixed by hand"))
+        return target
+
 
 COMMANDS = st.lists(
     st.one_of(
         st.tuples(
             st.just("apply"),
             st.sampled_from(["ok", "fail", "crash"]),
-            st.sampled_from(["ok", "refuse", "fail", "crash"]),
+            st.sampled_from(["ok", "refuse", "fail", "cut", "crash"]),
         ),
         st.tuples(
             st.just("rollback"),
             st.integers(0, 3),
-            st.sampled_from(["ok", "refuse", "fail", "crash"]),
+            st.sampled_from(["ok", "refuse", "fail", "cut", "crash"]),
         ),
+        st.tuples(st.just("resolve"), st.integers(0, 3), st.just("")),
     ),
     max_size=25,
 )
@@ -119,13 +132,24 @@ def test_only_an_explicit_rollback_undoes_a_finished_run(
     ever_finished: set[str] = set()
     for command, arg, result in commands:
         before = host.states()
+        touched: str | None = None
+        failed_before = RunState.UNDO_FAILED in before.values()
         if command == "apply":
             host.apply(str(arg), result)
-            touched: str | None = None
-        else:
+        elif command == "rollback":
             outcome = host.rollback(int(str(arg)), result)
             touched = outcome if outcome in before else None
+        else:
+            resolved = host.resolve(int(str(arg)))
         after = host.states()
+        if failed_before and command != "resolve":
+            # A failed undo is handed to a human: no apply or rollback changes anything.
+            assert after == before, (command, before, after)
+        if command == "resolve":
+            assert all(
+                after[run_id] is (RunState.RESOLVED if run_id == resolved else state)
+                for run_id, state in before.items()
+            )
         for run_id, state in before.items():
             if run_id != touched and state in FINISHED | {RunState.UNDOING}:
                 assert after[run_id] is state, (command, run_id, state, after[run_id])
@@ -138,7 +162,7 @@ def test_only_an_explicit_rollback_undoes_a_finished_run(
             later = [
                 i for i in ordered(host.infos()) if i.host_seq > host_infos(host, touched).host_seq
             ]
-            assert all(i.state is RunState.ROLLED_BACK for i in later)
+            assert all(i.state in (RunState.ROLLED_BACK, RunState.RESOLVED) for i in later)
 
 
 def host_infos(host: ModelHost, run_id: str) -> RunInfo:
@@ -151,13 +175,20 @@ def info(run_id: str, state: RunState, seq: int) -> RunInfo:
 
 def test_state_table() -> None:
     assert fold([r.Begin(), WRITE]) is RunState.UNFINISHED
-    assert fold([r.Begin(), WRITE, r.RollbackBegin(), r.UndoFailed()]) is RunState.UNFINISHED
+    cut = r.UndoFailed(interrupted=True)
+    assert fold([r.Begin(), WRITE, r.RollbackBegin(), cut]) is RunState.UNFINISHED
+    assert fold([r.Begin(), WRITE, r.RollbackBegin(), r.UndoFailed()]) is RunState.UNDO_FAILED
     assert fold([r.Begin(), r.End(outcome="ok")]) is RunState.CHANGED
     assert fold([r.Begin(), r.End(outcome="ok"), r.RollbackBegin()]) is RunState.UNDOING
+    assert fold([r.Begin(), r.End(outcome="ok"), r.RollbackBegin(), cut]) is RunState.UNDOING
     assert (
         fold([r.Begin(), r.End(outcome="ok"), r.RollbackBegin(), r.UndoFailed()])
-        is RunState.UNDOING
+        is RunState.UNDO_FAILED
     )
+    failed = [r.Begin(), WRITE, r.RollbackBegin(), r.UndoFailed(error="old server unhealthy")]
+    assert fold([*failed, r.RollbackBegin(), r.RollbackEnd()]) is RunState.UNDO_FAILED
+    assert fold([*failed, r.Resolved(by="ops")]) is RunState.RESOLVED
+    assert summarize("R", failed).failure == "old server unhealthy"
     assert (
         fold([r.Begin(), r.End(outcome="ok"), r.RollbackBegin(), r.RollbackEnd()])
         is RunState.ROLLED_BACK
@@ -195,3 +226,20 @@ def test_apply_recovers_unfinished_runs_only_and_stops_at_a_half_done_rollback()
     blocked = decide_apply([*runs, info("C", RunState.UNDOING, 3)])
     assert not blocked.recover and [r.run_id for r in blocked.blocked_by] == ["C"]
     assert "deploy rollback C" in blocked.blocked_message("h")
+
+
+def test_a_failed_undo_blocks_apply_and_every_rollback_until_resolved() -> None:
+    failed = RunInfo(run_id="B", state=RunState.UNDO_FAILED, host_seq=2, failure="unhealthy")
+    runs = [info("A", RunState.CHANGED, 1), failed, info("C", RunState.UNFINISHED, 3)]
+    blocked = decide_apply(runs)
+    assert not blocked.recover
+    message = blocked.blocked_message("h")
+    assert message.startswith("h: the undo of run B ran and failed (unhealthy)")
+    assert "`deploy resolve B [-m why]`" in message and "\n" not in message
+    for target in ("A", "B", "C"):
+        decision = decide_rollback(runs, target)
+        assert decision.action == "refuse" and "deploy resolve B" in decision.message
+    resolved = [info("A", RunState.CHANGED, 1), info("B", RunState.RESOLVED, 2)]
+    assert decide_rollback(resolved, "A").action == "undo", "a resolved run no longer stands"
+    assert decide_rollback(resolved, "B").action == "nothing"
+    assert not decide_apply(resolved).blocked_by

@@ -13,7 +13,8 @@ escapes is a bug and is shown with a traceback.
     │   ├── LockHeld                   another run holds state_dir/lock
     │   ├── BecomeFailed               sudo refused (wrong password, not in sudoers, no -K)
     │   ├── StateDirDenied             state_dir cannot be created or locked: permission denied
-    │   └── ServiceUnsupported         the server runs in a container or on several nodes
+    │   ├── ServiceUnsupported         the server runs in a container or on several nodes
+    │   └── ServerRefused              the port's holder is not one tree of a named user (preflight)
     ├── StepFailed (1)                 a step could not do or prove its job
     │   ├── PermissionDenied           the acting user may not read or write a path
     │   ├── EditError                  an edit cannot be computed (class missing, conflict, ...)
@@ -123,6 +124,12 @@ class BecomeFailed(HostNotAttempted):
 
 class StateDirDenied(HostNotAttempted):
     """The login user may not create or lock state_dir: nothing was done on the host."""
+
+
+class ServerRefused(HostNotAttempted):
+    """The service's port is held by more than one process tree or user, or by a user the
+    playbook does not name, or its restart would run from a path another user can change:
+    refused before anything on the host was touched."""
 
 
 class StateDirUntrusted(HostNotAttempted):

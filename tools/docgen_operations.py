@@ -23,6 +23,7 @@ from deploy.engine import (
 from deploy.engine import resolve as resolve_engine
 from deploy.engine import status as host_status
 from deploy.remote import become, hostfiles, lock
+from deploy.services import identity as service_identity
 from deploy.services import prechecks
 from deploy.services import state as service_state
 from deploy.statedir import layout, records, runs, trust
@@ -309,6 +310,10 @@ def render_operations() -> str:
         "### become: what running sudo protects, and what it cannot",
         "",
         markdown(become.SUDO_LIMITS),
+        "",
+        "### Which process is the server, and where it may start from",
+        "",
+        markdown(service_identity.IDENTITY_RULE),
         "",
         "### The user a restarted server runs as",
         "",

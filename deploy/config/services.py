@@ -57,6 +57,12 @@ class ServiceSpec(_Strict):
         description="Substring of the command line that identifies this service's server; a "
         "listener on the port without it is not stopped unless --force.",
     )
+    user: str | None = Field(
+        default=None,
+        description="The user the server runs as when that is not the login/become user: only "
+        "then is a listener run by another user adopted (as root, a less-privileged user's "
+        "process never is unless named here).",
+    )
     process_prefix: str = Field(
         default="sglang::",
         description="Title prefix of child processes the server may orphan (reaped after a stop).",

@@ -43,6 +43,7 @@ from deploy.engine.verdicts import Verdicts
 from deploy.errors import (
     CheckFailed,
     DeployError,
+    HostNotAttempted,
     HostUnreachable,
     NothingTouched,
     RollbackFailed,
@@ -388,7 +389,8 @@ def fail(
     result.failed_step = index
     result.error = f"step {index + 1} failed: {reason}"
     if not journal.started:
-        result.outcome = "failed"
+        # Refused before anything was touched (a preflight's `HostNotAttempted`): exit 4.
+        result.outcome = "not attempted" if isinstance(exc, HostNotAttempted) else "failed"
         return
     if not isinstance(exc, HostUnreachable):
         try:

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import lookup_env, run_as, switcher
+from deploy.remote.agent_trust import lookup_env, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -240,6 +240,11 @@ def _interpreter(info):
         if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
             return candidate
     return exe
+
+
+def judge_start(python, argv, env, cwd, uid):
+    """`deploy.remote.agent_trust.start_problem`, for the agent's probe and start."""
+    return start_problem(python, argv, env, cwd, uid)
 
 
 def resolve_imports(imports, python, env, cwd, pid=None):

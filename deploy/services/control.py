@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.config.services import ServiceSpec
-from deploy.errors import StepFailed
+from deploy.errors import ServerRefused, StepFailed
 from deploy.remote.api import Host
 from deploy.services import identity
 from deploy.services.endpoint import Endpoint
@@ -73,6 +73,26 @@ class ServiceControl:
             identity.state_from_probe(probe, self.spec.process_prefix),
             dict(probe.get("imports") or {}),
         )
+
+    def identity_problem(self, *, restart: bool) -> str | None:
+        """Why the last probe's holder of the port may not be adopted, stopped or (with
+        ``restart``) started again as it runs (`deploy.services.identity`); None when it may.
+        Only for a server deploy signals itself: systemd stops its own unit."""
+        probe = self.process.last_probe
+        if probe is None or self.spec.manager != "process":
+            return None
+        named = [self.spec.user] if self.spec.user else []
+        problem = identity.identity_problem(probe, named)
+        if problem is None and restart:
+            problem = identity.start_problem(probe, self.spec.process_prefix)
+        return problem
+
+    def refuse_stranger(self, *, restart: bool) -> None:
+        """`identity_problem` as an error: before anything is touched, the host is not
+        attempted (exit 4)."""
+        problem = self.identity_problem(restart=restart)
+        if problem:
+            raise ServerRefused(f"{self.remote.name}: {problem}")
 
     def start_refusal(self, user: dict[str, Any] | None) -> str | None:
         """Why the helper could not start a server as ``user`` (it is not root and not that

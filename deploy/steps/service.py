@@ -268,6 +268,10 @@ class ServiceStep(Step[ServiceArgsT]):
                         f"as desired ({state.describe()}): not restarted",
                         noop=True,
                     )
+        if self.stops and (state.running or state.leftover_pgids):
+            problem = svc.identity_problem(restart=self.starts)  # changed since the preflight?
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped")
         if self.stops and state.running:
             svc.check_ownership(state, force=ctx.force)
         if isinstance(self.args, RestartArgs) and want.source == "running server":
@@ -328,6 +332,9 @@ class ServiceStep(Step[ServiceArgsT]):
             fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
             state, answer = svc.resolve_imports(dict(args.imports), fallback)
             self._refuse_unsupported(ctx, svc, state)
+            # Who holds the port, judged before anything is touched (issue 32): a second
+            # process tree or user on it, or another user's server, is not attempted.
+            svc.refuse_stranger(restart=True)
             if state.running:  # a stranger on the port: refuse that first, and say so
                 svc.check_ownership(state, force=ctx.force)
             from deploy.services.desired import imports_problem
@@ -346,6 +353,8 @@ class ServiceStep(Step[ServiceArgsT]):
         else:
             state = svc.current()
             self._refuse_unsupported(ctx, svc, state)
+            if svc.spec.manager == "process":
+                svc.refuse_stranger(restart=isinstance(args, RestartArgs))
             if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
                 return
         if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":

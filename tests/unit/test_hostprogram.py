@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote import agent_proc, fileagent, fileagent_ops, hostprogram
+from deploy.remote import agent_proc, fileagent_ops, hostprogram
 from deploy.remote.hostprogram import PART_MARKER, program
 
 PARTS = {"agent": agent_proc, "fileagent": fileagent_ops}
@@ -27,11 +27,6 @@ def test_the_program_inlines_its_parts_and_imports_nothing_from_deploy(name: str
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     part = ast.parse(Path(str(PARTS[name].__file__)).read_text())
     assert {n.name for n in part.body if isinstance(n, ast.FunctionDef)} <= defined
-
-
-def test_the_file_helper_program_keeps_its_fault_hook() -> None:
-    assert fileagent.FAULT_ENV == "DEPLOY_FILEAGENT_FAULT"
-    assert f'FAULT_ENV = "{fileagent.FAULT_ENV}"' in program("fileagent")
 
 
 def test_the_agent_program_runs_isolated() -> None:

@@ -13,7 +13,6 @@ import os
 
 #: Every switch, with what turning it off does.
 MECHANISMS = {
-    "handshake": "no SSH handshake ahead of the login (deploy.remote.handshake, early)",
     "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
     "compression": "no delayed zlib compression (deploy.remote.compression)",
     "codeonly": "host programs sent with their docstrings and comments (codeonly)",

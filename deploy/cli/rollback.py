@@ -20,7 +20,7 @@ from deploy.cli.common import (
     startup_done,
     unattended_options,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
+from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _progress
 from deploy.errors import InputError
 
@@ -64,7 +64,6 @@ def rollback(
     from deploy.config import load
     from deploy.engine import rollback_target
     from deploy.engine.runid import new_run_id
-    from deploy.remote.handshake import Handshakes
 
     new_id = new_run_id()
     out = _delivery("rollback", new_id, report_file, log_file, notify_url)
@@ -82,13 +81,7 @@ def rollback(
         target = rollback_target.choose(run_id, str(inventory_path.resolve()), hosts)
     except InputError as exc:
         _fail(exc, out)
-    # The hosts are known: the handshakes of those the run starts with go on while the
-    # engine is imported and the operator confirms (deploy.remote.handshake); the login
-    # waits for the run.
-    handshakes = Handshakes()
-    handshakes_ahead(handshakes, target.hosts[:forks], accept_new=accept_new_host_keys)
     from deploy.engine.fleet import run_rollback
-    from deploy.engine.run_options import ssh_opener
 
     startup_done()
     if target.run_id is None:
@@ -105,7 +98,6 @@ def rollback(
     # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
     # hosts, files and the services it will restart.
     if not yes and not click.confirm(target.describe(), default=False):
-        handshakes.close()
         click.echo("Nothing was changed.")
         sys.exit(0)
     run = run_rollback(
@@ -119,8 +111,6 @@ def rollback(
         playbook=target.recorded.playbook if target.recorded else None,
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),
-        open_host=ssh_opener(handshakes),
     )
-    handshakes.close()
     run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

@@ -46,21 +46,16 @@ def test_a_switch_is_read_from_the_environment() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out == "['compression', 'quickack'] True\n"
-    assert set(MECHANISMS) >= {"handshake", "quickack", "compression", "codeonly", "readahead"}
+    assert set(MECHANISMS) >= {"quickack", "compression", "codeonly", "readahead"}
 
 
 _EFFECTS = """
 import socket
-from deploy.remote import handshake, hostprogram, quickack
+from deploy.remote import hostprogram, quickack
 from deploy.remote.compression import compressing
-from deploy.remote.settings import ConnectSettings
 from deploy.checks.compile import ahead_lookup, compile_command
 import paramiko
 
-h = handshake.Handshakes()
-h.start([ConnectSettings(name="x", address="127.0.0.1", port=1)])  # refused at once
-started = bool(h._pending)
-h.close()
 left, right = socket.socketpair()
 transport = compressing(paramiko.Transport)(left)
 transport.use_compression(True)
@@ -76,7 +71,6 @@ class Sock:
 quickack.socket.socket = Sock  # ack_now checks isinstance(sock, socket.socket)
 quickack.ack_now(Sock())
 print(
-    "" if started else "handshake",
     "" if Sock.calls else "quickack",
     "" if compressed else "compression",
     "codeonly" if '\"\"\"' in text else "",
@@ -95,5 +89,5 @@ def _effects(off: str) -> set[str]:
 
 def test_each_switch_turns_its_mechanism_off_and_nothing_else() -> None:
     assert _effects("") == set()
-    for name in ("handshake", "quickack", "compression", "codeonly", "compilehelper"):
+    for name in ("quickack", "compression", "codeonly", "compilehelper"):
         assert _effects(name) == {name}, name

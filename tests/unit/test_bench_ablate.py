@@ -46,12 +46,12 @@ def test_a_switch_is_read_from_the_environment() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out == "['compression', 'quickack'] True\n"
-    assert set(MECHANISMS) >= {"quickack", "compression", "codeonly", "readahead"}
+    assert set(MECHANISMS) >= {"quickack", "compression", "readahead"}
 
 
 _EFFECTS = """
 import socket
-from deploy.remote import hostprogram, quickack
+from deploy.remote import quickack
 from deploy.remote.compression import compressing
 from deploy.checks.compile import ahead_lookup, compile_command
 import paramiko
@@ -62,7 +62,6 @@ transport.use_compression(True)
 compressed = "zlib@openssh.com" in transport.get_security_options().compression
 transport.close()
 right.close()
-text = hostprogram.program("fileagent")
 looked_up = ahead_lookup(compile_command("/usr/bin/python3", "/srv/m.py", cache="/var/c"))
 class Sock:
     calls = 0
@@ -73,7 +72,6 @@ quickack.ack_now(Sock())
 print(
     "" if Sock.calls else "quickack",
     "" if compressed else "compression",
-    "codeonly" if '\"\"\"' in text else "",
     "" if looked_up else "compilehelper",
 )
 """
@@ -89,5 +87,5 @@ def _effects(off: str) -> set[str]:
 
 def test_each_switch_turns_its_mechanism_off_and_nothing_else() -> None:
     assert _effects("") == set()
-    for name in ("quickack", "compression", "codeonly", "compilehelper"):
+    for name in ("quickack", "compression", "compilehelper"):
         assert _effects(name) == {name}, name

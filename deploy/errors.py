@@ -78,7 +78,7 @@ class SourcePosition:
 
 class InputError(DeployError):
     """Invalid input: reported as ``file:line:col field: message``; nothing was touched (no
-    login; at most a key exchange with the selected hosts, `deploy.remote.handshake`)."""
+    host contacted)."""
 
     exit_code = EXIT_INPUT
 

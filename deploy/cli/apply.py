@@ -23,7 +23,7 @@ from deploy.cli.common import (
     unattended_options,
     want_colour,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
+from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _logging, _progress, _split
 from deploy.errors import DeployError, InputError
 
@@ -126,31 +126,15 @@ def apply(
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
     from deploy.config import inventory_file
     from deploy.engine.runid import new_run_id
-    from deploy.remote.handshake import Handshakes
 
     _logging(verbose)
     inventory_path = _inventory_path(inventory)
     run_id = new_run_id()
     out = _delivery(f"apply {playbook}", run_id, report_file, log_file, notify_url)
     interactive = sys.stdin.isatty() and not as_json
-    # Options that end the command before any host is contacted: no handshake ahead.
-    offline = (
-        list_hosts
-        or list_tasks
-        or (detailed_exitcode and not check)
-        or (not check and not yes and not interactive)
-    )
-    handshakes = Handshakes()
     try:
-        # Only the inventory's models so far: the playbook's, the step modules and the
-        # templating are imported below, while the handshakes already go on.
         inv = inventory_file.load_inventory(inventory_path)
         path = _find_playbook(playbook, inventory_path)
-        if not offline:
-            # The hosts are known: their handshakes go on while the rest is imported and
-            # validated (deploy.remote.handshake); the login waits for valid input.
-            early = _first_wave(inv, path, limit, serial, forks, check)
-            handshakes_ahead(handshakes, early, accept_new=accept_new_host_keys)
         from deploy import api
         from deploy.engine import local_lock
         from deploy.engine.host_run import holder_info
@@ -183,11 +167,10 @@ def apply(
                 pb.path, inventory_path, holder_info(run_id, pb.playbook.name), wait=wait_lock
             )
     except DeployError as exc:
-        handshakes.close()
         _fail(exc, out)
     from deploy.cli.interrupts import interruptible, record_start
     from deploy.engine.fleet import Listeners
-    from deploy.engine.run_options import Cancel, ssh_opener
+    from deploy.engine.run_options import Cancel
 
     startup_done()
     name = pb.playbook.name
@@ -199,7 +182,7 @@ def apply(
         "forks": forks,
     }
     if not check and not yes:
-        preview = api.execute(prepared, check=True, open_host=ssh_opener(handshakes), **connection)
+        preview = api.execute(prepared, check=True, **connection)
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour), color=colour)
@@ -231,11 +214,9 @@ def apply(
         timeout=timeout,
         progress=progress,
         cancel=cancel,
-        open_host=ssh_opener(handshakes),
         on_start=record_start,
         **connection,
     )
-    handshakes.close()  # hosts never opened (a batch called off, a deadline)
     run.detailed_exitcode = detailed_exitcode
     if check and not as_json:
         from deploy.report.human import render_plan
@@ -254,34 +235,6 @@ def apply(
         errors=as_json,
         verbose=verbose,
     )
-
-
-def _first_wave(
-    inv: Any, path: Path, limit: tuple[str, ...], serial: str | None, forks: int, check: bool
-) -> list[tuple[str, Any]]:
-    """The hosts the run will start with (the first batch's first ``forks``), with their
-    settings as written, told from the playbook's YAML before the playbook is validated.
-
-    Only these are negotiated ahead: a later host may never be contacted (a batch called off
-    by ``max_fail``, a ``--timeout``), and a handshake would contact it. None when the YAML
-    cannot tell yet: the playbook's own validation then says what is wrong.
-    """
-    from deploy.config.select import select_hosts
-    from deploy.config.yamlpos import load_yaml
-    from deploy.engine.batches import parse_serial, plan_batches
-
-    try:
-        data = load_yaml(path).data
-        pattern = data.get("hosts") if isinstance(data, dict) else None
-        if not isinstance(pattern, str):
-            return []
-        names = select_hosts(inv.inventory, pattern, list(limit) or None)
-        sizes = serial if serial is not None else data.get("serial")
-        batches = plan_batches(names, None if check or sizes is None else parse_serial(sizes))
-    except (DeployError, TypeError, ValueError):
-        return []
-    first = batches[0][:forks] if batches else []
-    return [(name, inv.inventory.host(name)) for name in first]
 
 
 def _listing(playbook: str, plans: list[Any], *, hosts: bool, tasks: bool) -> str:

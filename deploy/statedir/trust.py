@@ -53,7 +53,7 @@ if [ -z "$_tX" ]; then set -- "$@" -
     + PATHS
     + JUDGE
     + r"""fi
-_dL=$(stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
+_dL=$(exec stat -c '%u %f %U %n' -- / "$@" 2>/dev/null </dev/null)
 if [ -O / ]; then _dI=${_dL%% *}; else _dI=$(id -u); fi
 _tI=$_dI; _dm=
 _dk() {
@@ -78,14 +78,14 @@ case "$_dL$_dN" in *" $_dS$_dN"*) _dC= ;; esac
 _dp=$_dS/runs; set --
 while [ -n "$_dp" ] && [ ! -d "$_dp" ] && [ ! -h "$_dp" ]; do set -- "$_dp" "$@"; _dp=${_dp%/*}; done
 if [ "$#" -gt 0 ] || [ -n "$_dC" ]; then
-  for _dp; do
-    _dM=$(LC_ALL=C mkdir -- "$_dp" 2>&1) || [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }
+  [ "$#" -eq 0 ] || _dM=$(LC_ALL=C exec mkdir -- "$@" 2>&1) || for _dp; do
+    [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }
   done
-  _dR=$(realpath -e -- "$_dS" 2>/dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "vanished once created"; exit 73; }
+  _dR=$(exec realpath -e -- "$_dS" 2>/dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "vanished once created"; exit 73; }
   case $_dR in *"$_dN"*) printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "resolves to a path with a line break"; exit 73 ;; esac
   set --
   for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
-  _dL=$(stat -c '%u %f %U %n' -- "$@" "$_dS/runs" 2>/dev/null </dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was created"; exit 73; }
+  _dL=$(exec stat -c '%u %f %U %n' -- "$@" "$_dS/runs" 2>/dev/null </dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was created"; exit 73; }
   _dk "$_dL"
 fi
 for _dp in runs lock; do

@@ -47,7 +47,7 @@ PROMPTS = (
 def _values(value: Any) -> Any:
     """``"[1, 32]"``, ``"1,32"`` or ``"1 32"`` (a template renders a list var as text) as a
     list; anything else unchanged."""
-    if isinstance(value, str):
+    if isinstance(value, str) and not ("{{" in value or "{%" in value):  # rendered later
         text = value.strip()
         if text.startswith("["):
             try:
@@ -83,7 +83,7 @@ class GateThroughputArgs(StrictModel):
         default=None,
         description="'before': measure the old server too, before the run's first change.",
     )
-    concurrency: list[int] = Field(
+    concurrency: list[int] | int | str = Field(
         default=[1, 4],
         min_length=1,
         description=(
@@ -91,7 +91,7 @@ class GateThroughputArgs(StrictModel):
             "Text such as '1,32' is read as a list (for -e)."
         ),
     )
-    min_ratio: list[float] = Field(
+    min_ratio: list[float] | float | str = Field(
         default=[1.0],
         min_length=1,
         description=(
@@ -153,7 +153,7 @@ class GateThroughputArgs(StrictModel):
         value = _values(value)
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
-        if isinstance(value, int | str) and not isinstance(value, bool):
+        if isinstance(value, int | str) and not isinstance(value, bool):  # N: [1, N]
             return sorted({1, int(value)}) if str(value).strip().isdigit() else value
         return value
 
@@ -179,30 +179,36 @@ class GateThroughputArgs(StrictModel):
     def _consistent(self) -> GateThroughputArgs:
         if self.min_tokens_per_s is None and self.baseline is None:
             raise ValueError("give min_tokens_per_s, baseline: before, or both")
-        if any(c < 1 for c in self.concurrency) or len(set(self.concurrency)) != len(
-            self.concurrency
-        ):
-            raise ValueError(f"concurrency: distinct levels of 1 or more, not {self.concurrency}")
-        if len(self.min_ratio) not in (1, len(self.concurrency)):
-            raise ValueError(
-                f"min_ratio has {len(self.min_ratio)} values for {len(self.concurrency)} levels "
-                f"of concurrency {self.concurrency}: give one, or one per level"
-            )
-        if any(r <= 0 for r in self.min_ratio):
-            raise ValueError(f"min_ratio must be above 0, not {self.min_ratio}")
         if self.max_samples < self.samples:
             raise ValueError(f"max_samples {self.max_samples} is below samples {self.samples}")
+        levels, ratios = self.concurrency, self.min_ratio
+        for name, value in (("concurrency", levels), ("min_ratio", ratios)):
+            if isinstance(value, str) and not ("{{" in value or "{%" in value):
+                raise ValueError(f"{name}: {value!r} is not a list of numbers")
+        if not isinstance(levels, list) or not isinstance(ratios, list):
+            return self  # as written (a template): judged once rendered
+        if any(c < 1 for c in levels) or len(set(levels)) != len(levels):
+            raise ValueError(f"concurrency: distinct levels of 1 or more, not {levels}")
+        if len(ratios) not in (1, len(levels)):
+            raise ValueError(
+                f"min_ratio has {len(ratios)} values for {len(levels)} levels of concurrency "
+                f"{levels}: give one, or one per level"
+            )
+        if any(r <= 0 for r in ratios):
+            raise ValueError(f"min_ratio must be above 0, not {ratios}")
         return self
 
     def levels(self) -> list[int]:
         """The concurrencies measured, in the order given."""
+        assert isinstance(self.concurrency, list), "validated: a list once rendered"
         return list(self.concurrency)
 
     def ratios(self) -> dict[int, float]:
         """Each level's minimum ratio."""
+        assert isinstance(self.min_ratio, list), "validated: a list once rendered"
         if len(self.min_ratio) == 1:
-            return {c: self.min_ratio[0] for c in self.concurrency}
-        return dict(zip(self.concurrency, self.min_ratio, strict=True))
+            return {c: self.min_ratio[0] for c in self.levels()}
+        return dict(zip(self.levels(), self.min_ratio, strict=True))
 
     def load(self) -> LoadSpec:
         """The load these arguments send, as `deploy.services.load` measures it."""
@@ -212,7 +218,7 @@ class GateThroughputArgs(StrictModel):
             prompts=tuple(self.prompts),
             max_new_tokens=self.max_new_tokens,
             timeout=self.timeout,
-            warmup=self.warmup or max(self.concurrency),
+            warmup=self.warmup or max(self.levels()),
             samples=self.samples,
             levels=tuple(self.levels()),
             max_samples=self.max_samples,

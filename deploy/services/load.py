@@ -52,6 +52,9 @@ class LoadSpec:
     levels: tuple[int, ...]
     #: The most waves a level may take while the spread leaves it undecided (new server).
     max_samples: int = 0
+    #: Waves per level on the old server: it cannot be measured again once it is replaced,
+    #: so it gets the interval's other half at once (0: ``samples``).
+    baseline_samples: int = 0
     #: Seconds, over one measurement, to wait for other clients' requests to finish.
     idle_wait: float = 0.0
 
@@ -179,17 +182,23 @@ def run_generator(
 
 
 def measure(
-    svc: ServiceControl, args: LoadSpec, note: Callable[[str], None] | None = None
+    svc: ServiceControl,
+    args: LoadSpec,
+    note: Callable[[str], None] | None = None,
+    *,
+    baseline: bool = False,
 ) -> Measurement:
-    """Warm up (uncounted), then ``samples`` waves at each level of ``args.levels``.
+    """Warm up (uncounted), then ``samples`` waves (``baseline_samples`` for the
+    ``baseline``) at each level of ``args.levels``.
 
     Raises:
         CheckFailed: a request failed or the server reported no tokens.
     """
+    count = max(args.samples, args.baseline_samples) if baseline else args.samples
     if note:
         levels = " and ".join(str(c) for c in args.levels)
-        note(f"measuring {svc.name}: {args.samples} samples at concurrency {levels}, on the host")
-    plan = [(c, args.samples) for c in args.levels]
+        note(f"measuring {svc.name}: {count} samples at concurrency {levels}, on the host")
+    plan = [(c, count) for c in args.levels]
     return run_generator(svc, args, plan, warmup=args.warmup)
 
 
@@ -224,6 +233,6 @@ def measure_baseline(
             return None, f"old server not healthy (HTTP {health.status})"
         if note:
             note(f"measuring {svc.name} before the first change (baseline)")
-        return measure(svc, args, note), ""
+        return measure(svc, args, note, baseline=True), ""
     except (http.ServerUnavailable, CheckFailed) as exc:
         return None, f"old server could not be measured: {exc}"

@@ -112,6 +112,13 @@ class GateThroughputArgs(StrictModel):
     samples: int = Field(
         default=5, ge=5, description="Waves per level first (each wave is one sample)."
     )
+    baseline_samples: int = Field(
+        default=10,
+        ge=5,
+        le=30,
+        description="Waves per level on the old server (it cannot be measured again once "
+        "replaced, and its spread bounds the interval's width).",
+    )
     max_samples: int = Field(
         default=15,
         ge=5,
@@ -222,6 +229,7 @@ class GateThroughputArgs(StrictModel):
             samples=self.samples,
             levels=tuple(self.levels()),
             max_samples=self.max_samples,
+            baseline_samples=self.baseline_samples,
             idle_wait=self.idle_wait,
         )
 
@@ -285,8 +293,8 @@ class GateThroughputStep(Step[GateThroughputArgs]):
         return Planned(
             summary=(
                 f"{args.load().warmup} warm-up requests, then {args.samples} samples (up to "
-                f"{args.max_samples}) at concurrency {levels}, {args.max_new_tokens} tokens "
-                "each, streamed from the host"
+                f"{args.max_samples}; {args.baseline_samples} before the change) at "
+                f"concurrency {levels}, {args.max_new_tokens} tokens each, streamed from the host"
             )
         )
 

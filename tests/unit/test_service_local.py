@@ -181,8 +181,10 @@ def test_the_throughput_gate_against_the_server_it_replaced(
     assert "before_accept_length_c1" not in figures
     assert "before_avg_spec_accept_length" not in figures
     assert figures["before_busy_requests"] == 0  # the old server was idle (its /v1/loads)
-    # The old server answered a warm-up wave of 32, then 5 samples of 1 and 5 of 32.
-    assert generations(rig.files / "manual-sglang.log") == 32 + 5 * 1 + 5 * 32
+    # The old server answered a warm-up wave of 32, then 10 samples of 1 and 10 of 32.
+    assert generations(rig.files / "manual-sglang.log") == 32 + 10 * 1 + 10 * 32
+    assert (figures["before_samples_c1"], figures["before_samples_c32"]) == (10, 10)
+    assert 5 <= figures["samples_c1"] <= 15 and 5 <= figures["samples_c32"] <= 15
     (run_id,) = rig.runs()
     journal = rig.journal(run_id)
     if passes:

@@ -124,9 +124,9 @@ def test_a_failure_after_the_restart_restores_file_and_old_server(
 
 def kimi_with_gate(rig: LocalRig, *, max_new_tokens: int = 32) -> Path:
     """kimi-eagle3 as shipped, its throughput gate included (baseline: before, concurrency 1
-    and 32, min_ratio 1.0 and 0.9, 5 samples or more), with ``max_new_tokens`` short enough
-    for seconds of measuring
-    (32 tokens: 0.2 s at the stand-in's plain 160 tok/s) and health polled every 0.5 s."""
+    and 32, min_ratio 1.0 and 0.9, 10 samples before, 5 or more after), with
+    ``max_new_tokens`` short enough for seconds of measuring (32 tokens: 0.2 s at the
+    stand-in's plain 160 tok/s) and health polled every 0.5 s."""
     document = yaml.safe_load(KIMI.read_text())
     for entry in document["steps"]:
         if "wait_healthy" in entry:

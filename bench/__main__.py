@@ -20,6 +20,10 @@ counts (``--json``) and profiles one deploy run of each kind, and finally times 
 of each kind (`bench.wire`: "Where the round trips go"). Before any of it, a ping-pong through
 the proxy proves that it adds at least the RTT asked for.
 
+``python -m bench --ablate [--hosts 1,20 --rtt 0,50,100 --repeat N --trip-rtt 400]`` times
+each speed mechanism switched off against all on instead (`bench.ablate`); its section of the
+page is written by hand from that output and kept when the page is regenerated (`KEPT`).
+
 ``--baseline-ref REV`` times deploy as of REV too, in the same rounds (`bench.deploybuild`),
 so that "no worse than before" is read from one run. The command line is `bench.options`;
 what is measured of deploy alone after the rounds, `bench.deploy_extras`.

@@ -13,10 +13,8 @@ import os
 
 #: Every switch, with what turning it off does.
 MECHANISMS = {
-    "handshake": "no SSH handshake ahead of the login (deploy.remote.handshake, early)",
     "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
     "compression": "no delayed zlib compression (deploy.remote.compression)",
-    "codeonly": "host programs sent with their docstrings and comments (codeonly)",
     "compilehelper": "the compile record looked up by the shell script, not the helper",
     "readahead": "no file reads or compile checks sent with the lock's exec",
 }

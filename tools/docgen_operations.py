@@ -20,8 +20,11 @@ from deploy.engine import (
     rollback,
     rollback_target,
 )
+from deploy.engine import resolve as resolve_engine
 from deploy.engine import status as host_status
 from deploy.remote import become, hostfiles, lock
+from deploy.services import identity as service_identity
+from deploy.services import prechecks
 from deploy.services import state as service_state
 from deploy.statedir import layout, records, runs, trust
 from tools.docgen_markdown import _NOTICE, _cell, markdown
@@ -117,6 +120,85 @@ def _command_help(name: str) -> str:
     return f"`deploy {name}`: {(command.help or '').splitlines()[0]}"
 
 
+#: What to do next, per exit code: the runbook's first table (the meanings come from the
+#: report's own table, `deploy.report.json_schema.EXIT_CODES`).
+NEXT_STEP = {
+    0: "Nothing. `deploy show RUN` has the details (diffs, figures, the server's log file).",
+    1: "Read the failed step in the output (or `deploy show RUN`): every affected host is back "
+    "as it was, old server serving. Fix the cause, run again.",
+    2: "Fix the input named as `file:line:col field: message`; no host was contacted.",
+    3: "A human must look. `deploy status` names each host's open run. An undo *cut short* "
+    "(Ctrl-C twice, a killed workstation, a lost connection): `deploy rollback RUN` finishes "
+    "it. An undo that *ran and failed* (its old server did not come up) is never retried: "
+    "bring the host back by hand (below), then `deploy resolve RUN -m WHY`.",
+    4: "The host was not touched: unreachable, a host key, sudo refused, locked by another run "
+    "(named), or a check before the stop refused (drift, a draft model path, a flag the "
+    "server's parser refuses). Fix what the line says, run again.",
+    5: "`--check --detailed-exitcode` only: some host drifted from the playbook; nothing was "
+    "changed. `deploy apply PLAYBOOK` puts it back.",
+    130: "Ctrl-C at the confirmation prompt: nothing was changed.",
+}
+
+
+def _runbook() -> str:
+    """The page's opening: what an operator on call needs, before any internals."""
+    from deploy.report.json_schema import EXIT_CODES
+
+    rows = ["| exit | meaning | what to do next |", "| --- | --- | --- |"]
+    meanings = {**EXIT_CODES, 130: "interrupted at the confirmation prompt"}
+    rows += [
+        f"| {code} | {_cell(meanings[code])} | {_cell(NEXT_STEP[code])} |"
+        for code in sorted(NEXT_STEP)
+    ]
+    return "\n".join(
+        [
+            "## Runbook (on call)",
+            "",
+            "### What the exit code says, and what to do next",
+            "",
+            *rows,
+            "",
+            "An interrupted run (Ctrl-C or SIGTERM, `apply` and `rollback` alike): the first",
+            "signal cuts every wait short (a loading server is stopped, never waited for),",
+            "starts nothing new and puts back what changed, so it ends as a failure does (1, or",
+            "3 if an undo failed; hosts never started are 4). A second signal abandons at once",
+            "with 3, naming the hosts left mid-run and `deploy rollback RUN`, which finishes.",
+            "",
+            "### Where a host was left",
+            "",
+            "- `deploy status`: per host, the lock (and who holds it), the last run and its",
+            "  outcome, every open run (unfinished, rollback incomplete, undo failed) with the",
+            "  command that closes it, and whether the service answers its health check.",
+            "- `deploy show RUN` (any unique prefix or suffix of the id): the whole report of a",
+            "  run recorded on this workstation; `deploy history` lists them.",
+            "- On the host, `state_dir` (default `/var/lib/deploy`) keeps each run's journal",
+            "  (`runs/RUN/journal.jsonl`) and the saved copies of every file it changed.",
+            "",
+            "### After a failed undo: `deploy resolve`",
+            "",
+            markdown(resolve_engine.__doc__),
+            "",
+            _command_help("resolve"),
+            "",
+            "### After a killed workstation",
+            "",
+            "Nothing is lost: the journal on each host says what the run changed. `deploy",
+            "status` shows the run as unfinished; `deploy rollback RUN` undoes it, or the next",
+            "`deploy apply` undoes it first (said in its plan). The undo stops only a server",
+            "that run started (its pid and start time are journaled): if someone started a",
+            "server by hand meanwhile, the undo refuses (3) and `deploy resolve RUN` closes the",
+            "run once the host is as it should be.",
+            "",
+            "### The server's log",
+            "",
+            "A server deploy starts writes to `state_dir/services/NAME.log` on the host (the",
+            "run's output names it: `started pid N; its log: …`); a systemd unit's goes to",
+            "`journalctl -u UNIT`. A server that did not come up is reported with the last",
+            "40 lines of that log.",
+        ]
+    )
+
+
 def render_operations() -> str:
     """``docs/operations.md``: a run's life, rollback, recovery, scheduling, state, exit codes."""
     parts = [
@@ -128,6 +210,8 @@ def render_operations() -> str:
         "paced and scheduled, where state is kept, and what the exit codes mean. The JSON report",
         "is described in [json-report.md](json-report.md), the cost of a run in",
         "[performance.md](performance.md).",
+        "",
+        _runbook(),
         "",
         "## A run on one host",
         "",
@@ -146,6 +230,20 @@ def render_operations() -> str:
         "### What a journal says about its run",
         "",
         markdown(runs.__doc__, 1),
+        "",
+        "## Checks before a running server is stopped",
+        "",
+        markdown(prechecks.__doc__),
+        "",
+        "**Drift: refuse, not fall back.** When the files a restart imports changed under the",
+        "running server (and not by deploy), the run refuses before the stop (exit 4) rather",
+        "than fall back to the last state seen serving. Falling back would mean restoring file",
+        "contents the operator (or a `git checkout`, a `pip install`) deliberately replaced,",
+        "on a production host, as a side effect of an unrelated change; and deploy only knows",
+        "the last state it saw serving when a run of its own recorded it, which a server",
+        "started by hand never was. Refusing costs one command (restart the server on the",
+        "file as it is, or put the file back) and never stops a server without an undo that",
+        "can start.",
         "",
         "## Crash recovery",
         "",
@@ -212,6 +310,10 @@ def render_operations() -> str:
         "### become: what running sudo protects, and what it cannot",
         "",
         markdown(become.SUDO_LIMITS),
+        "",
+        "### Which process is the server, and where it may start from",
+        "",
+        markdown(service_identity.IDENTITY_RULE),
         "",
         "### The user a restarted server runs as",
         "",

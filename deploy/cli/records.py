@@ -18,7 +18,7 @@ from deploy.cli.common import (
     limit_option,
     startup_done,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
+from deploy.cli.connect import connection_options, with_connection
 from deploy.errors import InputError
 
 
@@ -95,20 +95,13 @@ def status(
     import json
 
     from deploy.config import load
-    from deploy.remote.handshake import Handshakes
 
-    handshakes = Handshakes()
     try:
         inv = load.load_inventory(_inventory_path(inventory))
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
-        # Known: the first ``forks`` hosts' handshakes go on while the rest is imported
-        # (deploy.remote.handshake).
-        handshakes_ahead(handshakes, hosts[:forks], accept_new=accept_new_host_keys)
         hosts = with_connection(hosts)
     except InputError as exc:
-        handshakes.close()
         _fail(exc)
-    from deploy.engine.run_options import ssh_opener
     from deploy.engine.status import exit_code, fleet_status, sglang_health
     from deploy.report.records import render_status
 
@@ -118,9 +111,7 @@ def status(
         forks=forks,
         accept_new=accept_new_host_keys,
         health=sglang_health,
-        open_host=ssh_opener(handshakes),
     )
-    handshakes.close()
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
     else:

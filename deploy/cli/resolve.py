@@ -54,7 +54,7 @@ def resolve(
     from deploy.engine import history
     from deploy.engine import resolve as engine
     from deploy.engine.rollback_target import TOUCHED
-    from deploy.engine.run_options import holder_info, ssh_opener
+    from deploy.engine.run_options import holder_info, ssh_host
     from deploy.engine.runid import check_run_id, is_full_run_id, new_run_id
 
     try:
@@ -78,7 +78,7 @@ def resolve(
         hosts = with_connection(hosts)
     except InputError as exc:
         _fail(exc)
-    opener = ssh_opener(None)
+    opener = ssh_host
 
     def inspect(name: str, spec: HostSpec) -> engine.Findings:
         remote = opener(name, spec, accept_new_host_keys)
@@ -93,15 +93,15 @@ def resolve(
     unreachable = False
     for name, _, found in findings:
         if found.resolvable:
-            click.echo(f"{name}: the undo of run {run_id} failed; the host now:")
+            what = "its undo failed" if found.state == "undo failed" else f"it is {found.state}"
+            click.echo(f"{name}: run {run_id}: {what}; the host now:")
             for line in found.lines or ["(the run changed nothing deploy can read)"]:
                 click.echo(f"  {line}")
         elif found.error and found.state != "absent":
             unreachable = True
             click.echo(f"{name}: {found.error}")
         elif found.state != "absent":
-            hint = "" if found.state != "rollback incomplete" else f" (`deploy rollback {run_id}`)"
-            click.echo(f"{name}: nothing to resolve: run {run_id} is {found.state}{hint}")
+            click.echo(f"{name}: nothing to resolve: run {run_id} is {found.state}")
     chosen = [(name, spec, found) for name, spec, found in findings if found.resolvable]
     if not chosen:
         end_process(4 if unreachable else 0)

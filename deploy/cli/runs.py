@@ -92,12 +92,6 @@ def _delivery(
     )
 
 
-def _maybe(parse: Any, *values: Any) -> Any:
-    """``parse`` the first value given (command line before playbook), or None."""
-    value = next((v for v in values if v is not None), None)
-    return None if value is None else parse(value)
-
-
 def _logging(verbose: int) -> None:
     """``-v``: the engine's notes and the libraries' warnings (`show_warnings`); ``-vv``: also
     debug records (the commands run on hosts)."""

@@ -57,6 +57,12 @@ class ServiceSpec(_Strict):
         description="Substring of the command line that identifies this service's server; a "
         "listener on the port without it is not stopped unless --force.",
     )
+    user: str | None = Field(
+        default=None,
+        description="The user the server runs as when that is not the login/become user: only "
+        "then is a listener run by another user adopted (as root, a less-privileged user's "
+        "process never is unless named here).",
+    )
     process_prefix: str = Field(
         default="sglang::",
         description="Title prefix of child processes the server may orphan (reaped after a stop).",
@@ -69,7 +75,8 @@ class ServiceSpec(_Strict):
         gt=0,
         description="Seconds the main process gets, after SIGTERM to it alone, to finish "
         "in-flight requests before the group is stopped (default: 300 s, the budget of one "
-        "generation in the smoke and gate steps).",
+        "generation in the smoke and gate steps). SGLang 0.5.9 keeps admitting requests while "
+        "it drains and exits once none is in flight, so steady traffic is ended by this bound.",
     )
     python: str | None = Field(
         default=None,

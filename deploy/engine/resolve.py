@@ -2,7 +2,12 @@
 
 An undo that ran and failed (its target did not come up healthy) is never retried: every apply
 and rollback on that host refuses until a human has looked (`deploy.statedir.runs`). This is
-how they say they have. First the host is read, without its lock (like ``deploy status``):
+how they say they have.
+
+It also closes a run left unfinished or half undone whose undo will not run (it refuses to
+stop a server the run did not start), once a human put the host back.
+
+First the host is read, without its lock (like ``deploy status``):
 the run's state there, each file the run wrote with its sha256 now and whether that is the
 content from before the run, the run's, or neither, and each service the run touched (what
 serves its port, and whether it answers its health check). Then, once confirmed, the lock is
@@ -24,6 +29,11 @@ from deploy.remote.api import Host
 from deploy.remote.lock import acquire
 from deploy.statedir.records import Resolved, ServiceIntent, WriteIntent, sha256
 from deploy.statedir.runs import RunState, summarize
+
+#: Runs a human may close: an undo that failed, and — when the undo refuses to touch a server
+#: it did not start, or a human put the host back before the undo ran — a run left unfinished
+#: or half undone (``deploy rollback`` would otherwise finish those).
+OPEN = frozenset({RunState.UNDO_FAILED, RunState.UNFINISHED, RunState.UNDOING})
 
 
 def resolver() -> str:
@@ -48,7 +58,7 @@ class Findings:
 
     @property
     def resolvable(self) -> bool:
-        return self.error is None and self.state == str(RunState.UNDO_FAILED)
+        return self.error is None and self.state in {str(s) for s in OPEN}
 
     def summary(self) -> str:
         return "; ".join(self.lines)[:2000]
@@ -123,7 +133,7 @@ def record(
     try:
         parsed = read_journal(remote, state_dir, run_id)
         state = summarize(run_id, parsed.records).state
-        if state is not RunState.UNDO_FAILED:
+        if state not in OPEN:
             raise DeployError(f"{remote.name}: run {run_id} is {state} now; nothing recorded")
         journal = attach(remote, state_dir, parsed, run_id)
         try:

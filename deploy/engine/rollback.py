@@ -64,6 +64,7 @@ def _handlers(
     *,
     force: bool,
     note: Note,
+    events: list[dict[str, Any]] | None = None,
 ) -> list[tuple[RecordUndo, list[dict[str, Any]]]]:
     """The undo handler of each ``op`` among the pending intents, with its records, in the
     order their ``restore`` runs (`RecordUndo.phase`, files before services; within a phase,
@@ -89,6 +90,7 @@ def _handlers(
             force=force,
             saved_copy=lambda digest: read_copy(remote, state_dir, run_id, digest),
             note=note,
+            journal=events,
         )
         handlers.append((handler, events))
     # Within a phase, the kind of change made last is undone first.
@@ -103,6 +105,7 @@ def preflight(
     *,
     force: bool,
     note: Note = None,
+    events: list[dict[str, Any]] | None = None,
 ) -> list[tuple[RecordUndo, list[dict[str, Any]]]]:
     """Check everything the undo needs before it touches anything; the checked handlers.
 
@@ -115,7 +118,7 @@ def preflight(
             ``force``), the old server's executable or working directory is gone, or the
             journal holds a change this version cannot undo.
     """
-    handlers = _handlers(remote, state_dir, run_id, pending, force=force, note=note)
+    handlers = _handlers(remote, state_dir, run_id, pending, force=force, note=note, events=events)
     for handler, events in handlers:
         try:
             handler.check(events)
@@ -154,7 +157,9 @@ def undo_run(
         journal = attach(remote, state_dir, read_journal(remote, state_dir, run_id), run_id)
     try:
         pending = pending_changes(journal.events)
-        handlers = preflight(remote, state_dir, run_id, pending, force=force, note=note)
+        handlers = preflight(
+            remote, state_dir, run_id, pending, force=force, note=note, events=journal.events
+        )
     except BaseException:
         journal.close()
         raise

@@ -13,9 +13,10 @@ import pwd
 import shutil
 import socket
 import subprocess
+import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import lookup_env, run_as, switcher
+from deploy.remote.agent_trust import lookup_env, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -34,7 +35,15 @@ def _stat_fields(pid):
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
     rest = raw[raw.rfind(")") + 2 :].split()
-    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3])}
+    # "start": field 22, clock ticks after boot: with the pid, which process this is (a pid
+    # reused later has another start), so an undo knows the server its run started.
+    return {
+        "state": rest[0],
+        "ppid": int(rest[1]),
+        "pgid": int(rest[2]),
+        "sid": int(rest[3]),
+        "start": int(rest[19]),
+    }
 
 
 def _pids():
@@ -126,6 +135,14 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
+def _started_at(ticks):
+    """A process's start (``/proc/PID/stat`` ticks after boot) as Unix time, or None."""
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
@@ -135,10 +152,12 @@ def _describe(pid, with_env=False, table=None):
     except OSError:
         cwd = None
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    info["started_at"] = _started_at(fields["start"])
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
         info["user"] = _user(pid)
+        info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         try:
             info["exe"] = os.readlink(f"/proc/{pid}/exe")
         except OSError:
@@ -179,7 +198,32 @@ def find(name):
             placeholder.__spec__ = spec
             sys.modules[full] = placeholder
     return {"origin": spec.origin}
-print(json.dumps({name: find(name) for name in json.loads(sys.argv[1])}))
+def versions():
+    # What the report records of the server's stack, read from installed metadata and
+    # torch/version.py as text: no package code runs (torch is never imported).
+    found = {}
+    try:
+        from importlib import metadata
+    except ImportError:
+        return found
+    for dist in ("sglang", "torch"):
+        try:
+            found[dist] = metadata.version(dist)
+        except Exception:
+            pass
+    try:
+        text = metadata.distribution("torch").locate_file("torch/version.py").read_text()
+    except Exception:
+        return found
+    for line in text.splitlines():
+        if line.replace(" ", "").startswith("cuda:") or line.replace(" ", "").startswith("cuda="):
+            value = line.split("=", 1)[-1].strip().strip(chr(39) + chr(34))
+            if value and value != "None":
+                found["cuda"] = value
+    return found
+answer = {name: find(name) for name in json.loads(sys.argv[1])}
+answer[" versions"] = versions()  # not a module name: a space
+print(json.dumps(answer))
 """
 
 
@@ -196,6 +240,11 @@ def _interpreter(info):
         if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
             return candidate
     return exe
+
+
+def judge_start(python, argv, env, cwd, uid):
+    """`deploy.remote.agent_trust.start_problem`, for the agent's probe and start."""
+    return start_problem(python, argv, env, cwd, uid)
 
 
 def resolve_imports(imports, python, env, cwd, pid=None):
@@ -233,8 +282,46 @@ def resolve_imports(imports, python, env, cwd, pid=None):
         entry["origin_real"] = os.path.realpath(origin) if origin else None
         entry["error"] = answer.get("error")
         entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
+        entry["versions"] = (found or {}).get(" versions") or {}
         results.append(entry)
     return results
+
+
+def pycheck(args):
+    """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
+    `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
+    ``timeout`` seconds: an import of the patched module, the new command line against the
+    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output,
+    ``seconds``, ``timed_out`` and ``ran_as``."""
+    python, env, cwd = args["python"], args.get("env") or {}, args.get("cwd") or "/"
+    ids, note, refused = run_as(python, env, cwd, args.get("pid"))
+    if refused:
+        return {"error": refused}
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            [python, "-c", args["code"], *args.get("argv", [])],
+            env=lookup_env(env, ids),
+            cwd=cwd if ids is None else None,  # else entered as that user
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=float(args.get("timeout", 300)),
+            preexec_fn=switcher(ids, cwd),
+        )
+    except subprocess.TimeoutExpired:
+        seconds = round(time.monotonic() - began, 1)
+        return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}
+    except OSError as exc:
+        return {"error": "cannot run " + python + ": " + (exc.strerror or str(exc))}
+    output = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()
+    return {
+        "ok": done.returncode == 0,
+        "status": done.returncode,
+        "tail": output[-8:],
+        "seconds": round(time.monotonic() - began, 1),
+        "timed_out": False,
+        "ran_as": note,
+    }
 
 
 def _address(hex_address):

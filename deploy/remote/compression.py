@@ -1,12 +1,12 @@
 """SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
 
-A run's traffic is text: the lock's command line carries the host programs (~31 KB of Python
-and shell, stripped to code by `deploy.remote.codeonly`), the host answers with the files the
+A run's traffic is text: the lock's command line carries the host programs (~38 KB of Python
+and shell), the host answers with the files the
 run reads (the SGLang model file is 29 KB), and a change run sends the new bytes, the saved
 copy and the journal records. On a fresh TCP connection the sender may have only 10 segments
-(~14 KB) unacknowledged, and the window doubles once per round trip: a 31 KB burst costs one
+(~14 KB) unacknowledged, and the window doubles once per round trip: a 38 KB burst costs one
 round trip more than a 14 KB one on a real link (`bench/window.py`), which loopback never
-shows. zlib brings those bursts to a quarter or a third (the lock's exec goes out as ~9 KB),
+shows. zlib brings those bursts to a third (the lock's exec goes out as ~12.5 KB),
 under the initial window, for ~1 ms of CPU per 100 KB.
 
 Only the delayed method is offered: compression starts after authentication, as OpenSSH

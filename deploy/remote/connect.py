@@ -7,24 +7,6 @@ unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
 command to run once the operator has checked that the change is legitimate.
 
-The part before the login is made ahead. As soon as a command knows which hosts it will
-contact (its inventory is loaded and validated, the playbook's ``hosts:`` and ``--limit``
-applied), each host's TCP connect, SSH banners, key exchange, host-key check and
-``ssh-userauth`` service request start in the background (`deploy.remote.handshake`,
-`deploy.remote.early`), while the command goes on validating the playbook, variables and
-options. The login, every command, any write (a new key recorded under
-``--accept-new-host-keys`` included) and any prompt (a key's passphrase) wait until the whole
-input is valid, exactly as before; what the handshake found (an unknown or changed key, a
-refused port) is reported only then, in the same words and with the same exit code. So a
-command with bad input exits 2 having made, with each selected host, at most a TCP connection
-and a key exchange, ended before authentication (sshd logs it closed or reset
-"[preauth]"): no login, nothing run, nothing written. Not negotiated ahead: hosts reached
-through a ProxyJump or ProxyCommand (that would mean logging in to the jump host), hosts
-whose connection settings are templated (a playbook variable or ``-e`` could still change
-them), hosts whose configuration runs something when read (an ssh_config ``Match exec``, a
-Fabric config file), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
-validate``).
-
 What people already have in ssh_config counts: User, Port, HostName, IdentityFile and
 ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_config`` in the
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
@@ -39,13 +21,13 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 from __future__ import annotations
 
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy import trace
-from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable
-from deploy.remote.fabricconn import fabric_connection, tcp_socket, timeouts
+from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
 from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
@@ -59,7 +41,6 @@ logging.getLogger("paramiko").propagate = False
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from deploy.remote.early import Negotiated
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
@@ -79,13 +60,55 @@ def _guard(conn: Connection, settings: ConnectSettings) -> None:
     conn.connect_kwargs["compress"] = settings.compression
 
 
-@trace.spanned("ssh.connect")
-def open_connection(settings: ConnectSettings, early: Negotiated | None = None) -> Connection:
-    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
+def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
+    """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
 
-    ``early``: the handshake `negotiate` made ahead for these settings; the login goes on
-    over its transport (or raises its error) if it went where this connection goes, else it
-    is closed and the connection is made here.
+    paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
+    delayed ACK: ~40 ms of a ~60 ms login on loopback, on every host, every run (measured in
+    docs/performance.md). OpenSSH's own client turns Nagle off for the same reason. Fabric
+    takes the socket as it takes a ProxyJump channel (``sock=``); errors surface exactly as
+    Fabric's own connect would raise them.
+    """
+    sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def fabric_connection(settings: ConnectSettings) -> Connection:
+    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
+
+    Raises:
+        InputError: unreadable ssh_config.
+    """
+    from fabric import Config, Connection
+
+    try:
+        config = Config(runtime_ssh_path=settings.ssh_config)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
+        ) from exc
+    return Connection(
+        settings.address,
+        user=settings.user,
+        port=settings.port,
+        config=config,
+        connect_timeout=int(max(1, round(settings.connect_timeout))),
+        connect_kwargs=timeouts(settings),
+    )
+
+
+def timeouts(settings: ConnectSettings) -> dict[str, float]:
+    return {
+        "banner_timeout": settings.connect_timeout,
+        "auth_timeout": settings.connect_timeout,
+        "channel_timeout": settings.connect_timeout,
+    }
+
+
+@trace.spanned("ssh.connect")
+def open_connection(settings: ConnectSettings) -> Connection:
+    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
 
     Raises:
         HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
@@ -93,23 +116,9 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
             cannot be decrypted; one line each (`deploy.remote.sshfail`).
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
+    conn, attempt = _prepared(settings)
     try:
-        conn, attempt = _prepared(settings)
-    except BaseException:  # an unset password_env, a key's passphrase not given...
-        if early is not None:
-            early.close()
-        raise
-    if early is not None and (
-        conn.gateway is not None
-        or early.target != (conn.host, conn.port or 22)
-        or early.settings.handshake_key() != settings.handshake_key()
-    ):
-        early.close()
-        early = None
-    try:
-        if early is not None:
-            _take_over(conn, early)
-        elif conn.gateway is None:
+        if conn.gateway is None:
             conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, settings)
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
@@ -140,22 +149,3 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt
-
-
-def _take_over(conn: Connection, early: Negotiated) -> None:
-    """Make ``conn.open()`` go on from ``early``'s handshake: its transport, or its error.
-
-    The policy `_guard` installed judges the key again (the file may have changed since; it
-    is parsed once per version) and records an accepted new one: the only write, at login.
-    A transport the server has dropped meanwhile (sshd's LoginGraceTime, 2 minutes, while a
-    prompt waited) is replaced by a fresh connection.
-    """
-    if early.error is not None:
-        raise early.error
-    transport = early.transport
-    if transport is None or not transport.is_active():
-        early.close()
-        conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, early.settings)
-        return
-    conn.connect_kwargs["sock"] = transport.sock
-    conn.connect_kwargs["transport_factory"] = lambda sock, **kwargs: transport

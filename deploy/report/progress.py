@@ -55,8 +55,9 @@ class ProgressPrinter:
         width: int | None = None,
     ) -> None:
         self.stream = stream or sys.stderr
-        #: Columns to fit each line into (default: the terminal's); None: no limit (a pipe).
-        self.width = width or terminal_width()
+        #: Columns to fit each line into (default: the terminal's ``stream`` writes to); None:
+        #: no limit (a pipe, a log).
+        self.width = width or terminal_width(self.stream)
         self.verbose = verbose
         self.colour = use_colour(self.stream) if colour is None else colour
         self.heartbeat = heartbeat

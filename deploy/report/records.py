@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from deploy.engine.results import RunResult
+from deploy.engine.results import EXIT_BY_OUTCOME, RunResult
+from deploy.errors import SEVERITY
 from deploy.report.text import (
     own,
     shorten_end,
@@ -26,21 +27,11 @@ if TYPE_CHECKING:
 
 
 def _counts(run: RunResult) -> str:
-    """``2 changed``, ``1 rolled back, 3 changed``: the hosts by outcome, worst first."""
+    """``2 changed``, ``1 rolled back, 3 changed``: the hosts by outcome, worst first (the
+    order of exit codes: 3, then 1, then 4, then 0)."""
     counts = Counter(h.outcome for h in run.hosts)
-    order = sorted(counts, key=lambda o: (-_SEVERITY.get(o, 0), o))
+    order = sorted(counts, key=lambda o: (-SEVERITY.get(EXIT_BY_OUTCOME.get(o, 0), 0), o))
     return ", ".join(f"{counts[o]} {o}" for o in order) or "-"
-
-
-_SEVERITY = {
-    "rollback failed": 5,
-    "interrupted": 5,
-    "rolled back": 4,
-    "failed": 4,
-    "not attempted": 3,
-    "skipped": 3,
-    "would change": 2,
-}
 
 
 def render_history(

@@ -15,7 +15,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import IO, Literal
 
 
 def own(host: str, text: str) -> str:
@@ -34,14 +34,16 @@ def own(host: str, text: str) -> str:
 NO_LIMIT = 1 << 20
 
 
-def terminal_width() -> int | None:
-    """Columns to fit lines into: ``$COLUMNS``, else stdout's terminal's; None (no limit)
-    when stdout is no terminal: a log, a pipe or a cron mail loses nothing to a cut."""
+def terminal_width(stream: IO[str] | None = None) -> int | None:
+    """Columns to fit lines into: ``$COLUMNS``, else the terminal's that ``stream`` (default:
+    stdout) writes to; None (no limit) when it is no terminal: a log, a pipe or a cron mail
+    loses nothing to a cut."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit():
         return max(40, int(columns))
     try:
-        return max(40, os.get_terminal_size(sys.__stdout__.fileno()).columns)  # type: ignore[union-attr]
+        target = stream if stream is not None else sys.__stdout__
+        return max(40, os.get_terminal_size(target.fileno()).columns)  # type: ignore[union-attr]
     except (OSError, AttributeError, ValueError):
         return None
 

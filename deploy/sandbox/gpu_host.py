@@ -129,6 +129,8 @@ def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> Gpu
     for item in (STANDIN / "sglang").iterdir():
         if item.suffix == ".py":
             shutil.copy2(item, package / item.name)
+    (package / "srt").mkdir(exist_ok=True)  # server_args: the parser a command-line check uses
+    shutil.copy2(STANDIN / "sglang" / "srt" / "server_args.py", package / "srt" / "server_args.py")
     write_server_flags(package)
     model = host.root / MODEL_REL
     if version is not None:

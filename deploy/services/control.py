@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.config.services import ServiceSpec
-from deploy.errors import StepFailed
+from deploy.errors import ServerRefused, StepFailed
 from deploy.remote.api import Host
 from deploy.services import identity
 from deploy.services.endpoint import Endpoint
@@ -74,6 +74,26 @@ class ServiceControl:
             dict(probe.get("imports") or {}),
         )
 
+    def identity_problem(self, *, restart: bool) -> str | None:
+        """Why the last probe's holder of the port may not be adopted, stopped or (with
+        ``restart``) started again as it runs (`deploy.services.identity`); None when it may.
+        Only for a server deploy signals itself: systemd stops its own unit."""
+        probe = self.process.last_probe
+        if probe is None or self.spec.manager != "process":
+            return None
+        named = [self.spec.user] if self.spec.user else []
+        problem = identity.identity_problem(probe, named)
+        if problem is None and restart:
+            problem = identity.start_problem(probe, self.spec.process_prefix)
+        return problem
+
+    def refuse_stranger(self, *, restart: bool) -> None:
+        """`identity_problem` as an error: before anything is touched, the host is not
+        attempted (exit 4)."""
+        problem = self.identity_problem(restart=restart)
+        if problem:
+            raise ServerRefused(f"{self.remote.name}: {problem}")
+
     def start_refusal(self, user: dict[str, Any] | None) -> str | None:
         """Why the helper could not start a server as ``user`` (it is not root and not that
         user), from the last probe; None when it can, or when no probe said whom it runs as.
@@ -92,9 +112,11 @@ class ServiceControl:
         """Stop the service completely; return a one-line account of what was done.
 
         With ``drain``, the main process alone gets SIGTERM first and up to the service's
-        ``drain_timeout`` to finish its in-flight requests (SGLang stops admitting, answers
-        what it has, then exits); SIGTERM to the whole group at once would kill the schedulers
-        that are computing those answers.
+        ``drain_timeout`` to finish its in-flight requests (SGLang 0.5.9 answers 503 to health
+        checks but keeps admitting requests, and exits once none is in flight: under steady
+        traffic only the bound ends the drain); SIGTERM to the whole group at once would kill
+        the schedulers that are computing those answers. `deploy.services.drain` says the
+        progress.
 
         Raises:
             StepFailed: the port is still held, or the GPUs are not released, in time.
@@ -133,6 +155,12 @@ class ServiceControl:
         return wait_gpus_released(self.remote, self.spec)
 
     # -- logs ----------------------------------------------------------------------------------
+
+    def log_location(self) -> str:
+        """Where the server's output goes: deploy's log file, or the unit's journal."""
+        if self.spec.manager == "systemd":
+            return f"journalctl -u {self.spec.unit}"
+        return self.log_file
 
     def log_tail(self, offset: int = 0, lines: int = 40) -> list[str]:
         return self.manager.log_tail(offset, lines)

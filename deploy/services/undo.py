@@ -44,6 +44,45 @@ def serving(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> 
     return f"{current.describe()}; {health}"
 
 
+def whose(
+    remote: Host,
+    state_dir: str,
+    name: str,
+    record: dict[str, Any],
+    started: dict[str, Any] | None,
+    run_id: str,
+) -> str | None:
+    """Before an undo touches anything: is what serves ``name`` now the run's to stop?
+
+    The run's own server (pid and start time as its ``done`` record has them, or — the run
+    cut between the start and that record — the one deploy's pid file names) is stopped and
+    the old server started again. The old server itself, never stopped (the run was cut
+    before its stop), is left running: returned is the line that says so. Anything else —
+    a server someone started by hand to recover — is not this undo's to stop or restart.
+
+    Raises:
+        RollbackFailed: a server this run did not start serves now.
+    """
+    if (record.get("spec") or {}).get("manager") == "systemd":
+        return None  # the unit is the server, whatever its pid
+    current = _control(remote, state_dir, name, record).current()
+    if not current.running:
+        return None
+    before = ServiceState.from_record(record.get("before") or {})
+    if before.running and current.same_process(before.pid, before.start_time):
+        return f"{name}: the old server (pid {current.pid}) was never stopped; left running"
+    if started and current.same_process(started.get("pid"), started.get("start")):
+        return None
+    if not started and current.origin == "deploy":
+        return None  # cut between its start and its record: the pid file names it
+    ours = f"pid {started.get('pid')}" if started and started.get("pid") else "no server"
+    raise RollbackFailed(
+        f"{name} is served by {current.describe()}, which run {run_id} did not start (it "
+        f"started {ours}): not stopping or restarting a server someone else started. If the "
+        f"host is as it should be, record it with `deploy resolve {run_id} -m WHY`"
+    )
+
+
 def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:
     """Stop what serves ``name`` now; one line saying what was stopped."""
     svc = _control(remote, state_dir, name, record)
@@ -104,5 +143,5 @@ def restore_previous(
     who = describe_user(started.get("user"))
     return (
         f"{name}: old server (pid {started.get('pid')}{', as ' + who if who else ''}) healthy "
-        f"in {total:.0f} s ({seconds:.1f} s to ready)"
+        f"in {total:.0f} s ({seconds:.1f} s to ready); its log: {svc.log_location()}"
     )

@@ -121,6 +121,9 @@ class Done(Record):
     step: int = 0
     path: str | None = None
     service: str | None = None
+    #: A service step's new server, as the undo must recognise it: pid, start (clock ticks
+    #: after boot, /proc/PID/stat) and argv. An undo stops only a server its run started.
+    started: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,10 +19,9 @@ written through, and a run whose directory or journal is a symbolic link is not 
 the path and its owner, and nothing in it — a planted "unfinished run" included — is read or
 acted on. Nothing is judged before it exists: missing parts are created by the check's shell
 (mode 0700, one level at a time, never ``mkdir -p`` through what another user put there), and
-when state_dir itself was not there to judge, the whole path is judged again once created — a
-directory another user renamed into its place in between (possible under a sticky ``/tmp``) is
-refused as theirs. The file helper's kept code in state_dir is loaded only when the fd it opened
-is a regular file owned by the helper's user that nobody else may write.
+every part that was not there to judge is checked once created — a directory of ours, not a
+symbolic link — so a directory another user renamed into its place in between (possible under a
+sticky ``/tmp``) is refused as theirs.
 """
 
 #: The lock script's trust check (shell, run before anything in state_dir is read or written).
@@ -78,15 +77,22 @@ case "$_dL$_dN" in *" $_dS$_dN"*) _dC= ;; esac
 _dp=$_dS/runs; set --
 while [ -n "$_dp" ] && [ ! -d "$_dp" ] && [ ! -h "$_dp" ]; do set -- "$_dp" "$@"; _dp=${_dp%/*}; done
 if [ "$#" -gt 0 ] || [ -n "$_dC" ]; then
-  for _dp; do
-    _dM=$(LC_ALL=C mkdir -- "$_dp" 2>&1) || [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }
+  if [ "$#" -gt 0 ]; then
+    _dM=$(LC_ALL=C mkdir -- "$@" 2>&1) || for _dp; do
+      [ -e "$_dp" ] || [ -h "$_dp" ] || { echo "NOSTATE cannot create $_dS/runs: ${_dM%%"$_dN"*}"; exit 70; }
+    done
+  fi
+  _dp=$_dS/runs; set --
+  while [ -n "$_dp" ]; do
+    case "$_dL$_dN" in *" $_dp$_dN"*) break ;; esac
+    set -- "$_dp" "$@"; _dp=${_dp%/*}
   done
-  _dR=$(realpath -e -- "$_dS" 2>/dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "vanished once created"; exit 73; }
-  case $_dR in *"$_dN"*) printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "resolves to a path with a line break"; exit 73 ;; esac
-  set --
-  for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
-  _dL=$(stat -c '%u %f %U %n' -- "$@" "$_dS/runs" 2>/dev/null </dev/null) || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was created"; exit 73; }
-  _dk "$_dL"
+  for _dp; do
+    if [ -h "$_dp" ] || [ ! -d "$_dp" ] || [ ! -O "$_dp" ]; then
+      _dk "$(stat -c '%u %f %U %n' -- "$_dp" 2>/dev/null </dev/null)"
+      printf 'UNTRUSTED\t%s\t%s\n' "$_dp" "appeared while state_dir was created, not by us"; exit 73
+    fi
+  done
 fi
 for _dp in runs lock; do
   _dX=

@@ -227,11 +227,14 @@ class RecordUndo:
         force: bool,
         saved_copy: Callable[[str], bytes],
         note: Callable[[str], None] | None = None,
+        journal: list[dict[str, Any]] | None = None,
     ) -> None:
         self.remote, self.state_dir, self.run_id = remote, state_dir, run_id
         #: The run's saved copy with that sha256, checked (`RollbackFailed` if it is not).
         self.saved_copy = saved_copy
         self.force, self.note = force, note
+        #: Every record of the run's journal (``done`` ones too: what its changes produced).
+        self.journal = list(journal or [])
 
     def check(self, records: list[dict[str, Any]]) -> None:
         """Raise `RollbackFailed` if these changes cannot be undone; touch nothing."""

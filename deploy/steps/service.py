@@ -43,7 +43,7 @@ from pydantic import (
 
 from deploy.config.inventory import AS_WRITTEN, StrictModel, empty_list
 from deploy.config.template import is_template
-from deploy.errors import StepFailed
+from deploy.errors import ServiceUnsupported, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
@@ -198,6 +198,12 @@ class RestartArgs(ServiceArgs):
         )
 
 
+def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
+    """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
+    spec = ctx.services.get(name)
+    return getattr(spec, "manager", "process") == "systemd"
+
+
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
     """Where the server just started will answer, and its key: from its command line and
     environment (its ``--host``, ``--api-key``), as `deploy.services.endpoint` reads them."""
@@ -262,6 +268,10 @@ class ServiceStep(Step[ServiceArgsT]):
                         f"as desired ({state.describe()}): not restarted",
                         noop=True,
                     )
+        if self.stops and (state.running or state.leftover_pgids):
+            problem = svc.identity_problem(restart=self.starts)  # changed since the preflight?
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped")
         if self.stops and state.running:
             svc.check_ownership(state, force=ctx.force)
         if isinstance(self.args, RestartArgs) and want.source == "running server":
@@ -305,33 +315,116 @@ class ServiceStep(Step[ServiceArgsT]):
         every ``imports`` module in the file named (a pip-installed sglang in site-packages
         beside an edited checkout would otherwise load the unpatched copy after the restart).
 
+        A server deploy cannot restart as it runs — in a container, or one of several nodes
+        — is refused here too, before anything is touched (`deploy.services.identity`).
+
         Raises:
+            ServiceUnsupported: the server runs in a container or on several nodes (exit 4).
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
-        if not isinstance(args, RestartArgs) or not args.imports:
+        has_imports = isinstance(args, RestartArgs) and bool(args.imports)
+        if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
             return
         svc = control(ctx, self.service)
-        python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
-        fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
-        state, answer = svc.resolve_imports(dict(args.imports), fallback)
-        if state.running:  # a stranger on the port: refuse that first, and say so
-            svc.check_ownership(state, force=ctx.force)
-        from deploy.services.desired import imports_problem
+        if isinstance(args, RestartArgs) and args.imports:
+            python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
+            fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
+            state, answer = svc.resolve_imports(dict(args.imports), fallback)
+            self._refuse_unsupported(ctx, svc, state)
+            # Who holds the port, judged before anything is touched (issue 32): a second
+            # process tree or user on it, or another user's server, is not attempted.
+            svc.refuse_stranger(restart=True)
+            if state.running:  # a stranger on the port: refuse that first, and say so
+                svc.check_ownership(state, force=ctx.force)
+            from deploy.services.desired import imports_problem
 
-        problem = imports_problem(answer)
+            problem = imports_problem(answer)
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+            versions: dict[str, str] = next(
+                (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
+            )
+            runtime(ctx, self.service)["interpreter_versions"] = versions
+            ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
+            if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
+                runtime(ctx, self.service)["imports_ran_as"] = ran
+                ctx.note(f"{self.service}: the module lookup ran {ran}")
+        else:
+            state = svc.current()
+            self._refuse_unsupported(ctx, svc, state)
+            if svc.spec.manager == "process":
+                svc.refuse_stranger(restart=isinstance(args, RestartArgs))
+            if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
+                return
+        if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
+            from deploy.errors import NothingTouched
+            from deploy.services.prechecks import drift_problem
+
+            drift = drift_problem(ctx.remote, ctx.state_dir, state, sorted(args.imports.values()))
+            if drift:
+                raise NothingTouched(
+                    f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
+                )
+        self._before_stop(ctx, svc, state)
+
+    def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        """Checks of the new server that need no stop (`deploy.services.prechecks`), made
+        before anything is touched when the server will be replaced: the draft model, and
+        the new command line against the server's own argument parser.
+
+        Raises:
+            NothingTouched: a check refused; nothing was stopped or changed (exit 4).
+        """
+        from deploy.errors import NothingTouched
+        from deploy.services import prechecks
+        from deploy.services.desired import desired
+
+        assert isinstance(self.args, RestartArgs)
+        want = desired(state, self.args.changes(), svc.spec)
+        if want.source != "running server" or want.satisfied:
+            return  # a template's server, or nothing to restart unless a file changes
+        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
+        if problem is None:
+            problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
+        if problem is None:
+            problem = prechecks.argparse_problem(
+                svc, want.argv, want.env, want.cwd, state.pid, note=ctx.note
+            )
         if problem:
-            raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
-        ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
-        if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
-            runtime(ctx, self.service)["imports_ran_as"] = ran
-            ctx.note(f"{self.service}: the module lookup ran {ran}")
+            raise NothingTouched(
+                f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
+            )
+
+    @staticmethod
+    def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        from deploy.services.identity import unsupported
+
+        problem = unsupported(state, svc.spec)
+        if problem:
+            raise ServiceUnsupported(f"{ctx.host}: {problem}; nothing was touched")
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:
             return
         svc = control(ctx, self.service)
         state: ServiceState = planned.data["state"]
+        want: Desired | None = planned.data.get("desired")
+        if (
+            isinstance(self.args, RestartArgs)
+            and self.args.imports
+            and want is not None
+            and want.source == "running server"  # a server runs: check before it is stopped
+        ):
+            # The new file is in place: the server's interpreter must import it, before the
+            # stop (a NameError costs seconds, not a failed model load).
+            from deploy.services.prechecks import import_check
+
+            python = (want.argv or [svc.spec.python or "python3"])[0]
+            import_check(
+                svc, sorted(self.args.imports), python=python, env=want.env, cwd=want.cwd,
+                pid=state.pid, note=ctx.note,
+            )  # fmt: skip
         before_change(ctx)
         ctx.journal.write(
             {
@@ -346,14 +439,20 @@ class ServiceStep(Step[ServiceArgsT]):
         )
         ctx.changed = True
         parts = []
-        want: Desired | None = planned.data.get("desired")
         if self.stops:
             if state.running and svc.spec.manager == "process":
                 ctx.note(
                     f"draining {self.service} (pid {state.pid}): up to "
-                    f"{svc.spec.drain_timeout:g} s for its requests in flight"
+                    f"{svc.spec.drain_timeout:g} s for its requests in flight (SGLang keeps "
+                    "admitting new ones meanwhile)"
                 )
-            parts.append(svc.stop(state, timeout=self.args.timeout))
+            from deploy.services import drain
+            from deploy.services.endpoint import endpoint_of_state
+
+            old = svc.endpoint
+            svc.endpoint = endpoint_of_state(svc.spec, state)  # ask the old server its load
+            parts.append(drain.stop(svc, state, timeout=self.args.timeout, note=ctx.note))
+            svc.endpoint = old
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":
@@ -376,12 +475,27 @@ class ServiceStep(Step[ServiceArgsT]):
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
             facts["endpoint"] = _new_endpoint(svc, want)
-            parts.append(f"started pid {started.get('pid')}" + run_as_note(started.get("user")))
+            if isinstance(self.args, RestartArgs):
+                from deploy.services.confirm import expected_settings
+
+                changes = self.args.changes()
+                facts["confirm"] = expected_settings(changes.set, changes.remove)
+            parts.append(
+                f"started pid {started.get('pid')}"
+                + run_as_note(started.get("user"))
+                + f"; its log: {svc.log_location()}"
+            )
             if started.get("user"):
                 planned.figures.update(uid=started["user"]["uid"], gid=started["user"]["gid"])
-        ctx.journal.write(
-            {"event": "done", "op": "service", "step": ctx.step_index, "service": self.service}
-        )
+        done: dict[str, object] = {
+            "event": "done",
+            "op": "service",
+            "step": ctx.step_index,
+            "service": self.service,
+        }
+        if self.starts:  # who the undo may stop: this run's server and no other
+            done["started"] = {k: started.get(k) for k in ("pid", "start", "argv")}
+        ctx.journal.write(done)
         planned.summary = "; ".join(parts)
         if planned.data.get("why"):
             planned.summary = f"{planned.data['why']}: {planned.summary}"

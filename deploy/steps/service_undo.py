@@ -29,11 +29,23 @@ class ServiceUndo(RecordUndo):
         return services
 
     def check(self, records: list[dict[str, Any]]) -> None:
-        """The old server's executable and working directory must still exist.
+        """The old server's executable and working directory must still exist, and what serves
+        now must be a server this run started (or the old one, never stopped).
 
         Raises:
-            RollbackFailed: one is gone, so the old server could not be started again.
+            RollbackFailed: one is gone, so the old server could not be started again; or a
+                server this run did not start serves now (`deploy.services.undo.whose`).
         """
+        from deploy.services.undo import whose
+
+        #: Services whose old server still runs (the run never stopped it): left alone.
+        self.untouched: dict[str, str] = {}
+        for name, first in self._first(records).items():
+            verdict = whose(
+                self.remote, self.state_dir, name, first, self._started(name), self.run_id
+            )
+            if verdict is not None:
+                self.untouched[name] = verdict
         for event in records:
             before = event.get("before") or {}
             if not before.get("running") or (event.get("spec") or {}).get("manager") == "systemd":
@@ -51,19 +63,34 @@ class ServiceUndo(RecordUndo):
                         "exists, so it could not be started again"
                     )
 
+    def _started(self, name: str) -> dict[str, Any] | None:
+        """The server this run started for ``name`` (its last ``done`` record), if any."""
+        found = None
+        for event in self.journal:
+            if event.get("event") == "done" and event.get("service") == name:
+                found = event.get("started") or found
+        return found
+
     def release(self, records: list[dict[str, Any]]) -> list[str]:
         from deploy.services.undo import stop_current
 
+        untouched = getattr(self, "untouched", {})
         return [
-            stop_current(self.remote, self.state_dir, name, event)
+            untouched[name]
+            if name in untouched
+            else stop_current(self.remote, self.state_dir, name, event)
             for name, event in self._first(records).items()
         ]
 
     def restore(self, records: list[dict[str, Any]], journal: Recorder) -> list[str]:
         from deploy.services.undo import restore_previous
 
+        untouched = getattr(self, "untouched", {})
         lines = []
         for name, event in self._first(records).items():
-            lines.append(restore_previous(self.remote, self.state_dir, name, event, note=self.note))
+            if name not in untouched:
+                lines.append(
+                    restore_previous(self.remote, self.state_dir, name, event, note=self.note)
+                )
             journal.write(Undone(op="service", service=name, action="restored"))
         return lines

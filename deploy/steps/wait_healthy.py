@@ -10,6 +10,7 @@ on every address:port the server it replaced listened on (read from the host's /
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -20,6 +21,9 @@ from deploy.errors import CheckFailed
 from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service_client import control, runtime
+
+if TYPE_CHECKING:
+    from deploy.services.control import ServiceControl
 
 
 class WaitHealthyArgs(StrictModel):
@@ -51,6 +55,37 @@ def health_path(url: str | None, default: str) -> tuple[str, int | None]:
         return url, None
     parts = urlsplit(url)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), parts.port
+
+
+def _confirm_settings(svc: ServiceControl, facts: dict[str, object], planned: Planned) -> None:
+    """The restarted server's own word (`deploy.services.confirm`): the declared speculative
+    settings must be what it runs, and the report records its SGLang, torch, CUDA, driver.
+
+    Raises:
+        CheckFailed: a declared setting is not what /server_info reports, or it cannot be read.
+    """
+    from deploy.services import confirm
+
+    expected = dict(facts.get("confirm") or {})  # type: ignore[call-overload]
+    try:
+        info = confirm.server_info(svc)
+    except CheckFailed:
+        if expected:
+            raise
+        info = {}
+    problem = confirm.settings_problem(svc.name, info, expected)
+    if problem:
+        raise CheckFailed(problem)
+    versions = dict(facts.get("interpreter_versions") or {})  # type: ignore[call-overload]
+    figures = confirm.stack(info, versions, confirm.driver_version(svc))
+    planned.figures.update(figures)
+    if expected:
+        planned.summary += "; /server_info confirms " + ", ".join(
+            f"{field}={value}" for field, value in expected.items()
+        )
+    described = confirm.describe_stack(figures)
+    if described:
+        planned.summary += f"; {described}"
 
 
 @register
@@ -98,6 +133,7 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
         )
         planned.summary = f"{args.service} healthy after {seconds:.1f} s ({path} answered 200)"
         planned.figures["ready_s"] = round(seconds, 1)
+        _confirm_settings(svc, facts, planned)
         reach = list(facts.get("reach") or [])  # type: ignore[call-overload]
         if reach:
             now = svc.current().listen

@@ -42,6 +42,11 @@ steps:
 """
 
 
+#: As SLOW, but the check waits for a file the test creates: the run cannot end on its own
+#: between two signals, however loaded the machine is.
+GATED = SLOW.replace('run: "sleep 3"', 'run: "while [ ! -e {{ gate }} ]; do sleep 0.05; done"')
+
+
 def playbook(host: FaultHost, text: str, name: str) -> str:
     path = host.deploy.workdir / f"{name}.yaml"
     path.write_text(text)
@@ -296,16 +301,28 @@ def test_first_signal_rolls_back_and_reports(make_fault_host, signum: int) -> No
     assert history[-1]["hosts"][0]["outcome"] == "rolled back"
 
 
-def test_second_sigint_abandons_and_names_the_recovery(make_fault_host) -> None:  # type: ignore[no-untyped-def]
+def test_second_sigint_abandons_and_names_the_recovery(make_fault_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No timing assumption: the second signal is sent only once the first was handled (its
+    message read; two signals sent close together can reach Python as one), and the run is
+    held mid-change by a check that waits for a file until then."""
     host: FaultHost = make_fault_host()
-    process = host.deploy.popen("apply", playbook(host, SLOW, "slow"), "--yes")
-    wait_for(lambda: host.file_state() != "before")
+    gate = tmp_path / "go"
+    process = host.deploy.popen(
+        "apply", playbook(host, GATED, "gated"), "--yes", "-e", f"gate={gate}"
+    )
+    wait_for(lambda: host.file_state() != "before", seconds=120)
     os.kill(process.pid, signal.SIGINT)
-    time.sleep(0.3)
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    while first and "SIGINT" not in first:
+        first = process.stderr.readline()
+    assert "SIGINT" in first, "the first signal was handled and said so"
     os.kill(process.pid, signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    out, rest = process.communicate(timeout=60)
+    err = first + rest
+    gate.touch()  # the host's check ends, its shell leaves, the lock is free
     named = "gpu-1" in err and "deploy rollback" in err
-    wait_for(lambda: not lock_held(host), seconds=20)
+    wait_for(lambda: not lock_held(host), seconds=60)
     undo = host.deploy("rollback", "--yes")
     ok = process.returncode == 3 and named and undo.exit_code == 0
     record(

@@ -111,3 +111,47 @@ def test_a_failed_undo_is_reported_once_then_resolved_by_a_human(
     applied = deploy("apply", "kimi-eagle3", "--yes")
     assert applied.exit_code == 0, applied.output
     assert "--speculative-algorithm" in (listener_cmdline(gpu.port) or [])
+
+
+def test_undo_first_never_stops_a_server_the_run_did_not_start(
+    serving_059: tuple[GpuHost, Deploy],
+) -> None:
+    """The workstation dies while the new server loads; an operator stops it and starts the
+    server by hand to recover. The next apply's "undo first" must not stop that server: the
+    run recorded which server it started (pid, start time, command line), and this is not
+    it. It refuses in one line (exit 3, naming ``deploy resolve``), touching nothing."""
+    gpu, deploy = serving_059
+    gpu.configure(eagle3_load_seconds=60.0)
+    process = deploy.popen("apply", "kimi-eagle3", "--yes", "--json")
+    deadline = time.monotonic() + 60
+    while not any(b"EAGLE3" in Path(f"/proc/{p}/cmdline").read_bytes() for p in _servers(gpu.port)):
+        assert time.monotonic() < deadline, "the new server never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # its start is journaled with the pid
+    process.kill()  # the workstation dies mid-load
+    process.communicate(timeout=30)
+    history = json.loads(deploy("history", "--json").stdout)
+    run_id = history[-1]["run_id"]
+    done = [e for e in _journal(gpu, run_id) if e["event"] == "done" and e.get("service")]
+    assert done and done[-1]["started"]["pid"] and done[-1]["started"]["start"], done
+
+    # The operator recovers by hand: stops the loading server, starts the old one.
+    _kill_all(gpu.port)
+    gpu.configure(eagle3_load_seconds=None)
+    gpu_host.start_old_server(gpu)
+    by_hand = listener_pid(gpu.port)
+    journal = _journal(gpu, run_id)
+    refused = deploy("apply", "kimi-eagle3", "--yes")
+    assert refused.exit_code == 3, refused.output
+    assert f"which run {run_id} did not start" in refused.output, refused.output
+    assert f"deploy resolve {run_id}" in refused.output
+    assert listener_pid(gpu.port) == by_hand, "the hand-started server was not touched"
+    assert _journal(gpu, run_id) == journal, "nothing written"
+    again = deploy("rollback", run_id, "--yes")
+    assert again.exit_code == 3 and listener_pid(gpu.port) == by_hand, again.output
+
+    resolved = deploy("resolve", run_id, "-m", "restarted by hand after the crash", "--yes")
+    assert resolved.exit_code == 0, resolved.output
+    assert "it is unfinished" in resolved.stdout and f"sglang: pid {by_hand}" in resolved.stdout
+    applied = deploy("apply", "kimi-eagle3", "--yes")
+    assert applied.exit_code == 0, applied.output

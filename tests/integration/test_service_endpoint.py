@@ -139,3 +139,52 @@ def test_the_rollbacks_wait_uses_the_playbooks_timeout(make_gpu_hosts: Any) -> N
     host = report(result.stdout)["hosts"][0]
     assert host["outcome"] == "rollback failed"
     assert "not healthy after 3 s" in host["error"], host["error"]
+
+
+def _fake_torch(site: Path) -> None:
+    """torch 2.9.1 built for CUDA 12.9, as pip installs it (metadata and torch/version.py
+    only: the lookup reads them as text and never imports torch)."""
+    dist = site / "torch-2.9.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("raise SystemExit('torch must not be imported')\n")
+    (site / "torch" / "version.py").write_text(
+        "from typing import Optional\n\n__version__ = '2.9.1'\ncuda: Optional[str] = '12.9'\n"
+    )
+
+
+def test_the_server_confirms_eagle3_and_the_report_records_its_stack(
+    make_gpu_hosts: Any,
+) -> None:
+    gpus, deploy = make_gpu_hosts(["0.5.9"])
+    gpu = gpus[0]
+    _fake_torch(gpu.python_path)
+    gpu_host.start_old_server(gpu)
+    result = deploy("apply", "kimi-eagle3", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    wait = step(report(result.stdout)["hosts"][0], "wait_healthy")
+    assert "/server_info confirms speculative_algorithm=EAGLE3" in wait["summary"]
+    assert wait["figures"]["sglang_version"] == "0.5.9-standin"
+    assert wait["figures"]["torch_version"] == "2.9.1"
+    assert wait["figures"]["cuda_version"] == "12.9"
+    assert wait["figures"]["driver_version"] == "580.159.04"
+    assert "SGLang 0.5.9-standin, torch 2.9.1 (CUDA 12.9), driver 580.159.04" in wait["summary"]
+
+
+def test_a_restart_that_lost_the_eagle3_flags_fails_and_rolls_back(make_gpu_hosts: Any) -> None:
+    """A launcher drops the flags: healthy, answers, as fast as before — and no EAGLE-3. Only
+    the server's own /server_info says so."""
+    gpus, deploy = make_gpu_hosts(["0.5.9"])
+    gpu = gpus[0]
+    gpu_host.start_old_server(gpu)
+    gpu.configure(drop_speculative=True)
+    old_command = listener_cmdline(gpu.port)
+    result = deploy("apply", "kimi-eagle3", "--yes", "--json")
+    assert result.exit_code == 1, result.output
+    host = report(result.stdout)["hosts"][0]
+    assert host["outcome"] == "rolled back"
+    wait = step(host, "wait_healthy")
+    assert wait["status"] == "failed"
+    assert "speculative_algorithm is None, not 'EAGLE3'" in wait["summary"], wait["summary"]
+    assert listener_cmdline(gpu.port) == old_command

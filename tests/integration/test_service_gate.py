@@ -148,17 +148,21 @@ def test_a_busy_old_server_is_waited_for_then_said_to_be_measured_under_load(
     gpu_host.start_old_server(gpu)
     stop = threading.Event()
 
-    def other_client() -> None:  # one request after another, until the old server drains
+    def other_client() -> None:
+        """One request after another until the old server drains (its /health then answers
+        503; 0.5.9 keeps admitting requests meanwhile, so a client that went on would only
+        hold the drain up to its bound)."""
         body = json.dumps({"text": "busy", "sampling_params": {"max_new_tokens": 150}}).encode()
+        base = f"http://127.0.0.1:{gpu.port}"
         while not stop.is_set():
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{gpu.port}/generate", data=body, method="POST"
-            )
+            request = urllib.request.Request(f"{base}/generate", data=body, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=30) as reply:
                     reply.read()
+                with urllib.request.urlopen(f"{base}/health", timeout=30) as health:
+                    health.read()
             except (urllib.error.URLError, OSError):
-                return
+                return  # 503 (draining) or gone
 
     client = threading.Thread(target=other_client, daemon=True)
     client.start()

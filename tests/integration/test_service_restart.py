@@ -205,7 +205,9 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     serve_by_hand(gpu)
     playbook = tmp_path / "restart-only.yaml"
     playbook.write_text(RESTART_ONLY)
-    tokens = 2400  # 15 s at the stand-in's 160 tok/s: still running when the stop comes
+    # 45 s at the stand-in's 160 tok/s: still running when the stop comes, even on a loaded
+    # machine where the checks before the stop (the server's parser) take seconds.
+    tokens = 7200
     answer: dict[str, Any] = {}
 
     def generate() -> None:
@@ -216,7 +218,7 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=90) as reply:
+            with urllib.request.urlopen(request, timeout=180) as reply:
                 answer["status"] = reply.status
                 answer["tokens"] = json.loads(reply.read())["meta_info"]["completion_tokens"]
         except OSError as exc:
@@ -225,8 +227,9 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     client = threading.Thread(target=generate)
     client.start()
     time.sleep(0.3)
-    result = deploy("apply", str(playbook), "--yes", "--json")
-    client.join(90)
+    log = tmp_path / "run.log"
+    result = deploy("apply", str(playbook), "--yes", "--json", "--log-file", str(log), timeout=240)
+    client.join(180)
     assert result.exit_code == 0, result.output
     old_log = (gpu.ssh.root / "manual-sglang.log").read_text()
     assert "Gracefully exiting... Remaining number of requests: 1." in old_log, "in flight"
@@ -234,6 +237,11 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     restart = step(report(result.stdout)["hosts"][0], "restart")["summary"]
     drained = re.search(r"drained in ([0-9.]+) s", restart)
     assert drained and float(drained.group(1)) > 1.0, restart
+    # said while it drained: the request still in flight, from the server's /get_load
+    progress = log.read_text()
+    assert re.search(
+        r"draining sglang \(pid \d+\): \d+ s of at most 300 s, 1 in flight", progress
+    ), progress
     assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
 
 

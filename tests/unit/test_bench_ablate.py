@@ -46,4 +46,46 @@ def test_a_switch_is_read_from_the_environment() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out == "['compression', 'quickack'] True\n"
-    assert set(MECHANISMS) >= {"handshake", "quickack", "compression", "codeonly", "readahead"}
+    assert set(MECHANISMS) >= {"quickack", "compression", "readahead"}
+
+
+_EFFECTS = """
+import socket
+from deploy.remote import quickack
+from deploy.remote.compression import compressing
+from deploy.checks.compile import ahead_lookup, compile_command
+import paramiko
+
+left, right = socket.socketpair()
+transport = compressing(paramiko.Transport)(left)
+transport.use_compression(True)
+compressed = "zlib@openssh.com" in transport.get_security_options().compression
+transport.close()
+right.close()
+looked_up = ahead_lookup(compile_command("/usr/bin/python3", "/srv/m.py", cache="/var/c"))
+class Sock:
+    calls = 0
+    def setsockopt(self, *args):
+        Sock.calls += 1
+quickack.socket.socket = Sock  # ack_now checks isinstance(sock, socket.socket)
+quickack.ack_now(Sock())
+print(
+    "" if Sock.calls else "quickack",
+    "" if compressed else "compression",
+    "" if looked_up else "compilehelper",
+)
+"""
+
+
+def _effects(off: str) -> set[str]:
+    env = {**os.environ, "DEPLOY_ABLATE": off}
+    out = subprocess.run(
+        [sys.executable, "-c", _EFFECTS], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return set(out.split())
+
+
+def test_each_switch_turns_its_mechanism_off_and_nothing_else() -> None:
+    assert _effects("") == set()
+    for name in ("quickack", "compression", "compilehelper"):
+        assert _effects(name) == {name}, name

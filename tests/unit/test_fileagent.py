@@ -159,7 +159,7 @@ def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> 
 
 
 def _start_helper(
-    stdout: int, env: dict[str, str] | None = None
+    stdout: int, env: dict[str, str] | None = None, source: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """The file helper as the session loop starts it: a request's bytes on its stdin, its
     header line on the ``go`` pipe, an ack line back on the ``ack`` pipe per request.
@@ -170,7 +170,7 @@ def _start_helper(
     go_r, go_w = os.pipe()
     ack_r, ack_w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", program("fileagent"), str(go_r), str(ack_w)],
+        [sys.executable, "-I", "-S", "-c", source or program("fileagent"), str(go_r), str(ack_w)],
         stdin=subprocess.PIPE,
         stdout=stdout,
         pass_fds=(go_r, ack_w),
@@ -261,12 +261,15 @@ def test_once_answers_reads_only(tmp_path: Path) -> None:
 
 
 def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path) -> None:
-    """The fault suite's hook: with `FAULT_ENV` set, the nth matching request stops the helper
-    after the rule's bytes of payload, with a marker saying what arrived; continued, the
-    helper serves that request whole (the hook only pauses). Other requests pass by."""
+    """The fault suite's hook (its own helper, `tests.faults.helper_hook`): with `FAULT_ENV`
+    set, the nth matching request stops the helper after the rule's bytes of payload, with a
+    marker saying what arrived; continued, the helper serves that request whole (the hook only
+    pauses). Other requests pass by."""
     import json
     import signal
     import time
+
+    from tests.faults.helper_hook import FAULT_ENV, hooked
 
     first, second = tmp_path / "first", tmp_path / "second"
     marker, rule = tmp_path / "stopped.json", tmp_path / "rule.json"
@@ -282,7 +285,9 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
         )
     )
     proc, go_w, ack_r = _start_helper(
-        subprocess.DEVNULL, env={**os.environ, fileagent.FAULT_ENV: str(rule)}
+        subprocess.DEVNULL,
+        env={**os.environ, FAULT_ENV: str(rule)},
+        source=hooked(program("fileagent")),
     )
     assert proc.stdin is not None
     try:
@@ -430,3 +435,12 @@ def test_a_new_file_gets_what_any_new_file_there_gets(tmp_path: Path) -> None:
         tmp_path / "by-hand", _ACL_ACCESS
     )
     assert (tmp_path / "new").stat().st_mode == (tmp_path / "by-hand").stat().st_mode
+
+
+def test_the_helper_that_runs_on_hosts_has_no_fault_hook() -> None:
+    """Issue 32 point 7: the fault-injection hook is the test suite's, never shipped: the
+    program sent to hosts neither reads a fault rule nor stops itself."""
+    from tests.faults.helper_hook import FAULT_ENV
+
+    shipped = program("fileagent")
+    assert FAULT_ENV not in shipped and "SIGSTOP" not in shipped and "_fault" not in shipped

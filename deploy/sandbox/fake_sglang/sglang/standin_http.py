@@ -147,6 +147,19 @@ class Handler(BaseHTTPRequestHandler):
                     "weight_version": "default",
                 },
             )
+        elif path == "/get_load":  # one scheduler (dp rank 0): requests running, none queued
+            self.reply(
+                200,
+                [
+                    {
+                        "dp_rank": 0,
+                        "num_reqs": server.inflight,
+                        "num_waiting_reqs": 0,
+                        "num_tokens": 0,
+                        "ts_tic": time.time(),
+                    }
+                ],
+            )
         elif path in ("/server_info", "/get_server_info"):
             self.reply(
                 200,
@@ -188,9 +201,7 @@ class Handler(BaseHTTPRequestHandler):
             self.error(400, "Either text or input_ids should be provided.")
         elif type(max_new) is not int or max_new < 0:
             self.error(400, "sampling_params.max_new_tokens must be a non-negative integer.")
-        elif self.server.phase == "draining":
-            self.error(503, "The server is shutting down.")
-        else:
+        else:  # admitted while draining too: 0.5.9's /generate does not look at the flag
             streamed = bool(request.get("stream")) and not batch
             self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos, streamed)
 

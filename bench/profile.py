@@ -102,7 +102,7 @@ def _label(name: str, detail: str) -> str:
     if name == "host.run":
         return _exec_label(detail)
     if name.startswith("step."):
-        return f"step {detail}: {name.removeprefix('step.')}"
+        return f"step {detail}: {name.removeprefix('step.').replace('_', ' ')}"
     return LABELS.get(name, name)
 
 

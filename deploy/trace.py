@@ -38,6 +38,9 @@ SPANS: dict[str, str] = {
     "host.check": "sending a check that is answered with the commit (detail: the command)",
     "session.wait": "blocking for the file helper's answers (a round trip)",
     "step.plan": "a step's plan (detail: the step's kind)",
+    "step.before_first_change": "a step's work just before the run's first change to the "
+    "host, once per run, never under --check (detail: the step's kind; the throughput "
+    "gate's baseline on the old server)",
     "step.apply": "a step's apply (detail: the step's kind)",
     "step.verify": "a step's verify (detail: the step's kind)",
     "host.close": "closing a host's SSH connection",

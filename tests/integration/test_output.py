@@ -74,7 +74,9 @@ def test_check_and_apply_say_each_thing_once(
     assert "gpu-dead: gpu-dead" not in out and "gpu-dead: not attempted: gpu-dead" not in out
     unwrapped = plan.stdout.replace("\n  ", " ")  # the last line is wrapped at 80 columns
     assert "exit 4 (some host was not attempted; 1 host(s) would change)" in unwrapped
-    table = plan.stdout[plan.stdout.index("HOST ") : plan.stdout.index("\nrun ")].splitlines()
+    # A --check run is not recorded (issue 30): its last line names no run id, just the exit.
+    assert "\nrun " not in plan.stdout, plan.stdout
+    table = plan.stdout[plan.stdout.index("HOST ") : plan.stdout.index("\nexit 4 (")].splitlines()
     assert len(table) == 3 and all(len(line) <= 80 for line in table), table
     assert "  kimi_k25.py  " in table[1] and str(kimi.model_file) not in table[1], "base name"
 

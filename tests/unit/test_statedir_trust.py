@@ -173,3 +173,21 @@ def _race(base: Path) -> None:
         assert said.startswith("LOCKED") and state.stat().st_uid == 0
     owned = [p for p in [state, *state.rglob("*")] if p.exists() and p.lstat().st_uid == 0]
     assert not owned or state.stat().st_uid == 0, f"root wrote in the planted dir: {owned}"
+
+
+@pytest.mark.parametrize("name", ["state x ; touch y", "$(touch z) `touch z`", "x\ntouch y\n"])
+def test_a_name_with_spaces_metacharacters_or_line_breaks_is_judged_as_any_other(
+    base: Path, name: str
+) -> None:
+    """stat's lines are paired with the paths asked for, never parsed for a name: a line
+    break in state_dir's name once split its line and got our own directory refused."""
+    state = base / name
+    assert run(state).startswith("LOCKED")  # created, then judged once it exists
+    assert state.is_dir() and state.stat().st_mode & 0o777 == 0o700
+    assert run(state).startswith("LOCKED")  # there already: judged before it is used
+    assert not (base / "y").exists() and not (base / "z").exists()
+    if os.geteuid() == 0:
+        os.chown(state, NOBODY, NOBODY)
+        refused = f"UNTRUSTED\t{state}\tis owned by nobody (uid {NOBODY})"
+        assert run(state) == refused.split("\n")[0]  # the first line (a line break ends it)
+        assert len(list(state.iterdir())) == 2  # runs and lock, nothing added

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from deploy.checks.throughput import DEFAULT_TOLERANCE, Verdict, judge
+from deploy.checks.throughput import DEFAULT_TOLERANCE, Verdict, concurrency_levels, judge
 from deploy.config.inventory import StrictModel
 from deploy.errors import CheckFailed
 from deploy.steps import register
@@ -161,7 +161,7 @@ class GateThroughputArgs(StrictModel):
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
         if isinstance(value, int | str) and not isinstance(value, bool):  # N: [1, N]
-            return sorted({1, int(value)}) if str(value).strip().isdigit() else value
+            return concurrency_levels(int(value)) if str(value).strip().isdigit() else value
         return value
 
     @field_validator("min_ratio", mode="before")

@@ -175,3 +175,23 @@ def test_it_runs_as_the_host_runs_it() -> None:
     assert answer["avg_spec_accept_length"] == 3.1
     assert (answer["busy_max"], answer["busy_source"]) == (None, None)  # it could not say
     assert seen == ["Bearer s3cret"] * (2 + 2 + 3)
+
+
+def test_the_stand_ins_speed_by_running_requests() -> None:
+    """``"1:96.1,32:40"``: straight lines between the points, flat beyond; empty: flat."""
+    from deploy.sandbox.fake_sglang.sglang import standin_load
+
+    table = standin_load.speed_table("32:40, 1:96.1")
+    assert table == [(1, 96.1), (32, 40.0)]
+    assert standin_load.speed_at(table, 75.0, 1) == 96.1
+    assert standin_load.speed_at(table, 75.0, 64) == 40.0
+    assert standin_load.speed_at(table, 75.0, 16) == pytest.approx(96.1 - 56.1 * 15 / 31)
+    assert standin_load.speed_at([], 75.0, 32) == 75.0
+    with pytest.raises(ValueError, match="N:SPEED"):
+        standin_load.speed_table("0:10")
+    config = {"eagle3_tokens_per_s": 54.1, "tokens_per_s": 75.0, "eagle3_accept_length": None}
+    assert standin_load.accept_length(config) == 1.0  # slower: no draft token accepted
+    assert standin_load.spec_meta(True, {**config, "eagle3_accept_length": 2.5}, 10) == {
+        "spec_accept_length": 2.5,
+        "spec_verify_ct": 4,
+    }

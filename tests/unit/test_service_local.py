@@ -177,7 +177,8 @@ def test_the_throughput_gate_against_the_server_it_replaced(
     # the new server's meta_info and /server_info (the stand-in's: its speed-up), not the old's.
     assert 0 < figures["before_ttft_s_c1"] < 1 and 0 < figures["ttft_s_c32"] < 1
     assert figures["before_e2e_tokens_per_s_c1"] <= figures["before_tokens_per_s_c1"] * 1.1
-    assert figures["accept_length_c1"] == figures["avg_spec_accept_length"] == eagle3_speed / 160
+    accepted = max(1.0, eagle3_speed / 160)  # the stand-in's: its speed-up, at least 1
+    assert figures["accept_length_c1"] == figures["avg_spec_accept_length"] == accepted
     assert "before_accept_length_c1" not in figures
     assert "before_avg_spec_accept_length" not in figures
     assert figures["before_busy_requests"] == 0  # the old server was idle (its /v1/loads)

@@ -11,7 +11,8 @@ request decodes at ``tokens_per_s`` (``eagle3_tokens_per_s``) however many run.
 ``data: {json}`` events (``text`` so far, ``meta_info`` with ``completion_tokens``) as tokens
 come, at most every ``stream_interval_s``, then ``data: [DONE]``. The first event carries the
 first token. With EAGLE-3, ``meta_info`` carries ``spec_accept_length`` and
-``spec_verify_ct`` (``eagle3_accept_length``, or EAGLE-3's speed over the plain one).
+``spec_verify_ct`` (``eagle3_accept_length``, or EAGLE-3's speed over the plain one, at
+least 1).
 ``/v1/loads`` reports the requests running, in 0.5.9's shape.
 """
 
@@ -55,10 +56,12 @@ def speed_at(table: list[tuple[int, float]], flat: float, running: int) -> float
 
 
 def accept_length(config: dict[str, Any]) -> float:
-    """EAGLE-3's accepted tokens per verify step: configured, or its speed-up."""
+    """EAGLE-3's accepted tokens per verify step: configured, or its speed-up (at least 1:
+    the verified token itself; an EAGLE-3 slower than plain decoding accepted no draft)."""
     if config.get("eagle3_accept_length") is not None:
         return float(config["eagle3_accept_length"])
-    return round(float(config["eagle3_tokens_per_s"]) / float(config["tokens_per_s"]), 2)
+    speedup = float(config["eagle3_tokens_per_s"]) / float(config["tokens_per_s"])
+    return max(1.0, round(speedup, 2))
 
 
 def spec_meta(eagle3: bool, config: dict[str, Any], tokens: int) -> dict[str, Any]:

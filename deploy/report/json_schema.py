@@ -81,8 +81,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "smoke_tokens": ("smoke", "Completion tokens of the smoke generation."),
     "tokens_per_s_cN": (
         "gate_throughput",
-        "Median output tokens/s of the new server at concurrency N (>= 3 samples, "
-        "ignore_eos, tokens from meta_info.completion_tokens, after an uncounted warm-up).",
+        "Median output tokens/s of the new server at concurrency N (>= 5 samples, more when "
+        "their spread left the level undecided; ignore_eos, tokens from "
+        "meta_info.completion_tokens, after an uncounted warm-up; generated on the host).",
     ),
     "before_tokens_per_s_cN": (
         "gate_throughput",
@@ -90,6 +91,11 @@ FIGURES: dict[str, tuple[str, str]] = {
         "absent when there was none).",
     ),
     "ratio_cN": ("gate_throughput", "tokens_per_s_cN / before_tokens_per_s_cN."),
+    "accept_length_cN": (
+        "gate_throughput",
+        "EAGLE-3's mean acceptance length at concurrency N (the new server's "
+        "`meta_info.spec_accept_length`; absent when it reports none).",
+    ),
     "tokens_per_s": ("gate_throughput", "tokens_per_s_c1 (the headline figure)."),
     "before_tokens_per_s": ("gate_throughput", "before_tokens_per_s_c1."),
     "ratio": ("gate_throughput", "ratio_c1."),
@@ -132,7 +138,9 @@ STEP: dict[str, Any] = {
                 if "N" not in name
             },
             "patternProperties": {
-                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$": {"type": "number"}
+                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$|^accept_length_c[0-9]+$": {
+                    "type": "number"
+                }
             },
         },
     },

@@ -14,30 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from deploy.remote import http
 from deploy.services.control import ServiceControl
-from deploy.services.probes import get
+from deploy.services.probes import in_flight
 from deploy.services.state import ServiceState
 
 #: Seconds between drain progress lines.
 PROGRESS_EVERY = 5.0
-
-
-def in_flight(svc: ServiceControl) -> int | None:
-    """Requests the server runs or queues now (``/get_load``), None when it does not say."""
-    try:
-        response = get(svc, "/get_load", timeout=10)
-        loads = response.json() if response.status == 200 else None
-    except (http.ServerUnavailable, ValueError):
-        return None
-    if isinstance(loads, dict):
-        loads = [loads]
-    if not isinstance(loads, list):
-        return None
-    try:
-        return sum(int(item["num_reqs"]) + int(item.get("num_waiting_reqs", 0)) for item in loads)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def stop(

@@ -19,7 +19,15 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote import http
 from deploy.services.control import ServiceControl
 
-__all__ = ["POLL_INTERVAL", "generate", "get", "post", "post_generate", "wait_healthy"]
+__all__ = [
+    "POLL_INTERVAL",
+    "generate",
+    "get",
+    "in_flight",
+    "post",
+    "post_generate",
+    "wait_healthy",
+]
 
 
 def get(svc: ServiceControl, path: str, timeout: float = 30.0) -> http.HttpResponse:
@@ -138,3 +146,20 @@ def generate(
             f"POST /generate gave no JSON with text and meta_info: {raw[:200]!r}"
         ) from exc
     return text, tokens
+
+
+def in_flight(svc: ServiceControl) -> int | None:
+    """Requests the server runs or queues now (``/get_load``), None when it does not say."""
+    try:
+        response = get(svc, "/get_load", timeout=10)
+        loads = response.json() if response.status == 200 else None
+    except (http.ServerUnavailable, ValueError):
+        return None
+    if isinstance(loads, dict):
+        loads = [loads]
+    if not isinstance(loads, list):
+        return None
+    try:
+        return sum(int(item["num_reqs"]) + int(item.get("num_waiting_reqs", 0)) for item in loads)
+    except (KeyError, TypeError, ValueError):
+        return None

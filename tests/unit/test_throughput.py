@@ -63,10 +63,50 @@ CASES: list[tuple[str, list[Level], list[Level] | None, dict[str, Any], bool, li
     (
         "within the tolerance: x0.98 passes min_ratio 1.0",
         levels(c1=(73.5, 73.5, 73.5), c4=(294.0, 294.0, 294.0)),
+        levels(c1=(75.0, 75.0, 75.0), c4=(300.0, 300.0, 300.0)),
+        {},
+        True,
+        [],
+    ),
+    (
+        "noisy samples leave x0.98 undecided: it fails and says so",
+        levels(c1=(73.5, 71.0, 76.0, 73.5, 70.5), c4=(294.0, 294.0, 294.0)),
+        BEFORE,
+        {},
+        False,
+        ["at concurrency 1 is x0.98", "undecided, the samples' spread (5 after, 3 before)"],
+    ),
+    (
+        "noisy but clearly faster: passes",
+        levels(c1=(96.1, 90.0, 101.0, 94.0, 99.0), c4=(384.0, 370.0, 400.0, 380.0, 390.0)),
         BEFORE,
         {},
         True,
         [],
+    ),
+    (
+        "noisy but clearly slower (54.1 against 75): fails, decided",
+        levels(c1=(54.1, 50.0, 58.0, 52.0, 56.0), c4=(300.0, 300.0, 300.0)),
+        BEFORE,
+        {},
+        False,
+        ["54.1 tok/s at concurrency 1 is x0.72 of the 75.0"],
+    ),
+    (
+        "per-level ratios: 10 % slower under load is allowed, 20 % is not",
+        levels(c1=(75.0, 75.0, 75.0), c32=(2700.0, 2700.0, 2700.0)),
+        levels(c1=(75.0, 75.0, 75.0), c32=(3000.0, 3000.0, 3000.0)),
+        {"min_ratio_loaded": 0.9},
+        True,
+        [],
+    ),
+    (
+        "per-level ratios: EAGLE-3 wins alone and loses at production load",
+        levels(c1=(96.1, 96.1, 96.1), c32=(2400.0, 2400.0, 2400.0)),
+        levels(c1=(75.0, 75.0, 75.0), c32=(3000.0, 3000.0, 3000.0)),
+        {"min_ratio_loaded": 0.9},
+        False,
+        ["at concurrency 32 is x0.80 of the 3000.0 tok/s before the change (need x0.9"],
     ),
     (
         "just outside the tolerance: x0.96 fails min_ratio 1.0",
@@ -194,8 +234,8 @@ def test_figures_and_summary_per_concurrency() -> None:
         "ratio_c4": 0.721,
     }
     assert verdict.summary == (
-        "concurrency 1: 54.1 tok/s vs 75.0 before (x0.72); "
-        "concurrency 4: 216.4 tok/s vs 300.0 before (x0.72)"
+        "concurrency 1: 54.1 tok/s vs 75.0 before (x0.72 ±0.02); "
+        "concurrency 4: 216.4 tok/s vs 300.0 before (x0.72 ±0.02)"
     )
     alone = judge(after, None, baseline=True, min_ratio=1.0, no_baseline_reason="not running")
     assert alone.summary.endswith("; no baseline: not running")
@@ -204,9 +244,21 @@ def test_figures_and_summary_per_concurrency() -> None:
 
 def test_gate_config() -> None:
     args = GateThroughputArgs(service="s", baseline="before")
-    assert (args.samples, args.warmup, args.concurrency, args.tolerance) == (3, 2, 4, 0.03)
+    assert (args.samples, args.warmup, args.concurrency, args.tolerance) == (5, 2, 4, 0.03)
+    assert (args.max_samples, args.min_ratio_loaded) == (15, None)
     with pytest.raises(ValueError, match="samples"):
-        GateThroughputArgs(service="s", baseline="before", samples=2)
+        GateThroughputArgs(service="s", baseline="before", samples=4)
+    with pytest.raises(ValueError, match="max_samples must be at least samples"):
+        GateThroughputArgs(service="s", baseline="before", samples=8, max_samples=6)
+    levels = GateThroughputArgs(service="s", baseline="before", concurrency="[1, 32]")
+    assert levels.levels() == [1, 32]
+    assert GateThroughputArgs(service="s", baseline="before", concurrency=[8, 32]).levels() == [
+        1,
+        8,
+        32,
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        GateThroughputArgs(service="s", baseline="before", concurrency=[0, 4])
     with pytest.raises(ValueError, match="requests is gone"):
         GateThroughputArgs.model_validate({"service": "s", "baseline": "before", "requests": 8})
     with pytest.raises(ValueError, match="give min_tokens_per_s, baseline: before, or both"):

@@ -32,6 +32,11 @@ DEFAULTS: dict[str, Any] = {
     "eos_after_tokens": None,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
+    # How much each request slows down per other request running with it: a request's speed
+    # is speed / (1 + slowdown * (running - 1)). 0: batching is free (every request at full
+    # speed). EAGLE-3 pays more under load (0.5.9 turns the overlap scheduler off with it).
+    "batch_slowdown": 0.0,
+    "eagle3_batch_slowdown": 0.0,
     "orphan_scheduler": False,
     "die_after_ready_seconds": None,
     "gpu_state_dir": str(HERE.parent.parent / ".standin-gpu"),

@@ -47,6 +47,8 @@ class Standin(ThreadingHTTPServer):
     """The HTTP server plus what its handlers share: phase, in-flight count, throughput."""
 
     daemon_threads = True
+    #: uvicorn's listen backlog (2048): a burst of clients is queued, not reset.
+    request_queue_size = 2048
 
     def __init__(self, args: argparse.Namespace, config: dict[str, Any]) -> None:
         self.args, self.config = args, config
@@ -60,6 +62,14 @@ class Standin(ThreadingHTTPServer):
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, args.port), Handler)
+
+    def speculative_meta(self, tokens: int) -> dict[str, Any]:
+        """EAGLE-3's ``spec_accept_length`` (accepted tokens per verify step: the speed-up)
+        and ``spec_verify_ct`` in a generation's meta_info; nothing without it."""
+        if not self.eagle3:
+            return {}
+        accept = round(self.config["eagle3_tokens_per_s"] / self.config["tokens_per_s"], 2)
+        return {"spec_accept_length": accept, "spec_verify_ct": max(1, round(tokens / accept))}
 
     def internal_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"last_gen_throughput": self.last_gen_throughput}
@@ -208,12 +218,17 @@ class Handler(BaseHTTPRequestHandler):
         with server.lock:
             server.inflight += 1
             server.peak = max(server.peak, server.inflight)
+            running = server.inflight
+        slowdown = float(
+            server.config["eagle3_batch_slowdown" if server.eagle3 else "batch_slowdown"]
+        )
+        speed = server.speed / (1 + slowdown * (running - 1))
         log(
             f"Prefill batch. #new-seq: {len(prompts)}, #cached-token: 0, "
             f"#running-req: {server.inflight - 1}, #queue-req: 0",
             "TP0",
         )
-        time.sleep(max(lengths, default=0) / server.speed)
+        time.sleep(max(lengths, default=0) / speed)
         with server.lock:  # like SGLang's: tokens/s of the whole running batch
             server.last_gen_throughput = round(server.speed * server.peak, 2)
             server.inflight -= 1
@@ -236,6 +251,7 @@ class Handler(BaseHTTPRequestHandler):
                         "completion_tokens": length,
                         "cached_tokens": 0,
                         "e2e_latency": round(time.monotonic() - started, 4),
+                        **server.speculative_meta(length),
                     },
                 }
             )

@@ -47,6 +47,8 @@ class ServiceControl:
         #: Where probes go and the key they send (`deploy.services.endpoint`): the service's
         #: ``address`` and ``api_key`` until a server's own sockets and flags are known.
         self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
+        #: The GPU driver nvidia-smi reported during the last GPU release wait (or none).
+        self.driver: list[str] = []
 
     @property
     def helper_ids(self) -> tuple[int, ...] | None:
@@ -132,7 +134,7 @@ class ServiceControl:
 
     def wait_gpus_released(self) -> str:
         """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
-        return wait_gpus_released(self.remote, self.spec)
+        return wait_gpus_released(self.remote, self.spec, self.driver)
 
     # -- logs ----------------------------------------------------------------------------------
 

@@ -12,10 +12,14 @@ stopped and started by the ``stop`` and ``start`` steps. What runs afterwards is
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -333,3 +337,35 @@ def test_a_failure_after_a_stop_starts_the_old_server_again(
     journal = rig.journal(run_id)
     assert [e.get("op") for e in journal if e["event"] == "undone"] == ["service"]
     assert journal[-1]["outcome"] == "rolled_back"
+
+
+def test_the_baseline_waits_for_an_idle_server_then_says_it_was_under_load(
+    serving: tuple[LocalRig, GpuHost], tmp_path: Path
+) -> None:
+    """A request runs on the old server when the run starts: the baseline waits for it (up to
+    idle_wait, from /get_load), then is measured anyway and the gate says so."""
+    rig, gpu = serving
+    gpu.configure(eagle3_tokens_per_s=320.0)
+    document = yaml.safe_load(kimi_with_gate(rig).read_text())
+    for entry in document["steps"]:
+        if "gate_throughput" in entry:
+            entry["gate_throughput"]["idle_wait"] = 1
+    playbook = rig.playbook(
+        "kimi-busy", document["steps"], vars=document["vars"], services=document["services"]
+    )
+    body = json.dumps({"text": "busy", "sampling_params": {"max_new_tokens": 800}}).encode()
+
+    def busy() -> None:  # 5 s at the stand-in's 160 tok/s
+        request = urllib.request.Request(f"http://127.0.0.1:{gpu.port}/generate", data=body)
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            reply.read()
+
+    client = threading.Thread(target=busy)
+    client.start()
+    time.sleep(0.3)
+    run = rig.apply(playbook)
+    client.join(60)
+    (host,) = run.hosts
+    gate = next(s for s in host.steps if s.kind == "gate_throughput")
+    assert run.exit_code == 0, [(s.kind, s.status, s.summary) for s in host.steps]
+    assert "baseline measured under load (1 requests in flight after 1 s)" in gate.summary

@@ -55,6 +55,9 @@ class Level:
     #: EAGLE-3's mean accepted tokens per verify step over the level's requests
     #: (``meta_info.spec_accept_length``); None when the server reports none.
     accept_length: float | None = None
+    #: Each request's time to first token (s) and decode speed after it (tok/s), streamed.
+    ttfts: tuple[float, ...] = ()
+    decodes: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
@@ -127,6 +130,12 @@ class Verdict:
         return "; ".join(self.parts)
 
 
+def _median(values: Iterable[float]) -> float:
+    import statistics
+
+    return float(statistics.median(values))
+
+
 def _fmt(value: float) -> str:
     return f"{value:.1f}"
 
@@ -195,6 +204,14 @@ def judge(
                     f"{len(old[c].samples)} before) leaves x{ratio - error:.2f} to "
                     f"x{ratio + error:.2f}"
                 )
+        if level.decodes:
+            decode = _median(level.decodes)
+            verdict.figures[f"decode_tokens_per_s_c{c}"] = round(decode, 1)
+            part += f", decode {_fmt(decode)} tok/s per request"
+        if level.ttfts:
+            ttft = _median(level.ttfts)
+            verdict.figures[f"ttft_s_c{c}"] = round(ttft, 3)
+            part += f", first token {ttft:.3f} s"
         if level.accept_length is not None:
             verdict.figures[f"accept_length_c{c}"] = round(level.accept_length, 2)
             part += f", acceptance length {level.accept_length:.2f}"

@@ -91,6 +91,15 @@ FIGURES: dict[str, tuple[str, str]] = {
         "absent when there was none).",
     ),
     "ratio_cN": ("gate_throughput", "tokens_per_s_cN / before_tokens_per_s_cN."),
+    "decode_tokens_per_s_cN": (
+        "gate_throughput",
+        "Median per-request decode speed at concurrency N: tokens after the first streamed "
+        "chunk over the time after it (end-to-end speed is tokens_per_s_cN).",
+    ),
+    "ttft_s_cN": (
+        "gate_throughput",
+        "Median time to first token at concurrency N, in seconds (streamed requests).",
+    ),
     "accept_length_cN": (
         "gate_throughput",
         "EAGLE-3's mean acceptance length at concurrency N (the new server's "
@@ -138,9 +147,8 @@ STEP: dict[str, Any] = {
                 if "N" not in name
             },
             "patternProperties": {
-                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$|^accept_length_c[0-9]+$": {
-                    "type": "number"
-                }
+                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$|^accept_length_c[0-9]+$"
+                "|^decode_tokens_per_s_c[0-9]+$|^ttft_s_c[0-9]+$": {"type": "number"}
             },
         },
     },

@@ -56,6 +56,10 @@ class Answer:
     tokens: int
     #: ``meta_info.spec_accept_length`` (EAGLE-3's accepted tokens per verify step), if any.
     accept_length: float | None = None
+    #: Seconds to the first token (streamed requests).
+    ttft: float | None = None
+    #: Tokens per second after the first chunk (streamed requests).
+    decode: float | None = None
 
 
 def request_body(args: LoadSpec, index: int = 0) -> dict[str, object]:
@@ -120,7 +124,9 @@ def waves(
         answers = [
             Answer(
                 int(a["tokens"]),
-                float(a["accept"]) if isinstance(a.get("accept"), int | float) else None,
+                _number(a.get("accept")),
+                _number(a.get("ttft")),
+                _number(a.get("decode")),
             )
             for a in item["answers"]
         ]
@@ -131,10 +137,20 @@ def waves(
     return out
 
 
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _level(concurrency: int, waves: list[tuple[float, list[Answer]]]) -> Level:
-    accepts = [a.accept_length for _, answers in waves for a in answers if a.accept_length]
-    accept = sum(accepts) / len(accepts) if accepts else None
-    return Level(concurrency, tuple(speed for speed, _ in waves), accept)
+    answers = [a for _, wave_answers in waves for a in wave_answers]
+    accepts = [a.accept_length for a in answers if a.accept_length]
+    return Level(
+        concurrency,
+        tuple(speed for speed, _ in waves),
+        sum(accepts) / len(accepts) if accepts else None,
+        ttfts=tuple(a.ttft for a in answers if a.ttft is not None),
+        decodes=tuple(a.decode for a in answers if a.decode is not None),
+    )
 
 
 def measure(
@@ -181,6 +197,8 @@ def more_samples(
                 level.concurrency,
                 level.samples + extra.samples,
                 sum(accepts) / len(accepts) if accepts else None,
+                ttfts=level.ttfts + extra.ttfts,
+                decodes=level.decodes + extra.decodes,
             )
         )
     return out

@@ -5,7 +5,9 @@ bottleneck (measured on the sandbox: 895 tok/s where the server made 2400) and t
 the spread. So the waves run on the host itself: `LOADGEN` (standard library only, run by the
 service's ``agent_python``; its input, the API key included, on stdin, never on argv) sends
 ``concurrency`` requests at once to the address the server listens on, ``samples`` times, and
-answers each wave's completion tokens, wall time and acceptance lengths as JSON.
+answers each wave's completion tokens, wall time and acceptance lengths as JSON. Requests
+stream (``"stream": true``, server-sent events), so each one's time to first token and its
+decode speed after it (tokens after the first chunk over the time after it) are real.
 """
 
 from __future__ import annotations
@@ -22,25 +24,46 @@ import http.client, json, sys, threading, time
 job = json.loads(sys.stdin.read())
 
 def one(index, out):
-    body = json.dumps(job["bodies"][index % len(job["bodies"])]).encode()
+    body = dict(job["bodies"][index % len(job["bodies"])], stream=True)
     headers = {"Content-Type": "application/json", **job["headers"]}
+    began = time.monotonic()
+    first = first_tokens = meta = None
     try:
         conn = http.client.HTTPConnection(job["address"], job["port"], timeout=job["timeout"])
-        conn.request("POST", "/generate", body=body, headers=headers)
+        conn.request("POST", "/generate", body=json.dumps(body).encode(), headers=headers)
         reply = conn.getresponse()
-        raw = reply.read()
+        if reply.status != 200:
+            raw = reply.read()
+            out[index] = {"error": "POST /generate answered HTTP %d: %r" % (reply.status, raw[:200])}
+            return
+        while True:  # server-sent events: data: {...} per chunk, then data: [DONE]
+            line = reply.readline()
+            if not line or line.strip() == b"data: [DONE]":
+                break
+            if not line.startswith(b"data: "):
+                continue
+            chunk = json.loads(line[6:])
+            meta = chunk["meta_info"]
+            if first is None and meta.get("completion_tokens"):
+                first, first_tokens = time.monotonic(), meta["completion_tokens"]
+        end = time.monotonic()
         conn.close()
     except Exception as exc:
         out[index] = {"error": "POST /generate failed: %s" % exc}
         return
-    if reply.status != 200:
-        out[index] = {"error": "POST /generate answered HTTP %d: %r" % (reply.status, raw[:200])}
+    if not meta or "completion_tokens" not in meta:
+        out[index] = {"error": "POST /generate streamed no meta_info.completion_tokens"}
         return
-    try:
-        meta = json.loads(raw)["meta_info"]
-        out[index] = {"tokens": meta["completion_tokens"], "accept": meta.get("spec_accept_length")}
-    except Exception:
-        out[index] = {"error": "POST /generate gave no meta_info.completion_tokens: %r" % raw[:200]}
+    tokens = meta["completion_tokens"]
+    decode = None
+    if first is not None and tokens > first_tokens and end > first:
+        decode = (tokens - first_tokens) / (end - first)
+    out[index] = {
+        "tokens": tokens,
+        "accept": meta.get("spec_accept_length"),
+        "ttft": None if first is None else first - began,
+        "decode": decode,
+    }
 
 def wave(count):
     out = [None] * count

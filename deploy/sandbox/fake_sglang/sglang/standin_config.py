@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     # is speed / (1 + slowdown * (running - 1)). 0: batching is free (every request at full
     # speed). EAGLE-3 pays more under load (0.5.9 turns the overlap scheduler off with it).
     "batch_slowdown": 0.0,
+    # Seconds before a streamed request's first token (prompt processing).
+    "prefill_seconds": 0.0,
     "eagle3_batch_slowdown": 0.0,
     "orphan_scheduler": False,
     "die_after_ready_seconds": None,

@@ -198,10 +198,54 @@ class Handler(BaseHTTPRequestHandler):
             self.error(400, "Either text or input_ids should be provided.")
         elif type(max_new) is not int or max_new < 0:
             self.error(400, "sampling_params.max_new_tokens must be a non-negative integer.")
+        elif request.get("stream") and isinstance(prompt, str):
+            self.stream(prompt, max_new, ignore_eos)
         else:  # admitted while draining too: 0.5.9's /generate does not look at the flag
             self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos)
 
     do_PUT = do_POST
+
+    def stream(self, prompt: str, max_new: int, ignore_eos: bool) -> None:
+        """``"stream": true``: server-sent events as SGLang's /generate sends them, one
+        ``data: {...}`` per chunk of tokens (cumulative text and ``meta_info``), then
+        ``data: [DONE]``. ``prefill_seconds`` pass before the first token; tokens then come at
+        the request's speed (which the requests running beside it slow down)."""
+        server, started = self.server, time.monotonic()
+        seed = zlib.crc32(json.dumps(prompt).encode())
+        eos = server.config["eos_after_tokens"]
+        length = max_new if ignore_eos or eos is None else min(max_new, int(eos))
+        with server.lock:
+            server.inflight += 1
+            running = server.inflight
+        slowdown = float(
+            server.config["eagle3_batch_slowdown" if server.eagle3 else "batch_slowdown"]
+        )
+        speed = server.speed / (1 + slowdown * (running - 1))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            time.sleep(float(server.config["prefill_seconds"]))
+            done, step = 0, 4
+            while done < length:
+                time.sleep(min(step, length - done) / speed)
+                done = min(length, done + step)
+                chunk = {
+                    "text": " ".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(done)),
+                    "meta_info": {
+                        "completion_tokens": done,
+                        "e2e_latency": round(time.monotonic() - started, 4),
+                        **server.speculative_meta(done),
+                    },
+                }
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+        finally:
+            with server.lock:
+                server.inflight -= 1
 
     def generate(self, prompts: list[Any], max_new: int, batch: bool, ignore_eos: bool) -> None:
         """Answer after ``tokens / speed`` seconds, however many requests run meanwhile.

@@ -42,6 +42,7 @@ def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
         # Only a dead server's orphans hold the port: not running, but they must be reaped.
         return ServiceState(running=False, leftover_pgids=sorted({p["pgid"] for p in orphans}))
     return ServiceState(
+        helper_cgroup=str(probe.get("helper_cgroup") or ""),
         running=True,
         pid=info["pid"],
         pgid=info["pgid"],
@@ -120,6 +121,23 @@ def unit_of(cgroup: str) -> str | None:
     return None
 
 
+def unit_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
+    """Why the ``process`` manager must not stop this server: systemd runs it (its cgroup
+    names a system unit that deploy's own login is not in — on a host without pam_systemd a
+    login stays in ``ssh.service``, and a server started from it is no unit's), so a signal
+    behind systemd's back would be undone by its ``Restart=`` or leave the unit failed."""
+    if not state.running or spec.manager != "process":
+        return None
+    unit = unit_of(state.cgroup)
+    if unit is None or unit == unit_of(state.helper_cgroup):
+        return None
+    return (
+        f"the {spec.match} server on port {spec.port} (pid {state.pid}) is run by the systemd "
+        f"unit {unit}; deploy does not signal a unit's process behind systemd's back: set the "
+        f"service's manager: systemd and unit: {unit}"
+    )
+
+
 def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
     """Why deploy will not restart this server, in one line, or None: it runs in a container
     (its cgroup, or a ``docker-proxy`` holding the port) or on several nodes (``--nnodes``)."""
@@ -133,6 +151,9 @@ def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
             "container, which deploy does not restart: change the image or the container's "
             "command with its own tooling, or run the server on the host"
         )
+    managed = unit_problem(state, spec)
+    if managed:
+        return managed
     nodes = parse(state.argv, spec.match).values("--nnodes")
     if nodes and nodes[-1].isdigit() and int(nodes[-1]) > 1:
         return (

@@ -54,5 +54,28 @@ def test_containers_and_multi_node_servers_are_refused_in_one_line() -> None:
     nodes = unsupported(running([*SERVER, "--nnodes", "2", "--node-rank", "0"]), spec)
     assert nodes is not None and "one of 2 nodes (--nnodes 2)" in nodes
     assert unsupported(running([*SERVER, "--nnodes", "1"], cgroup("session-v2.txt")), spec) is None
-    assert unsupported(running(SERVER, cgroup("unit-v2.txt")), spec) is None
+    in_unit = unsupported(running(SERVER, cgroup("unit-v2.txt")), spec)
+    assert in_unit is not None and "systemd unit sglang.service" in in_unit
     assert unsupported(ServiceState(running=False), spec) is None
+
+
+def test_a_units_server_is_not_signalled_by_the_process_manager() -> None:
+    """systemd runs it (the unit's real cgroup): refused, naming the unit to set. A server in
+    the same unit as deploy's own login (a host without pam_systemd keeps logins in
+    ssh.service) was started from a login, and is the process manager's."""
+    spec = ServiceSpec()
+    unit = ServiceState(running=True, pid=7, argv=SERVER, cgroup=cgroup("unit-v2.txt"))
+    unit.helper_cgroup = cgroup("session-v2.txt")
+    problem = unsupported(unit, spec)
+    assert problem is not None and "run by the systemd unit sglang.service" in problem
+    assert "manager: systemd and unit: sglang.service" in problem
+    same = ServiceState(
+        running=True,
+        pid=7,
+        argv=SERVER,
+        cgroup="0::/system.slice/ssh.service\n",
+        helper_cgroup="0::/system.slice/ssh.service\n",
+    )
+    assert unsupported(same, spec) is None
+    systemd = ServiceSpec(manager="systemd", unit="sglang.service")
+    assert unsupported(unit, systemd) is None

@@ -20,6 +20,10 @@ counts (``--json``) and profiles one deploy run of each kind, and finally times 
 of each kind (`bench.wire`: "Where the round trips go"). Before any of it, a ping-pong through
 the proxy proves that it adds at least the RTT asked for.
 
+``python -m bench --ablate [--hosts 1,20 --rtt 0,50,100 --repeat N --trip-rtt 400]`` times
+each speed mechanism switched off against all on instead (`bench.ablate`); its section of the
+page is written by hand from that output and kept when the page is regenerated (`KEPT`).
+
 ``--baseline-ref REV`` times deploy as of REV too, in the same rounds (`bench.deploybuild`),
 so that "no worse than before" is read from one run. The command line is `bench.options`;
 what is measured of deploy alone after the rounds, `bench.deploy_extras`.
@@ -346,13 +350,37 @@ class Bench:
             self.results.notes.append(
                 "no plot: matplotlib is not installed (`pip install -e '.[bench]'`)"
             )
-        out.write_text(render(self.results))
+        out.write_text(render(self.results) + kept_sections(out))
         self.log(f"wrote {out}")
         return 0 if self.results.all_ok() else 1
 
 
+#: Sections of the page written from other runs (`bench.ablate`), kept when it is regenerated.
+KEPT = ("## Ablation",)
+
+
+def kept_sections(page: Path) -> str:
+    """The `KEPT` sections of the page as it is now (each up to the next ``## `` heading)."""
+    try:
+        text = page.read_text()
+    except OSError:
+        return ""
+    out = ""
+    for heading in KEPT:
+        start = text.find("\n" + heading)
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 1)
+        out += "\n" + text[start + 1 : end if end >= 0 else len(text)].rstrip("\n") + "\n"
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--ablate"]:  # each speed mechanism off against all on (`bench.ablate`)
+        from bench import ablate
+
+        return ablate.main(argv[1:])
     options = parse(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.environ.pop("SSH_AUTH_SOCK", None)

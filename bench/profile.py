@@ -65,9 +65,6 @@ LABELS = {
     "config.resolve": "config: resolve vars and steps",
     "engine.run_apply": "engine: run_apply (all hosts)",
     "history.save": "workstation: save history",
-    "ssh.handshake": "ssh: handshake ahead (background)",
-    "ssh.key_exchange": "ssh: banners, key exchange, host key (ahead)",
-    "ssh.service_request": "ssh: userauth service request (ahead)",
     "ssh.connect": "ssh: login (connect too, unless made ahead)",
     "lock.acquire": "lock: exec until READY",
     "lock.release": "lock: release (EOF, wait exit)",
@@ -105,7 +102,7 @@ def _label(name: str, detail: str) -> str:
     if name == "host.run":
         return _exec_label(detail)
     if name.startswith("step."):
-        return f"step {detail}: {name.removeprefix('step.')}"
+        return f"step {detail}: {name.removeprefix('step.').replace('_', ' ')}"
     return LABELS.get(name, name)
 
 

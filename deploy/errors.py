@@ -12,7 +12,9 @@ escapes is a bug and is shown with a traceback.
     │   ├── HostKeyMismatch            known_hosts has another key for this host
     │   ├── LockHeld                   another run holds state_dir/lock
     │   ├── BecomeFailed               sudo refused (wrong password, not in sudoers, no -K)
-    │   └── StateDirDenied             state_dir cannot be created or locked: permission denied
+    │   ├── StateDirDenied             state_dir cannot be created or locked: permission denied
+    │   ├── ServiceUnsupported         the server runs in a container or on several nodes
+    │   └── ServerRefused              the port's holder is not one tree of a named user (preflight)
     ├── StepFailed (1)                 a step could not do or prove its job
     │   ├── PermissionDenied           the acting user may not read or write a path
     │   ├── EditError                  an edit cannot be computed (class missing, conflict, ...)
@@ -76,7 +78,7 @@ class SourcePosition:
 
 class InputError(DeployError):
     """Invalid input: reported as ``file:line:col field: message``; nothing was touched (no
-    login; at most a key exchange with the selected hosts, `deploy.remote.handshake`)."""
+    host contacted)."""
 
     exit_code = EXIT_INPUT
 
@@ -124,8 +126,19 @@ class StateDirDenied(HostNotAttempted):
     """The login user may not create or lock state_dir: nothing was done on the host."""
 
 
+class ServerRefused(HostNotAttempted):
+    """The service's port is held by more than one process tree or user, or by a user the
+    playbook does not name, or its restart would run from a path another user can change:
+    refused before anything on the host was touched."""
+
+
 class StateDirUntrusted(HostNotAttempted):
     """state_dir or a parent can be changed by a user other than root and the login user."""
+
+
+class ServiceUnsupported(HostNotAttempted):
+    """The server runs in a container, or on several nodes: deploy cannot restart it as it
+    runs, so it refuses before anything is touched (`deploy.services.identity`)."""
 
 
 class StepFailed(DeployError):

@@ -30,19 +30,17 @@ SPANS: dict[str, str] = {
     "config.load_playbook": "reading and validating a playbook",
     "config.resolve": "templating a playbook's vars and steps for one host",
     "engine.run_apply": "a whole `deploy apply` over every host (the main thread)",
-    "ssh.handshake": "one host's handshake ahead of the login, in the background: ssh_config, "
-    "TCP connect, key exchange, host-key check (deploy.remote.handshake)",
-    "ssh.key_exchange": "a handshake's banners, key exchange and host-key check (from the "
-    "client's banner, sent with the TCP connect when ssh_config cannot reroute the host)",
-    "ssh.service_request": "a handshake's ssh-userauth service request, answered before login",
-    "ssh.connect": "logging in to one host (TCP connect and key exchange too, unless a "
-    "handshake ahead made them)",
+    "ssh.connect": "connecting and logging in to one host: TCP connect, key exchange, "
+    "host-key check, authentication",
     "lock.acquire": "the lock's exec until it answers READY (prefetched reads included)",
     "lock.release": "ending the lock's command loop and waiting for its exit",
     "host.run": "one shell command on a host (detail: the command)",
     "host.check": "sending a check that is answered with the commit (detail: the command)",
     "session.wait": "blocking for the file helper's answers (a round trip)",
     "step.plan": "a step's plan (detail: the step's kind)",
+    "step.before_first_change": "a step's work just before the run's first change to the "
+    "host, once per run, never under --check (detail: the step's kind; the throughput "
+    "gate's baseline on the old server)",
     "step.apply": "a step's apply (detail: the step's kind)",
     "step.verify": "a step's verify (detail: the step's kind)",
     "host.close": "closing a host's SSH connection",

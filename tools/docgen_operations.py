@@ -6,7 +6,7 @@ import importlib
 import inspect
 import pkgutil
 
-from deploy import errors, masking, schema
+from deploy import errors, jobenv, masking, schema
 from deploy import schedule as scheduling
 from deploy.checks import interpreter
 from deploy.config import inventory as inventory_models
@@ -22,7 +22,8 @@ from deploy.engine import (
 )
 from deploy.engine import resolve as resolve_engine
 from deploy.engine import status as host_status
-from deploy.remote import lock
+from deploy.remote import become, hostfiles, lock
+from deploy.services import identity as service_identity
 from deploy.services import prechecks
 from deploy.services import state as service_state
 from deploy.statedir import layout, records, runs, trust
@@ -271,7 +272,11 @@ def render_operations() -> str:
         "",
         "## Scheduling",
         "",
-        markdown(scheduling.__doc__, 0, 4),
+        markdown(scheduling.__doc__, 0, 5),
+        "",
+        "### Secrets of a scheduled job",
+        "",
+        markdown(jobenv.__doc__),
         "",
         "### One run of a job at a time",
         "",
@@ -297,6 +302,18 @@ def render_operations() -> str:
         "### Trusting the interpreters deploy runs as root",
         "",
         markdown(interpreter.TRUST_RULE),
+        "",
+        "### How files are changed on a host",
+        "",
+        markdown(hostfiles.FILES_RULE),
+        "",
+        "### become: what running sudo protects, and what it cannot",
+        "",
+        markdown(become.SUDO_LIMITS),
+        "",
+        "### Which process is the server, and where it may start from",
+        "",
+        markdown(service_identity.IDENTITY_RULE),
         "",
         "### The user a restarted server runs as",
         "",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import shlex
 
+from deploy import ablation
 from deploy.checks.interpreter import CHECK, MISSING, REFUSED, RUN_AS
 
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
@@ -266,6 +267,8 @@ def ahead_lookup(command: str) -> dict[str, str] | None:
     other command — a relative interpreter, which the shell finds on its PATH, or a check
     without a cache — is None and runs as a command, as before.
     """
+    if ablation.off("compilehelper"):
+        return None
     first, _, rest = command.partition("\n")
     cache, sep, path = first.removeprefix("c=").partition("; p=")
     if not sep or not path.endswith(_FIRST_END):

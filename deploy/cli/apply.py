@@ -23,8 +23,8 @@ from deploy.cli.common import (
     unattended_options,
     want_colour,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
-from deploy.cli.runs import _delivery, _finish, _logging, _maybe, _progress, _split
+from deploy.cli.connect import connection_options, with_connection
+from deploy.cli.runs import _delivery, _finish, _logging, _progress, _split
 from deploy.errors import DeployError, InputError
 
 
@@ -126,59 +126,38 @@ def apply(
     """Run PLAYBOOK (a name in playbooks/ or a path) on its hosts."""
     from deploy.config import inventory_file
     from deploy.engine.runid import new_run_id
-    from deploy.remote.handshake import Handshakes
 
     _logging(verbose)
     inventory_path = _inventory_path(inventory)
     run_id = new_run_id()
     out = _delivery(f"apply {playbook}", run_id, report_file, log_file, notify_url)
     interactive = sys.stdin.isatty() and not as_json
-    # Options that end the command before any host is contacted: no handshake ahead.
-    offline = (
-        list_hosts
-        or list_tasks
-        or (detailed_exitcode and not check)
-        or (not check and not yes and not interactive)
-    )
-    handshakes = Handshakes()
     try:
-        # Only the inventory's models so far: the playbook's, the step modules and the
-        # templating are imported below, while the handshakes already go on.
         inv = inventory_file.load_inventory(inventory_path)
         path = _find_playbook(playbook, inventory_path)
-        if not offline:
-            # The hosts are known: their handshakes go on while the rest is imported and
-            # validated (deploy.remote.handshake); the login waits for valid input.
-            early = _first_wave(inv, path, limit, serial, forks, check)
-            handshakes_ahead(handshakes, early, accept_new=accept_new_host_keys)
-        from deploy.config import load
-        from deploy.engine import batches, local_lock
+        from deploy import api
+        from deploy.engine import local_lock
         from deploy.engine.host_run import holder_info
 
-        pb = load.load_playbook(path)
-        plans = load.resolve(
-            inv,
-            pb,
-            extra_vars=load.parse_extra_vars(list(extra)),
-            limit=list(limit) or None,
-            tags=_split(tags),
-            skip_tags=_split(skip_tags),
+        prepared = api.prepare(
+            path,
+            inventory=inventory_path,
+            loaded_inventory=inv,
+            limit=limit,
+            extra_vars=extra,
+            tags=sorted(_split(tags) or ()),
+            skip_tags=sorted(_split(skip_tags) or ()),
+            serial=serial,
+            max_fail=max_fail,
         )
-        sizes = serial or pb.playbook.serial
-        pace = {
-            "serial": batches.parse_serial(sizes) if sizes is not None else None,
-            "max_fail": _maybe(batches.parse_max_fail, max_fail, pb.playbook.max_fail),
-            "timeout": timeout,
-        }
-        if not plans:
-            raise InputError("no host matches the playbook's hosts and --limit")
+        pb, plans = prepared.playbook, prepared.plans
         if detailed_exitcode and not check:
             raise InputError("--detailed-exitcode needs --check (it reports pending changes)")
         if list_hosts or list_tasks:
             click.echo(_listing(pb.playbook.name, plans, hosts=list_hosts, tasks=list_tasks))
             sys.exit(0)
         # The secrets (--ask-pass, -K) are asked for only by a command that will log in.
-        plans = with_connection(plans)
+        plans = prepared.plans = with_connection(plans)
         if not check and not yes and not interactive:
             raise InputError(
                 "refusing to change hosts without confirmation: pass --yes (no terminal to ask on)"
@@ -188,31 +167,22 @@ def apply(
                 pb.path, inventory_path, holder_info(run_id, pb.playbook.name), wait=wait_lock
             )
     except DeployError as exc:
-        handshakes.close()
         _fail(exc, out)
     from deploy.cli.interrupts import interruptible, record_start
-    from deploy.engine.fleet import Listeners, run_apply
-    from deploy.engine.host_run import RunOptions
-    from deploy.engine.run_options import ssh_opener
+    from deploy.engine.fleet import Listeners
+    from deploy.engine.run_options import Cancel
 
     startup_done()
-    work = plans
     name = pb.playbook.name
     colour = want_colour(color, sys.stdout)
     progress = Listeners(_progress(as_json, verbose, color=color, steps=not check), out.log_file)
+    connection: dict[str, Any] = {
+        "accept_new_host_keys": accept_new_host_keys,
+        "force": force,
+        "forks": forks,
+    }
     if not check and not yes:
-        preview = run_apply(
-            work,
-            RunOptions(
-                run_id=new_run_id(),
-                playbook=name,
-                check_mode=True,
-                accept_new_host_keys=accept_new_host_keys,
-                force=force,
-                open_host=ssh_opener(handshakes),
-            ),
-            forks=forks,
-        )
+        preview = api.execute(prepared, check=True, **connection)
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour), color=colour)
@@ -234,23 +204,20 @@ def apply(
         if not confirmed("\nApply these changes?"):
             click.echo("Nothing was changed.")
             sys.exit(0)
-    options = RunOptions(
-        run_id=run_id,
-        playbook=name,
-        check_mode=check,
-        accept_new_host_keys=accept_new_host_keys,
-        progress=progress,
-        force=force,
-        inventory=str(inventory_path.resolve()),
-        on_start=record_start,
-        open_host=ssh_opener(handshakes),
-    )
+    cancel = Cancel()
     if not check:
-        interruptible(options.cancel, run_id, name)
-    run = run_apply(work, options, forks=forks, **pace)
-    handshakes.close()  # hosts never opened (a batch called off, a deadline)
+        interruptible(cancel, run_id, name)
+    run = api.execute(
+        prepared,
+        check=check,
+        run_id=run_id,
+        timeout=timeout,
+        progress=progress,
+        cancel=cancel,
+        on_start=record_start,
+        **connection,
+    )
     run.detailed_exitcode = detailed_exitcode
-    run.inventory = str(inventory_path.resolve())
     if check and not as_json:
         from deploy.report.human import render_plan
 
@@ -266,35 +233,8 @@ def apply(
         color=color,
         details=not check,
         errors=as_json,
+        verbose=verbose,
     )
-
-
-def _first_wave(
-    inv: Any, path: Path, limit: tuple[str, ...], serial: str | None, forks: int, check: bool
-) -> list[tuple[str, Any]]:
-    """The hosts the run will start with (the first batch's first ``forks``), with their
-    settings as written, told from the playbook's YAML before the playbook is validated.
-
-    Only these are negotiated ahead: a later host may never be contacted (a batch called off
-    by ``max_fail``, a ``--timeout``), and a handshake would contact it. None when the YAML
-    cannot tell yet: the playbook's own validation then says what is wrong.
-    """
-    from deploy.config.select import select_hosts
-    from deploy.config.yamlpos import load_yaml
-    from deploy.engine.batches import parse_serial, plan_batches
-
-    try:
-        data = load_yaml(path).data
-        pattern = data.get("hosts") if isinstance(data, dict) else None
-        if not isinstance(pattern, str):
-            return []
-        names = select_hosts(inv.inventory, pattern, list(limit) or None)
-        sizes = serial if serial is not None else data.get("serial")
-        batches = plan_batches(names, None if check or sizes is None else parse_serial(sizes))
-    except (DeployError, TypeError, ValueError):
-        return []
-    first = batches[0][:forks] if batches else []
-    return [(name, inv.inventory.host(name)) for name in first]
 
 
 def _listing(playbook: str, plans: list[Any], *, hosts: bool, tasks: bool) -> str:

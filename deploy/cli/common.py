@@ -12,7 +12,7 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from deploy.errors import DeployError, InputError
+from deploy.errors import DeployError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -135,42 +135,27 @@ def leave(code: int) -> None:
 
 
 def _inventory_path(value: str | None) -> Path:
-    return Path(value or os.environ.get("DEPLOY_INVENTORY") or "hosts.yaml")
+    from deploy.config.locate import inventory_path
 
-
-#: The playbooks shipped inside the package (the repository's ``playbooks/`` links here), so
-#: an installed ``deploy`` (a wheel, ``pip install .``) runs ``kimi-eagle3`` from any directory.
-PACKAGED_PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
+    return inventory_path(value)
 
 
 def _playbook_dirs(inventory: Path) -> list[Path]:
-    """Where playbook names are looked up, first match wins: ``./playbooks``, the one beside
-    the inventory, then the packaged ones."""
-    dirs = [Path("playbooks"), inventory.parent / "playbooks", PACKAGED_PLAYBOOKS]
-    return [d for d in dirs if d.is_dir()] or [Path("playbooks")]
+    from deploy.config.locate import playbook_dirs
+
+    return playbook_dirs(inventory)
 
 
 def _playbooks_dir(inventory: Path) -> Path:
-    """The directory ``deploy validate`` checks: the first of `_playbook_dirs`."""
+    """The directory ``deploy validate`` checks: the first of `deploy.config.locate.playbook_dirs`."""
     return _playbook_dirs(inventory)[0]
 
 
 def _find_playbook(name: str, inventory: Path) -> Path:
-    """The playbook ``name`` names (see `_playbook_dirs`); a path is taken as it is.
+    """The playbook ``name`` names (`deploy.config.locate.find_playbook`); a path is taken as it is."""
+    from deploy.config.locate import find_playbook
 
-    Raises:
-        InputError: in none of them; the message lists the first directory's playbooks.
-    """
-    from deploy.config.inventory_file import find_playbook
-
-    first: InputError | None = None
-    for directory in _playbook_dirs(inventory):
-        try:
-            return find_playbook(name, directory)
-        except InputError as exc:
-            first = first or exc
-    assert first is not None
-    raise first
+    return find_playbook(name, inventory)
 
 
 def _fail(error: DeployError, out: Any = None) -> NoReturn:

@@ -1,9 +1,8 @@
 """Connection options, as Ansible spells them: ``-u``, ``--private-key``, ``--ask-pass``, ``-b``, ``-K``.
 
 They override the inventory for every host of the command (as Ansible's do), and are applied
-in one place, `_overrides`: by `with_connection` once the whole input is valid, before any
-login, and by `handshakes_ahead` (asking nothing) to the handshakes a command starts ahead of
-the login (`deploy.remote.handshake`). The options are not passed to the command functions (``expose_value=False``): each is kept in
+in one place, `_overrides`, by `with_connection` once the whole input is valid, before any
+login. The options are not passed to the command functions (``expose_value=False``): each is kept in
 the click context, so a command gains them with one decorator and one call.
 
 Secrets asked for on the terminal (``--ask-pass``, ``-K``) are asked once per run, before any
@@ -23,8 +22,7 @@ import click
 from deploy.errors import InputError
 
 if TYPE_CHECKING:
-    from deploy.config.inventory import HostSpec
-    from deploy.remote.handshake import Handshakes
+    pass
 
 _KEY = "deploy.connection"
 T = TypeVar("T")
@@ -86,8 +84,7 @@ def _ask(prompt: str) -> str:
     ``click.prompt(hide_input=True)`` before click 8.4 (``click>=8.1`` admits 8.1-8.3) writes
     the prompt and only then lets getpass turn echo off (with ``TCSAFLUSH``, which also
     discards input already typed). A password typed or pasted as soon as the prompt appeared
-    (a password manager's auto-type, or a person while the machine was busy: the handshake
-    ahead runs meanwhile) could land in between: shown in clear on the screen, then thrown
+    (a password manager's auto-type, or a person while the machine was busy) could land in between: shown in clear on the screen, then thrown
     away, the command left waiting at a prompt that had already had its answer. getpass
     writes the prompt itself, once echo is off. An empty answer asks again, and Ctrl-C or
     Ctrl-D ends the command (a newline, then exit 1 with "Aborted!"), as click.prompt did.
@@ -128,22 +125,6 @@ def with_connection(items: list[T]) -> list[T]:
             provide_secret(kind, _ask(prompt))
     set_prompter(_ask if terminal else None)
     return [_updated(item, update) for item in items] if update else items
-
-
-def handshakes_ahead(
-    handshakes: Handshakes, hosts: list[tuple[str, HostSpec]], *, accept_new: bool
-) -> None:
-    """Start the handshakes of ``hosts`` (settings as written) in the background.
-
-    For `deploy.remote.handshake`: the command's connection options apply as they will at
-    login (`with_connection`, which comes later, after the whole input is valid), but
-    nothing is asked here: the prompts stay where they were.
-    """
-    from deploy.engine.handshakes import start_handshakes
-
-    update = _overrides(click.get_current_context().meta.get(_KEY, {}))
-    chosen = [_updated(item, update) for item in hosts] if update else hosts
-    start_handshakes(handshakes, chosen, accept_new=accept_new)
 
 
 def _overrides(given: dict[str, Any]) -> dict[str, Any]:

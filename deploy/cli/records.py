@@ -18,7 +18,7 @@ from deploy.cli.common import (
     limit_option,
     startup_done,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
+from deploy.cli.connect import connection_options, with_connection
 from deploy.errors import InputError
 
 
@@ -34,7 +34,7 @@ def history(host: str | None, inventory: str | None, every: bool, as_json: bool,
     import json
 
     from deploy.engine import history as store
-    from deploy.report.human import render_history
+    from deploy.report.records import render_history
 
     inventory_path = None if every else _inventory_path(inventory)
     runs = store.load_all(host, inventory=inventory_path)[-last:]
@@ -69,7 +69,7 @@ def show(run_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        click.echo(render_summary(run, diffs=True))
+        click.echo(render_summary(run, diffs=True, verbose=True))
     end_process(0)
 
 
@@ -95,22 +95,15 @@ def status(
     import json
 
     from deploy.config import load
-    from deploy.remote.handshake import Handshakes
 
-    handshakes = Handshakes()
     try:
         inv = load.load_inventory(_inventory_path(inventory))
         hosts = load.resolve_hosts(inv, limit=list(limit) or None)
-        # Known: the first ``forks`` hosts' handshakes go on while the rest is imported
-        # (deploy.remote.handshake).
-        handshakes_ahead(handshakes, hosts[:forks], accept_new=accept_new_host_keys)
         hosts = with_connection(hosts)
     except InputError as exc:
-        handshakes.close()
         _fail(exc)
-    from deploy.engine.run_options import ssh_opener
     from deploy.engine.status import exit_code, fleet_status, sglang_health
-    from deploy.report.human import render_status
+    from deploy.report.records import render_status
 
     startup_done()
     statuses = fleet_status(
@@ -118,9 +111,7 @@ def status(
         forks=forks,
         accept_new=accept_new_host_keys,
         health=sglang_health,
-        open_host=ssh_opener(handshakes),
     )
-    handshakes.close()
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
     else:

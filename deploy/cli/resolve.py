@@ -54,7 +54,7 @@ def resolve(
     from deploy.engine import history
     from deploy.engine import resolve as engine
     from deploy.engine.rollback_target import TOUCHED
-    from deploy.engine.run_options import holder_info, ssh_opener
+    from deploy.engine.run_options import holder_info, ssh_host
     from deploy.engine.runid import check_run_id, is_full_run_id, new_run_id
 
     try:
@@ -78,7 +78,7 @@ def resolve(
         hosts = with_connection(hosts)
     except InputError as exc:
         _fail(exc)
-    opener = ssh_opener(None)
+    opener = ssh_host
 
     def inspect(name: str, spec: HostSpec) -> engine.Findings:
         remote = opener(name, spec, accept_new_host_keys)

@@ -20,7 +20,7 @@ from deploy.cli.common import (
     startup_done,
     unattended_options,
 )
-from deploy.cli.connect import connection_options, handshakes_ahead, with_connection
+from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _progress
 from deploy.errors import InputError
 
@@ -61,10 +61,10 @@ def rollback(
     A run with later runs still standing on a host is refused there (they are listed: roll
     them back first, newest first). A retry after a partial failure finishes the same run.
     """
+    from deploy import api
     from deploy.config import load
     from deploy.engine import rollback_target
     from deploy.engine.runid import new_run_id
-    from deploy.remote.handshake import Handshakes
 
     new_id = new_run_id()
     out = _delivery("rollback", new_id, report_file, log_file, notify_url)
@@ -82,13 +82,6 @@ def rollback(
         target = rollback_target.choose(run_id, str(inventory_path.resolve()), hosts)
     except InputError as exc:
         _fail(exc, out)
-    # The hosts are known: the handshakes of those the run starts with go on while the
-    # engine is imported and the operator confirms (deploy.remote.handshake); the login
-    # waits for the run.
-    handshakes = Handshakes()
-    handshakes_ahead(handshakes, target.hosts[:forks], accept_new=accept_new_host_keys)
-    from deploy.engine.fleet import run_rollback
-    from deploy.engine.run_options import ssh_opener
 
     startup_done()
     if target.run_id is None:
@@ -102,36 +95,32 @@ def rollback(
         where = ", ".join(name for name, _ in hosts)
         click.echo(f"Nothing to roll back: run {target.run_id} left no change on {where}.")
         sys.exit(0)
-    # The one place the prompt is made (`RollbackTarget.describe`): run, playbook, start,
-    # hosts, files and the services it will restart.
+    # The one place the prompt is made (`render_rollback_question`): run, playbook, start,
+    # hosts, files and the services it will restart, fitted to the terminal.
     from deploy.cli.interrupts import confirmed, interruptible
     from deploy.engine.run_options import Cancel
+    from deploy.report.records import render_rollback_question
 
-    if not yes and not confirmed(target.describe()):
-        handshakes.close()
+    if not yes and not confirmed(render_rollback_question(target)):
         click.echo("Nothing was changed.")
         sys.exit(0)
     halt = Cancel()  # as apply's: the first signal starts no new host, a second abandons
     interruptible(halt, new_id, "rollback", undoing=target.run_id)
-    run = run_rollback(
-        target.hosts,
+    run = api.undo(
+        target,
+        inventory=inventory_path,
         run_id=new_id,
-        target_run=target.run_id,
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
         timeout=timeout,
-        playbook=target.recorded.playbook if target.recorded else None,
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),
-        open_host=ssh_opener(handshakes),
-        halt=halt,
+        cancel=halt,
     )
-    handshakes.close()
     absent = f"no run {target.run_id} on this host"
     if target.recorded is None and all(h.error == absent for h in run.hosts):
         # Named in full, recorded nowhere and on no host: a typo, as `show` says (exit 2).
         where = ", ".join(h.host for h in run.hosts)
         _fail(InputError(f"no run {target.run_id} on {where} nor in `deploy history`"), out)
-    run.inventory = str(inventory_path.resolve())
     _finish(run, as_json=as_json, show_diff=False, record=True, out=out)

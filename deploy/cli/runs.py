@@ -21,7 +21,8 @@ def _progress(
     as_json: bool, verbose: int, *, color: str = "auto", steps: bool = True, heartbeat: float = 30.0
 ) -> Any:
     from deploy.engine.host_run import NoProgress
-    from deploy.report.human import ProgressPrinter, use_colour
+    from deploy.report.human import use_colour
+    from deploy.report.progress import ProgressPrinter
 
     if as_json:
         return NoProgress()
@@ -44,15 +45,18 @@ def _finish(
     color: str = "auto",
     details: bool = True,
     errors: bool = True,
+    verbose: int = 0,
 ) -> NoReturn:
     """Record and deliver the run, print it (summary or JSON), exit with its code.
 
     The report, log file and webhook get the whole summary; the terminal leaves out what it
-    has already been shown (``details``: the plan; ``errors``: the live progress lines).
+    has already been shown (``details``: the plan; ``errors``: the live progress lines), and
+    fits its width; ``verbose`` (``-v``) adds the changed files' paths and the figures.
     """
     from deploy.report.human import render_summary, use_colour
+    from deploy.report.text import NO_LIMIT
 
-    plain = render_summary(run, colour=False, diffs=show_diff)
+    plain = render_summary(run, colour=False, diffs=show_diff, verbose=True, width=NO_LIMIT)
     for warning in out.finished(run, record=record, summary=plain):
         click.echo(f"deploy: warning: {warning}", err=True)
     if as_json:
@@ -61,7 +65,14 @@ def _finish(
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
         colour = use_colour(sys.stdout, color)
-        text = render_summary(run, colour=colour, diffs=show_diff, details=details, errors=errors)
+        text = render_summary(
+            run,
+            colour=colour,
+            diffs=show_diff,
+            details=details,
+            errors=errors,
+            verbose=bool(verbose),
+        )
         click.echo(text, color=colour)  # click strips colour off a non-terminal unless told
     if any(host.outcome == "interrupted" for host in run.hosts):
         # Abandoned host threads may still be inside paramiko: exit without joining them.
@@ -79,12 +90,6 @@ def _delivery(
     return Delivery.open(
         what, run_id, report=report, log_file=log_file, notify_url=url, argv=sys.argv[1:]
     )
-
-
-def _maybe(parse: Any, *values: Any) -> Any:
-    """``parse`` the first value given (command line before playbook), or None."""
-    value = next((v for v in values if v is not None), None)
-    return None if value is None else parse(value)
 
 
 def _logging(verbose: int) -> None:

@@ -71,6 +71,12 @@ def validate(inventory: str | None, playbooks_dir: str | None) -> None:
     help="A drift check: apply --check --detailed-exitcode (changes nothing; exit 5 and the "
     "webhook when a host would change).",
 )
+@click.option(
+    "--env-file",
+    type=_FILE,
+    help="Owner-only (0600) NAME='value' file setting the *_env secrets the hosts name "
+    "(become_password_env, password_env). Default: ~/.config/deploy/env/UNIT.env.",
+)
 def schedule(
     playbook: str,
     on_calendar: str,
@@ -85,21 +91,29 @@ def schedule(
     log_file: Path | None,
     notify_url: str | None,
     check: bool,
+    env_file: Path | None,
 ) -> None:
     """Run PLAYBOOK unattended on a calendar: systemd user timer (or cron), printed or installed."""
+    from deploy import jobenv
     from deploy import schedule as plan
     from deploy.config import load
     from deploy.engine.history import state_home
 
     inventory_path = _inventory_path(inventory)
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     try:
         inv = load.load_inventory(inventory_path)
         pb = load.load_playbook(_find_playbook(playbook, inventory_path))
-        load.resolve(
+        hosts = load.resolve(
             inv, pb, extra_vars=load.parse_extra_vars(list(extra)), limit=list(limit) or None
         )
         plan.check_secrets(extra, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
         unit = name or plan.unit_name(pb.playbook.name, check=check)
+        needed = jobenv.required_env((host.name, host.spec) for host in hosts)
+        if needed or env_file is not None:
+            given = env_file is not None
+            env_file = (env_file or jobenv.default_env_file(config, unit)).absolute()
+            jobenv.check_env_file(env_file, needed, given=given)
         job = plan.Job(
             name=unit,
             playbook=pb.path.resolve(),
@@ -113,6 +127,8 @@ def schedule(
             extra_vars=extra,
             notify_url=notify_url,
             check=check,
+            env_file=env_file,
+            env_needs=tuple(need.describe() for need in needed),
         )
         if cron:
             if install:
@@ -125,7 +141,6 @@ def schedule(
     except InputError as exc:
         _fail(exc)
     if install:
-        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
         for path in plan.install(job, plan.user_unit_dir(config)):
             click.echo(f"wrote {path}")
         click.echo(f"to start it: {plan.enable_hint(job)}")

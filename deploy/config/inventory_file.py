@@ -1,11 +1,8 @@
 """The inventory file and the playbook's path: what a command needs before the step catalogue.
 
-`deploy apply` starts each host's SSH handshake as soon as it knows the hosts
-(`deploy.remote.handshake`): the sooner, the more of the connection's round trips hide behind
-the rest of its start-up. The hosts are known once ``hosts.yaml`` is validated and the playbook
-file is found, and neither needs the playbook's models, the step modules or the templating of
-steps, which `deploy.config.load` imports (~60 ms of CPU): so they live here, importing only
-the inventory's models, and `deploy.config.load` re-exports them for every other caller.
+Neither needs the playbook's models, the step modules or the templating of steps, which
+`deploy.config.load` imports (~60 ms of CPU): so they live here, importing only the
+inventory's models, and `deploy.config.load` re-exports them for every other caller.
 """
 
 from __future__ import annotations

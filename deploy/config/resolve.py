@@ -20,10 +20,11 @@ from pydantic import ValidationError
 from deploy import masking, trace
 from deploy.config.errors import Problems, validation_error
 from deploy.config.inventory import DEFAULT_BECOME_USER, HostSpec, valid_address
+from deploy.config.local_files import LocalFiles
 from deploy.config.playbook import Playbook
 from deploy.config.select import check_tags, filter_steps, select_hosts
 from deploy.config.services import ServiceSpec
-from deploy.config.steps import StepCommon, args_of, step_entry, validate_step
+from deploy.config.steps import STEP_MODELS, StepCommon, args_of, step_entry, validate_step
 from deploy.config.template import BUILTIN_VARS, Origin, Variables
 from deploy.config.yamlpos import KeyPath, Positions, format_path
 from deploy.errors import InputError, SourcePosition
@@ -124,6 +125,16 @@ def _read_diff(
     args["diff"] = cache[path]
 
 
+def _local_reader(action: str) -> Callable[[dict[str, Any], LocalFiles], dict[str, Any]] | None:
+    """The ``read_local_files`` hook of an action's arguments model (`deploy.config.local_files`)."""
+    entry = STEP_MODELS.get(action)
+    if entry is None or action not in entry.model_fields:
+        return None
+    model = entry.model_fields[action].annotation
+    reader = getattr(model, "read_local_files", None)
+    return reader if callable(reader) else None
+
+
 def _validated(
     validate: Callable[[Any], T], root: Any, data: Any, positions: Positions, base: KeyPath
 ) -> T:
@@ -195,6 +206,12 @@ def _step(
     if isinstance(rendered.get("patch"), dict):
         rendered["patch"] = dict(rendered["patch"])
         _read_diff(pb, index, rendered["patch"], diffs)
+    for action, args in list(rendered.items()):
+        reader = _local_reader(action)
+        if reader is not None and isinstance(args, dict):
+            base: KeyPath = ("steps", index, action)
+            files = LocalFiles(pb.path.parent.resolve(), pb.positions, base, variables)
+            rendered[action] = reader(dict(args), files)
     return _validated(validate_step, step_entry(), rendered, pb.positions, ("steps", index))
 
 
@@ -250,6 +267,7 @@ def _plan(
     _register_secrets(values, resolved, [*pb.playbook.secret_vars, *inv.inventory.secret_vars])
     for service in services.values():
         masking.register_vars(service.env)
+        masking.register(service.api_key)  # None and "" are not registered
     if spec is None or len(steps) != len(indexes):
         return None
     masking.register_env(spec.password_env)

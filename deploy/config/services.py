@@ -37,9 +37,17 @@ class ServiceSpec(_Strict):
         "leaves the inherited variable as it is.",
     )
     address: str = Field(
-        default="127.0.0.1", description="Where the server listens, as seen on the host itself."
+        default="127.0.0.1",
+        description="Where to reach the server, as seen on the host itself, when neither its "
+        "listening sockets nor its `--host` say (a wildcard address means loopback).",
     )
     port: int = Field(default=30000, ge=1, le=65535, description="The server's HTTP port.")
+    api_key: str | None = Field(
+        default=None,
+        description="The server's API key when it does not say it itself (its `--api-key` "
+        "or SGLANG_API_KEY environment come first): an inventory secret, e.g. "
+        '"{{ sglang_api_key }}". Sent as `Authorization: Bearer`; masked everywhere.',
+    )
     health_path: str = Field(
         default="/health_generate",
         description="200 here means ready (SGLang: a 1-token generation).",
@@ -48,6 +56,12 @@ class ServiceSpec(_Strict):
         default="sglang.launch_server",
         description="Substring of the command line that identifies this service's server; a "
         "listener on the port without it is not stopped unless --force.",
+    )
+    user: str | None = Field(
+        default=None,
+        description="The user the server runs as when that is not the login/become user: only "
+        "then is a listener run by another user adopted (as root, a less-privileged user's "
+        "process never is unless named here).",
     )
     process_prefix: str = Field(
         default="sglang::",
@@ -61,7 +75,8 @@ class ServiceSpec(_Strict):
         gt=0,
         description="Seconds the main process gets, after SIGTERM to it alone, to finish "
         "in-flight requests before the group is stopped (default: 300 s, the budget of one "
-        "generation in the smoke and gate steps).",
+        "generation in the smoke and gate steps). SGLang 0.5.9 keeps admitting requests while "
+        "it drains and exits once none is in flight, so steady traffic is ended by this bound.",
     )
     python: str | None = Field(
         default=None,
@@ -69,7 +84,10 @@ class ServiceSpec(_Strict):
         "runs (default: the first word of `command`).",
     )
     start_timeout: float = Field(
-        default=2700.0, gt=0, description="Seconds the old server gets to be healthy again on undo."
+        default=2700.0,
+        gt=0,
+        description="Seconds a started server gets to be healthy: `wait_healthy`'s default, "
+        "and the rollback's wait for the old server.",
     )
     gpus: Literal["all"] | list[int] | None = Field(
         default=None,

@@ -27,6 +27,7 @@ each once.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -82,9 +83,13 @@ def add_action(kind: str, args: type[BaseModel]) -> type[StepCommon]:
     if kind in STEP_MODELS:
         raise ValueError(f"the action {kind!r} is already declared")
     name = "".join(part.capitalize() for part in kind.split("_")) + "Step"
-    model: type[StepCommon] = create_model(  # type: ignore[call-overload]
-        name, __base__=StepCommon, __module__=args.__module__, **{kind: (args, ...)}
-    )
+    with warnings.catch_warnings():
+        # The action ``copy`` is a field named like pydantic's deprecated ``BaseModel.copy``:
+        # on purpose (steps are read with `args_of`, never with ``.copy()``).
+        warnings.filterwarnings("ignore", message=f'Field name "{kind}" in "{name}" shadows')
+        model: type[StepCommon] = create_model(  # type: ignore[call-overload]
+            name, __base__=StepCommon, __module__=args.__module__, **{kind: (args, ...)}
+        )
     STEP_MODELS[kind] = model
     _changed()
     return model

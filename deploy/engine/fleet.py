@@ -376,6 +376,8 @@ def run_rollback(
 
     def work(i: int) -> HostResult:
         name, spec = hosts[i]
+        if halt is not None and halt.is_set():
+            return _skipped(name, halt.reason)
         remote = open_host(name, spec, accept_new_host_keys)
         note = None
         if progress is not None:

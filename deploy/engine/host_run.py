@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
+from deploy import ablation
 from deploy.config.resolve import HostPlan
 from deploy.engine.recovery import note_takeover, preview_recovery, recover
 from deploy.engine.results import HostResult, StepResult
@@ -187,6 +188,8 @@ def read_ahead(plan: HostPlan) -> tuple[list[str], list[str]]:
     """
     paths: list[str] = []
     commands: list[str] = []
+    if ablation.off("readahead"):
+        return paths, commands
     for index, entry in plan.steps:
         step = build_step(entry, index)
         if not step.confined:

@@ -50,50 +50,15 @@ def latest_apply(inventory: str) -> RunResult | None:
 
 @dataclass
 class RollbackTarget:
+    """The run ``deploy rollback`` will undo and where; the question it asks is made from
+    this by `deploy.report.records.render_rollback_question` (fitted to the terminal)."""
+
     #: None: no apply of this inventory is recorded here, so there is nothing to name.
     run_id: str | None
     hosts: list[tuple[str, HostSpec]]
     recorded: RunResult | None = None
     #: Hosts the run touched that this inventory (or --limit) does not reach.
     missing: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        """The confirmation: run id, playbook, start, hosts, files, services to restart."""
-        run = self.recorded
-        names = ", ".join(name for name, _ in self.hosts) or "(none)"
-        if run is None:
-            return (
-                f"Roll back run {self.run_id} (not in this workstation's history) on {names}?\n"
-                "Each host undoes whatever its journal of that run records."
-            )
-        touched = {name for name, _ in self.hosts}
-        files = sorted({f for h in run.hosts if h.host in touched for f in h.changed_files})
-        services = sorted(
-            {
-                f"{h.host}: {s.title}"
-                for h in run.hosts
-                if h.host in touched
-                for s in h.steps
-                if s.kind in SERVICE_STEPS and s.status in ("ok", "changed")
-            }
-        )
-        unknown = [h.host for h in run.hosts if h.host in touched and h.outcome == "interrupted"]
-        lines = [
-            f"Roll back run {run.run_id}",
-            f"  playbook: {run.playbook or '-'}, started {run.started}",
-            f"  hosts:    {names}",
-            f"  files:    {', '.join(files) or '-'}",
-            f"  services: {'; '.join(services) or '-'} (restarted as they ran before)",
-        ]
-        if unknown:
-            lines.append(
-                f"  {', '.join(unknown)}: the run did not finish there; its journal says what to undo"
-            )
-        if self.missing:
-            lines.append(
-                f"  not reached (not in this inventory or --limit): {', '.join(self.missing)}"
-            )
-        return "\n".join(lines) + "\nProceed?"
 
 
 def choose(run_id: str | None, inventory: str, hosts: list[tuple[str, HostSpec]]) -> RollbackTarget:

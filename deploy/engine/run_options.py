@@ -7,7 +7,6 @@ display and the log file implement; `Cancel` is the one-way switch SIGINT, SIGTE
 
 from __future__ import annotations
 
-import functools
 import getpass
 import os
 import socket
@@ -17,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
-from deploy.engine.handshakes import connect_settings as connect_settings
+from deploy.engine.connect_settings import connect_settings as connect_settings
 from deploy.engine.journal import now_iso
 from deploy.engine.results import StepResult
 from deploy.remote.api import Host
-from deploy.remote.handshake import Handshakes
 
 
 class Progress(Protocol):
@@ -72,25 +70,11 @@ class Cancel:
 HostOpener = Callable[[str, HostSpec, bool], Host]
 
 
-def ssh_host(
-    name: str, spec: HostSpec, accept_new: bool = False, *, handshakes: Handshakes | None = None
-) -> Host:
-    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings.
-
-    ``handshakes``: the command's handshakes made ahead (`deploy.remote.handshake`); the
-    host logs in over its own, if one was made for these settings.
-    """
+def ssh_host(name: str, spec: HostSpec, accept_new: bool = False) -> Host:
+    """The default `HostOpener`: a `RemoteHost` over SSH, with the inventory's settings."""
     from deploy.remote.host import RemoteHost
 
-    settings = connect_settings(name, spec, accept_new=accept_new)
-    return RemoteHost(settings, handshakes.connect if handshakes is not None else None)
-
-
-def ssh_opener(handshakes: Handshakes | None) -> HostOpener:
-    """`ssh_host` logging in over ``handshakes`` (the one `HostOpener` commands pass)."""
-    if handshakes is None:
-        return ssh_host
-    return functools.partial(ssh_host, handshakes=handshakes)
+    return RemoteHost(connect_settings(name, spec, accept_new=accept_new))
 
 
 @dataclass

@@ -43,9 +43,11 @@ from deploy.engine.verdicts import Verdicts
 from deploy.errors import (
     CheckFailed,
     DeployError,
+    HostNotAttempted,
     HostUnreachable,
     NothingTouched,
     RollbackFailed,
+    ServiceUnsupported,
     StepFailed,
 )
 from deploy.remote.api import Host
@@ -348,6 +350,12 @@ def _preflight(
         ctx.step_index = index
         try:
             step.preflight(ctx)
+        except ServiceUnsupported as exc:  # a host deploy will not serve: refused, untouched
+            result.steps.append(StepResult(index, step.kind, step.title, "failed", str(exc)))
+            progress.step_finished(remote.name, result.steps[-1])
+            _not_run(result, steps[position + 1 :])
+            result.outcome, result.error = "not attempted", str(exc)
+            return False
         except DeployError as exc:
             failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
             result.steps.append(failed)
@@ -381,7 +389,8 @@ def fail(
     result.failed_step = index
     result.error = f"step {index + 1} failed: {reason}"
     if not journal.started:
-        result.outcome = "failed"
+        # Refused before anything was touched (a preflight's `HostNotAttempted`): exit 4.
+        result.outcome = "not attempted" if isinstance(exc, HostNotAttempted) else "failed"
         return
     if not isinstance(exc, HostUnreachable):
         try:

@@ -61,6 +61,7 @@ from deploy.remote.agent_proc import (
     _pids,
     _stat_fields,
     _titled,
+    judge_start,
     pycheck,
     resolve_imports,
     start_as,
@@ -81,10 +82,32 @@ def probe(args):
         ],
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
     }
+    for info in [answer["pid_file_process"], *answer["listeners"]]:
+        if info and not _titled_by(info, args.get("prefix")):
+            info["start_problem"] = _start_problem(info)
     imports = args.get("imports")
     if imports:
         answer["imports"] = _probe_imports(imports, args, answer)
     return answer
+
+
+def _titled_by(info, prefix):
+    return bool(prefix) and (info.get("cmdline") or [""])[0].startswith(prefix)
+
+
+def _start_problem(info):
+    """`start_problem` for starting ``info``'s server again as it runs (same argv, env, cwd
+    and user); None when it may be."""
+    user = info.get("user") or {}
+    if user.get("uid") is None:
+        return "cannot tell whom pid " + str(info.get("pid")) + " runs as"
+    return judge_start(
+        _interpreter(info),
+        info.get("cmdline") or [],
+        info.get("env") or {},
+        info.get("cwd") or "/",
+        int(user["uid"]),
+    )
 
 
 def _probe_imports(imports, args, answer):
@@ -176,7 +199,6 @@ def stop(args):
     pgids = {int(p) for p in args.get("pgids", [])} - own - {0, 1}
     sids = {int(s) for s in args.get("sids", [])} - {os.getsid(0), 0, 1}
     port = args.get("port")
-    prefix = args.get("prefix") or ""
     timeout = float(args.get("timeout", 60))
     drained = _drain(args)
     terminated = sorted(_members(pgids, set()))
@@ -200,8 +222,10 @@ def stop(args):
     for pid in sorted(suspects):
         title = (_cmdline(pid) or [""])[0]
         fields = _stat_fields(pid)
+        # Only the adopted tree: a titled process holding the port outside it is not ours to
+        # kill (issue 32: root's schedulers were killed for another user's listener).
         ours = fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids)
-        if (prefix and title.startswith(prefix)) or ours:
+        if ours:
             try:
                 os.kill(pid, signal.SIGKILL)
                 reaped.append({"pid": pid, "title": title})
@@ -241,6 +265,14 @@ def start(args):
         for name in args.get("env_unset") or []:
             env.pop(name, None)
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
+    if args.get("argv"):  # a server's own argv again (a restart, an undo): judged as it runs
+        cwd = args.get("cwd") or "/"
+        python = _argv_interpreter(argv, env, cwd)
+        first = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        judged = [os.path.join(cwd, first or argv[0]), *argv[1:]]
+        problem = judge_start(python, judged, env, cwd, ids[0] if ids else os.geteuid())
+        if problem:
+            return {"error": "refusing to start " + argv[0] + ": " + problem}
     with open(log_file, "ab") as log:
         log.write((args.get("header") or "").encode() + b"\n")
         log.flush()
@@ -278,6 +310,27 @@ def start(args):
         "argv": argv,
         "user": user or None,
     }
+
+
+def _argv_interpreter(argv, env, cwd):
+    """The interpreter ``argv`` starts: ``argv[0]`` (found on the env's PATH) when it is a
+    python, else the one its ``#!`` line names; None when neither says."""
+    first = argv[0]
+    if "/" not in first:
+        first = shutil.which(first, path=env.get("PATH", "")) or first
+    elif not first.startswith("/"):
+        first = os.path.join(cwd, first)
+    if os.path.basename(first).startswith("python"):
+        return first
+    try:
+        with open(first, "rb") as handle:
+            line = handle.readline(512)
+    except OSError:
+        return None
+    words = line[2:].split() if line.startswith(b"#!") else []
+    if words and os.path.basename(words[0]) == b"env" and len(words) > 1:
+        return shutil.which(words[1].decode(errors="replace"), path=env.get("PATH", ""))
+    return words[0].decode(errors="replace") if words else None
 
 
 def main():

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import lookup_env, run_as, switcher
+from deploy.remote.agent_trust import lookup_env, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -157,6 +157,7 @@ def _describe(pid, with_env=False, table=None):
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
         info["user"] = _user(pid)
+        info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         try:
             info["exe"] = os.readlink(f"/proc/{pid}/exe")
         except OSError:
@@ -197,7 +198,32 @@ def find(name):
             placeholder.__spec__ = spec
             sys.modules[full] = placeholder
     return {"origin": spec.origin}
-print(json.dumps({name: find(name) for name in json.loads(sys.argv[1])}))
+def versions():
+    # What the report records of the server's stack, read from installed metadata and
+    # torch/version.py as text: no package code runs (torch is never imported).
+    found = {}
+    try:
+        from importlib import metadata
+    except ImportError:
+        return found
+    for dist in ("sglang", "torch"):
+        try:
+            found[dist] = metadata.version(dist)
+        except Exception:
+            pass
+    try:
+        text = metadata.distribution("torch").locate_file("torch/version.py").read_text()
+    except Exception:
+        return found
+    for line in text.splitlines():
+        if line.replace(" ", "").startswith("cuda:") or line.replace(" ", "").startswith("cuda="):
+            value = line.split("=", 1)[-1].strip().strip(chr(39) + chr(34))
+            if value and value != "None":
+                found["cuda"] = value
+    return found
+answer = {name: find(name) for name in json.loads(sys.argv[1])}
+answer[" versions"] = versions()  # not a module name: a space
+print(json.dumps(answer))
 """
 
 
@@ -214,6 +240,11 @@ def _interpreter(info):
         if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
             return candidate
     return exe
+
+
+def judge_start(python, argv, env, cwd, uid):
+    """`deploy.remote.agent_trust.start_problem`, for the agent's probe and start."""
+    return start_problem(python, argv, env, cwd, uid)
 
 
 def resolve_imports(imports, python, env, cwd, pid=None):
@@ -251,6 +282,7 @@ def resolve_imports(imports, python, env, cwd, pid=None):
         entry["origin_real"] = os.path.realpath(origin) if origin else None
         entry["error"] = answer.get("error")
         entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
+        entry["versions"] = (found or {}).get(" versions") or {}
         results.append(entry)
     return results
 

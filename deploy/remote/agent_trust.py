@@ -149,6 +149,61 @@ def judge(paths, me):
     return writable or reason, owner
 
 
+def script_of(argv, env, cwd):
+    """The file whose directory Python puts first on ``sys.path`` for ``argv``: the script a
+    ``python`` runs (none for ``-m``/``-c``: the cwd, judged anyway), or ``argv[0]`` itself
+    when it is not an interpreter (a console script: its ``#!`` starts one). None if none."""
+    if not argv:
+        return None
+    first = argv[0]
+    if not os.path.basename(first).startswith("python"):
+        found = first if "/" in first else None
+        if found is None:
+            for directory in (env.get("PATH") or "").split(":"):
+                if directory and os.path.isfile(directory + "/" + first):
+                    found = directory + "/" + first
+                    break
+        return found if found is None or found.startswith("/") else cwd + "/" + found
+    skip = False
+    for word in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if word in ("-m", "-c", "-"):
+            return None
+        if word in ("-X", "-W", "--check-hash-based-pycs"):
+            skip = True
+            continue
+        if word.startswith("-"):
+            continue
+        return word if word.startswith("/") else (cwd or "/") + "/" + word
+    return None
+
+
+def start_problem(python, argv, env, cwd, uid):
+    """Why starting ``argv`` with ``python``, ``env`` and ``cwd`` as ``uid`` would run code
+    from a path another user can change; None when nobody but root and ``uid`` can (issue 32).
+
+    The one rule of the lookup (`lookup_paths`, `judge`: interpreter and prefixes, site
+    directories, ``PYTHONPATH``, the cwd, ``LD_*``) plus the script's own directory, judged
+    for the user the server runs as: a root server whose cwd another user owns would run a
+    module planted there (``python -m`` puts the cwd first on ``sys.path``) as root."""
+    if not python:  # not a Python program (``sh -c``, a binary): judge what is executed
+        first = argv[0] if argv else ""
+        if not first.startswith("/"):
+            return "cannot tell which program " + (first or "the server") + " is"
+        return judge(["/", *_walk(first)], uid)[0]
+    paths, reason = lookup_paths(python, env, cwd)
+    if reason is not None:
+        return reason
+    script = script_of(argv, env, cwd or "/")
+    if script:
+        paths += _walk(script.rpartition("/")[0] or "/")
+        paths.append(script)
+    reason, _ = judge(paths, uid)
+    return reason
+
+
 def _sticky_root(st):
     """A root-owned sticky directory (``/tmp``): nobody else can rename what is in it."""
     return bool(st.st_mode & 0o1000) and st.st_uid == 0 and (st.st_mode & 0o170000) == 0o040000

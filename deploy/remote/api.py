@@ -16,6 +16,7 @@ waiting, and their failures surface at the next `flush` or command.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from deploy.errors import CommandResult
@@ -172,8 +173,10 @@ class Host(Protocol):
         *,
         body: Any = None,
         timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
-        """One HTTP request to ``address:port`` as seen from the host (its loopback).
+        """One HTTP request to ``address:port`` as seen from the host (its loopback);
+        ``headers`` are added to it (an ``Authorization`` the server wants).
 
         Raises:
             ServerUnavailable: nothing accepts connections there yet, or the answer was cut.

@@ -5,7 +5,8 @@ command of the run (`deploy.remote.session`), the odd exec before the lock is he
 takes no lock), and SFTP. Under become each door is opened through sudo, so whatever goes
 through it — reads, writes, state_dir, /proc, services — runs as ``become_user``:
 
-- an exec runs ``sudo -u USER -- sh -c 'echo NONCE >&2; exec sh -c "$1"' sh COMMAND``;
+- an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER -- /bin/sh -c 'echo NONCE
+  >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part);
 - SFTP is the host's ``sftp-server`` started the same way (never the login user's SFTP
   subsystem, which would read and write as the login user).
 
@@ -39,6 +40,35 @@ SFTP_SERVERS = (
 )
 
 
+#: How the login shell starts sudo. sshd runs every command through the login user's shell,
+#: which reads its start-up files first (bash: ``~/.bashrc`` under sshd, ``$BASH_ENV``): a
+#: ``sudo`` function or alias defined there would receive the command and the password.
+#: So sudo is named by absolute path (no PATH lookup) and started by ``exec``, the word quoted
+#: (``\exec``: no alias applies to a quoted word); bash lets a function be named ``exec`` or
+#: ``/usr/bin/sudo`` too, but not in POSIX mode, where special builtins such as ``exec`` are
+#: found before functions — and the plain assignment ``POSIXLY_CORRECT=y``, which no function
+#: can intercept, turns POSIX mode on (a ``readonly`` one fails the assignment, and the ``&&``
+#: then runs nothing). dash and other POSIX shells find special builtins first anyway. sudo's
+#: own ``sh`` is ``/bin/sh``, started by sudo as the target user with sudo's environment.
+#: What remains is documented in docs/operations.md (`SUDO_LIMITS`): a login account its
+#: owner's attacker controls can capture the password whatever is sent to it.
+SUDO = "/usr/bin/sudo"
+SUDO_LINE = "POSIXLY_CORRECT=y && \\exec " + SUDO
+
+#: What the sudo line cannot defend against (docs/operations.md shows this text).
+SUDO_LIMITS = """deploy starts sudo as `POSIXLY_CORRECT=y && \\exec /usr/bin/sudo ...`: an absolute path
+(no `PATH` lookup), `exec` quoted (no alias applies) in POSIX mode (where no function can take
+the place of `exec`), so a `sudo` or `exec` function or alias in the login user's `~/.bashrc`,
+`$BASH_ENV` or profile never sees sudo's command or the become password. That protects against
+a login user's shell customisations, not against the login user: whoever controls that account
+controls the shell sshd starts for it (its login shell, `~/.ssh/rc`, bash's `enable -n exec`)
+and can read a password sent to it. So for a dedicated deploy user, prefer a `NOPASSWD`
+sudoers rule (no `-K`, no `become_password_env`): there is then no password to capture, and
+the rule can be limited to that user. A become password, when used, travels only on sudo's
+stdin after its prompt, never in a command line, log or report.
+"""
+
+
 @dataclass(frozen=True)
 class Become:
     """How to become ``user`` on host ``host`` logged in as ``login``; ``password`` may be None."""
@@ -52,11 +82,11 @@ class Become:
         """(the sudo command line, the prompt marker, the start nonce) for ``command``."""
         marker = f"[deploy-sudo-{secrets.token_hex(8)}]"
         nonce = f"deploy-become-{secrets.token_hex(8)}"
-        inner = f'printf "%s\\n" {nonce} >&2; exec sh -c "$1"'
+        inner = f'printf "%s\\n" {nonce} >&2; exec /bin/sh -c "$1"'
         how = f"-S -p {shlex.quote(marker)}" if self.password is not None else "-n"
         line = (
-            f"sudo {how} -H -u {shlex.quote(self.user)} -- "
-            f"sh -c {shlex.quote(inner)} sh {shlex.quote(command)}"
+            f"{SUDO_LINE} {how} -H -u {shlex.quote(self.user)} -- "
+            f"/bin/sh -c {shlex.quote(inner)} sh {shlex.quote(command)}"
         )
         return line, marker, nonce
 

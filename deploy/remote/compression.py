@@ -1,12 +1,12 @@
 """SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
 
-A run's traffic is text: the lock's command line carries the host programs (~31 KB of Python
-and shell, stripped to code by `deploy.remote.codeonly`), the host answers with the files the
+A run's traffic is text: the lock's command line carries the host programs (~38 KB of Python
+and shell), the host answers with the files the
 run reads (the SGLang model file is 29 KB), and a change run sends the new bytes, the saved
 copy and the journal records. On a fresh TCP connection the sender may have only 10 segments
-(~14 KB) unacknowledged, and the window doubles once per round trip: a 31 KB burst costs one
+(~14 KB) unacknowledged, and the window doubles once per round trip: a 38 KB burst costs one
 round trip more than a 14 KB one on a real link (`bench/window.py`), which loopback never
-shows. zlib brings those bursts to a quarter or a third (the lock's exec goes out as ~9 KB),
+shows. zlib brings those bursts to a third (the lock's exec goes out as ~12.5 KB),
 under the initial window, for ~1 ms of CPU per 100 KB.
 
 Only the delayed method is offered: compression starts after authentication, as OpenSSH
@@ -30,6 +30,8 @@ from typing import Any
 
 import paramiko
 
+from deploy import ablation
+
 #: What a transport offers when compression is on: delayed zlib, else none.
 DELAYED = ("zlib@openssh.com", "none")
 OFF = ("none",)
@@ -49,7 +51,8 @@ def compressing(cls: type[paramiko.Transport]) -> type[paramiko.Transport]:
 
         class Compressing(cls):  # type: ignore[misc]  # untyped paramiko
             def use_compression(self, compress: bool = True) -> None:
-                self.get_security_options().compression = DELAYED if compress else OFF
+                on = compress and not ablation.off("compression")
+                self.get_security_options().compression = DELAYED if on else OFF
 
         Compressing.__name__ = Compressing.__qualname__ = f"Compressing{cls.__name__}"
         made = _MADE.setdefault(cls, Compressing)

@@ -7,24 +7,6 @@ unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
 command to run once the operator has checked that the change is legitimate.
 
-The part before the login is made ahead. As soon as a command knows which hosts it will
-contact (its inventory is loaded and validated, the playbook's ``hosts:`` and ``--limit``
-applied), each host's TCP connect, SSH banners, key exchange, host-key check and
-``ssh-userauth`` service request start in the background (`deploy.remote.handshake`,
-`deploy.remote.early`), while the command goes on validating the playbook, variables and
-options. The login, every command, any write (a new key recorded under
-``--accept-new-host-keys`` included) and any prompt (a key's passphrase) wait until the whole
-input is valid, exactly as before; what the handshake found (an unknown or changed key, a
-refused port) is reported only then, in the same words and with the same exit code. So a
-command with bad input exits 2 having made, with each selected host, at most a TCP connection
-and a key exchange, ended before authentication (sshd logs it closed or reset
-"[preauth]"): no login, nothing run, nothing written. Not negotiated ahead: hosts reached
-through a ProxyJump or ProxyCommand (that would mean logging in to the jump host), hosts
-whose connection settings are templated (a playbook variable or ``-e`` could still change
-them), hosts whose configuration runs something when read (an ssh_config ``Match exec``, a
-Fabric config file), and commands that contact no host (``--list-hosts``, ``--list-tasks``, ``deploy
-validate``).
-
 What people already have in ssh_config counts: User, Port, HostName, IdentityFile and
 ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_config`` in the
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
@@ -38,10 +20,9 @@ with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
@@ -60,7 +41,6 @@ logging.getLogger("paramiko").propagate = False
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from deploy.remote.early import Negotiated
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
@@ -100,7 +80,7 @@ def fabric_connection(settings: ConnectSettings) -> Connection:
     Raises:
         InputError: unreadable ssh_config.
     """
-    from fabric import Config
+    from fabric import Config, Connection
 
     try:
         config = Config(runtime_ssh_path=settings.ssh_config)
@@ -108,47 +88,17 @@ def fabric_connection(settings: ConnectSettings) -> Connection:
         raise InputError(
             f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
         ) from exc
-    return _connection_class()(
+    return Connection(
         settings.address,
         user=settings.user,
         port=settings.port,
         config=config,
         connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=_timeouts(settings),
+        connect_kwargs=timeouts(settings),
     )
 
 
-@functools.cache
-def _connection_class() -> type[Connection]:
-    """Fabric's `Connection`, without two costs of its constructor that every host paid.
-
-    ~0.8 ms of GIL-bound CPU per host, half of what building one cost (1.6 ms, the Config
-    included). The connection is invoke's ``DataProxy``, which decides on every attribute
-    assignment whether the name is a real attribute or a config key, by computing
-    ``dir(self)``: a dozen times per connection. And ``inline_ssh_env``, which the
-    constructor assigns but Fabric does not declare, becomes a modification of the
-    connection's Config, which invoke then rebuilds by merging all its layers again. Here the
-    class's attribute names are computed once (an instance's own are still looked up, as
-    ``dir`` would), and ``inline_ssh_env`` is declared, so it is kept on the connection with
-    the same value (deploy runs no command through Fabric, which is what reads it). A
-    ProxyJump hop is Fabric's own `Connection`, made by Fabric.
-    """
-    from fabric import Connection
-
-    class _Connection(Connection):  # type: ignore[misc]  # untyped
-        inline_ssh_env = None
-
-        def __setattr__(self, key: str, value: Any) -> None:
-            if key in names or key in self.__dict__:
-                object.__setattr__(self, key, value)
-            else:
-                super().__setattr__(key, value)
-
-    names = frozenset(dir(_Connection))
-    return _Connection
-
-
-def _timeouts(settings: ConnectSettings) -> dict[str, float]:
+def timeouts(settings: ConnectSettings) -> dict[str, float]:
     return {
         "banner_timeout": settings.connect_timeout,
         "auth_timeout": settings.connect_timeout,
@@ -157,12 +107,8 @@ def _timeouts(settings: ConnectSettings) -> dict[str, float]:
 
 
 @trace.spanned("ssh.connect")
-def open_connection(settings: ConnectSettings, early: Negotiated | None = None) -> Connection:
+def open_connection(settings: ConnectSettings) -> Connection:
     """Open and return a Fabric `Connection` to the host, with strict host-key checking.
-
-    ``early``: the handshake `negotiate` made ahead for these settings; the login goes on
-    over its transport (or raises its error) if it went where this connection goes, else it
-    is closed and the connection is made here.
 
     Raises:
         HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
@@ -170,23 +116,9 @@ def open_connection(settings: ConnectSettings, early: Negotiated | None = None) 
             cannot be decrypted; one line each (`deploy.remote.sshfail`).
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
+    conn, attempt = _prepared(settings)
     try:
-        conn, attempt = _prepared(settings)
-    except BaseException:  # an unset password_env, a key's passphrase not given...
-        if early is not None:
-            early.close()
-        raise
-    if early is not None and (
-        conn.gateway is not None
-        or early.target != (conn.host, conn.port or 22)
-        or early.settings.handshake_key() != settings.handshake_key()
-    ):
-        early.close()
-        early = None
-    try:
-        if early is not None:
-            _take_over(conn, early)
-        elif conn.gateway is None:
+        if conn.gateway is None:
             conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, settings)
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
@@ -213,26 +145,7 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
         hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(_timeouts(settings), **hop_auth)
+        hop.connect_kwargs.update(timeouts(settings), **hop_auth)
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt
-
-
-def _take_over(conn: Connection, early: Negotiated) -> None:
-    """Make ``conn.open()`` go on from ``early``'s handshake: its transport, or its error.
-
-    The policy `_guard` installed judges the key again (the file may have changed since; it
-    is parsed once per version) and records an accepted new one: the only write, at login.
-    A transport the server has dropped meanwhile (sshd's LoginGraceTime, 2 minutes, while a
-    prompt waited) is replaced by a fresh connection.
-    """
-    if early.error is not None:
-        raise early.error
-    transport = early.transport
-    if transport is None or not transport.is_active():
-        early.close()
-        conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, early.settings)
-        return
-    conn.connect_kwargs["sock"] = transport.sock
-    conn.connect_kwargs["transport_factory"] = lambda sock, **kwargs: transport

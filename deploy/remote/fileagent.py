@@ -10,8 +10,7 @@ replaced by the part's text before it is sent).
 The operations themselves, and why each goes through file descriptors (issue 14), are
 `deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-Two more parts: `deploy.remote.hostjson` (its JSON, without ``import json``) and
-`deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
+One more part: `deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
 sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
@@ -27,6 +26,7 @@ as a failed request: the commit record sent behind a failed check is skipped.
 import errno as errnomod
 import os
 import sys
+from json import dumps, loads
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.remote.fileagent_compiled import compile_here, compiled
@@ -43,9 +43,6 @@ from deploy.remote.fileagent_ops import (
     sha256,
     write,
 )
-
-# host-program: part (deploy.remote.hostprogram)
-from deploy.remote.hostjson import dumps, loads
 
 
 def handle(header, payload):
@@ -110,60 +107,17 @@ def _write_all(fd, data):
         view = view[os.write(fd, view) :]
 
 
-#: Test hook of the fault suite (tests/faults): names a JSON rule file. Set only through the
-#: sandbox sshd's ``SetEnv``; a host that never has it set never reads anything here.
-FAULT_ENV = "DEPLOY_FILEAGENT_FAULT"
-
-
-def _fault_rule():
-    """The armed rule, if the fault suite wrote one: which request to stop in, and where.
-
-    ``{"op", "path" (an fnmatch pattern), "nth", "after_bytes", "marker"}``: in the ``nth``
-    matching request, after ``after_bytes`` of its payload were read, the helper writes
-    ``marker`` (what it received) and stops itself (SIGSTOP). The test then injects its fault
-    (cuts the connection, kills the workstation) and kills this process: the host has exactly
-    that part of the request when the connection is lost, whatever the buffers held.
-    """
-    name = os.environ.get(FAULT_ENV)
-    if not name:
-        return None
-    try:
-        with open(name, "rb") as rule_file:
-            rule = loads(rule_file.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    rule["seen"] = 0
-    return rule
-
-
-def _fault_stop(rule, header, size):
-    """Read the payload up to the rule's point, record it, stop; then read the rest."""
-    import fnmatch
-    import signal
-
-    args = loads(header.decode("utf-8"))
-    if args.get("op") != rule.get("op") or not fnmatch.fnmatchcase(
-        str(args.get("path")), rule.get("path", "")
-    ):
-        return None
-    rule["seen"] += 1
-    if rule["seen"] != rule.get("nth", 1):
-        return None
-    head = _read_exactly(0, min(int(rule.get("after_bytes", 0)), size))
-    seen = {"pid": os.getpid(), "op": args["op"], "path": args["path"]}
-    seen.update(received=len(head), total=size)
-    with open(rule["marker"] + ".part", "w") as marker:
-        marker.write(dumps(seen))
-    os.rename(rule["marker"] + ".part", rule["marker"])
-    os.kill(os.getpid(), signal.SIGSTOP)
-    return head + _read_exactly(0, size - len(head))
+def read_payload(header, size):
+    """A request's payload: ``size`` bytes from stdin. (The fault suite's helper, built by
+    tests/faults/helper_hook.py and never shipped, replaces this function to stop inside a
+    request; the helper that runs on hosts has no such hook.)"""
+    return _read_exactly(0, size)
 
 
 def serve(go_fd, ack_fd):
     """Serve requests until the ``go`` pipe ends (the run's shell loop ended)."""
     go = os.fdopen(go_fd, "rb")
     failed = False
-    rule = _fault_rule()
     for line in go:
         parts = line.split()
         if parts[:1] == [b"CLEAR"]:
@@ -173,9 +127,7 @@ def serve(go_fd, ack_fd):
             failed = True
             continue
         header = _read_exactly(0, int(parts[0]))
-        payload = _fault_stop(rule, header, int(parts[1])) if rule else None
-        if payload is None:
-            payload = _read_exactly(0, int(parts[1]))
+        payload = read_payload(header, int(parts[1]))
         if failed:
             answer, body = {"ok": False, "skipped": True, "error": "skipped"}, b""
         else:

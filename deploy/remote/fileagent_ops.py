@@ -17,6 +17,15 @@ names relative to the same directory fd:
 - a directory writable by group or others, or owned by someone other than root or us, is
   refused (as OpenSSH's StrictModes) unless the request says ``unsafe_dir``; a target with
   other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it would split it).
+
+Paths are walked, never resolved by the kernel in one lookup (issue 32): `walk` opens ``/``
+and then each component relative to the last with ``O_NOFOLLOW``, so a directory above the
+target that another user swaps for a symlink mid-run is seen as a symlink. A symlink on the
+way is followed only if root or we own it (``/lib -> usr/lib``), its target walked the same
+way. For a write (and the state_dir records) every directory on the way is judged as
+OpenSSH's StrictModes judges those above a key: owned by root or us and writable by nobody
+else, a root-owned sticky directory such as ``/tmp`` passing above the last one; otherwise
+refused like the target's own directory, unless ``unsafe_dir``.
 """
 
 import binascii
@@ -35,6 +44,9 @@ except ImportError:
 TEMP_SUFFIX = ".tmp"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_WALK_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
+#: As the kernel's bound on symlinks in one lookup (ELOOP past it).
+_MAX_LINKS = 40
 
 
 class Refused(Exception):
@@ -80,23 +92,86 @@ def _xattrs(fd):
     return out
 
 
-def open_dir(directory, unsafe_dir=False):
-    """An fd on ``directory``, refused when someone other than root or us could write in it."""
-    fd = os.open(directory, _DIR_FLAGS)
+def _judge(fd, shown, last):
+    """Refuse the directory open on ``fd`` when someone other than root or us could change
+    what is in it; a root-owned sticky one passes above the ``last`` (as ``/tmp``)."""
+    st = os.fstat(fd)
+    if st.st_uid in (0, os.geteuid()):
+        if not st.st_mode & 0o022:
+            return
+        if not last and st.st_uid == 0 and st.st_mode & statmod.S_ISVTX:
+            return
+    raise Refused(
+        f"{shown} is writable by others (owner uid {st.st_uid}, mode "
+        f"{statmod.S_IMODE(st.st_mode):04o}): refused, as OpenSSH's StrictModes "
+        "would; set unsafe_dir: true on the step to write there anyway"
+    )
+
+
+def walk(directory, judge=True, unsafe_dir=False):
+    """An fd on ``directory`` (absolute), opened from ``/`` one component at a time with
+    ``O_NOFOLLOW``; each directory on the way judged (`_judge`) when ``judge`` and not
+    ``unsafe_dir``. A symlink on the way is followed only when root or we own it, even with
+    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose);
+    its target is walked the same way. Raises `Refused`, or the OSError of
+    a component that is missing or not a directory."""
+    check = judge and not unsafe_dir
+    parts = [part for part in directory.split("/") if part]
+    parts.reverse()  # a stack: the next component last
+    stack = [os.open("/", _WALK_FLAGS)]
+    shown = ["/"]
+    links = 0
     try:
-        st = os.fstat(fd)
-        if not unsafe_dir:
-            mine = os.geteuid()
-            if st.st_uid not in (0, mine) or st.st_mode & 0o022:
-                raise Refused(
-                    f"{directory} is writable by others (owner uid {st.st_uid}, mode "
-                    f"{statmod.S_IMODE(st.st_mode):04o}): refused, as OpenSSH's StrictModes "
-                    "would; set unsafe_dir: true on the step to write there anyway"
-                )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        if check:
+            _judge(stack[0], "/", not parts)
+        while parts:
+            part = parts.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                    shown.pop()
+                continue
+            here = shown[-1].rstrip("/") + "/" + part
+            try:
+                fd = os.open(part, _WALK_FLAGS, dir_fd=stack[-1])
+            except OSError as exc:
+                if exc.errno not in (errnomod.ELOOP, errnomod.ENOTDIR):
+                    raise
+                st = os.stat(part, dir_fd=stack[-1], follow_symlinks=False)
+                if not statmod.S_ISLNK(st.st_mode):
+                    raise
+                if st.st_uid not in (0, os.geteuid()):
+                    raise Refused(
+                        f"{here} is a symbolic link owned by uid {st.st_uid}: not followed "
+                        "(only root's or ours are)"
+                    ) from None
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errnomod.ELOOP, "too many symbolic links", directory) from None
+                target = os.readlink(part, dir_fd=stack[-1])
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                        shown.pop()
+                parts.extend(reversed([p for p in target.split("/") if p]))
+                continue
+            stack.append(fd)
+            shown.append(here)
+            if check:
+                _judge(fd, here, not parts)
+        fd = stack.pop()
+        return fd
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def open_dir(directory, unsafe_dir=False):
+    """An fd on ``directory``, refused when someone other than root or us could write in it
+    or in any directory above it (`walk`)."""
+    return walk(directory, True, unsafe_dir)
 
 
 def _read_fd(fd, size_hint):
@@ -112,7 +187,7 @@ def read(args):
     """lstat and content of a path: (header, payload). Never through a symlink."""
     directory, base = _split(args["path"])
     try:
-        dfd = os.open(directory, _DIR_FLAGS)
+        dfd = walk(directory, judge=False)
     except FileNotFoundError:
         return {"missing": True}, b""
     try:
@@ -169,15 +244,31 @@ def _current(dfd, base, path, args):
         os.close(fd)
 
 
-def _apply_meta(fd, path, meta, args):
-    """fchown, then fchmod, then the xattrs, in that order (module docstring says why)."""
+#: The access ACL a new file takes from its directory's default ACL (issue 32).
+ACL_ACCESS = "system.posix_acl_access"
+
+
+def _apply_meta(fd, path, meta, args, exact):
+    """fchown, then fchmod, then the xattrs, in that order (module docstring says why).
+
+    ``exact`` (a file replaced, or metadata recorded for it): the file gets exactly
+    ``meta``'s ACL, none if it has none. A temp file created in a directory with a default
+    ACL took that ACL as its own; it is removed before the fchmod (with an ACL the group bits
+    of a chmod set only its mask), so an original without an ACL never comes back with one.
+    Without ``exact`` (a new file) it keeps what any new file in that directory gets."""
     st = os.fstat(fd)
     uid = st.st_uid if meta.get("uid") is None else int(meta["uid"])
     gid = st.st_gid if meta.get("gid") is None else int(meta["gid"])
     if (uid, gid) != (st.st_uid, st.st_gid):
         os.fchown(fd, uid, gid)
-    os.fchmod(fd, statmod.S_IMODE(int(meta.get("mode", 0o600))))
     xattrs = meta.get("xattrs") or {}
+    if exact and ACL_ACCESS not in xattrs:
+        try:
+            os.removexattr(fd, ACL_ACCESS)
+        except OSError as exc:
+            if exc.errno not in (errnomod.ENODATA, errnomod.ENOTSUP, errnomod.ENOSYS):
+                raise
+    os.fchmod(fd, statmod.S_IMODE(int(meta.get("mode", 0o600))))
     if xattrs and args.get("xattrs") == "refuse":
         raise Refused(
             f"{path} carries extended attributes ({', '.join(sorted(xattrs))}) and the step "
@@ -202,6 +293,7 @@ def write(args, data):
         if current is None and args.get("expect_sha256"):
             raise Refused(path + " disappeared on the host while we were editing it; not written")
         meta = args.get("meta")
+        explicit = meta is not None
         if meta is None:
             meta = current or {"mode": 0o600}
         elif "xattrs" not in meta and current:
@@ -213,7 +305,7 @@ def write(args, data):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            _apply_meta(fd, path, meta, args)
+            _apply_meta(fd, path, meta, args, current is not None or explicit)
             os.fsync(fd)
             st = os.fstat(fd)
             if st.st_size != len(data):
@@ -252,7 +344,7 @@ def append(args, data):
     fd = _APPENDS.get(path)
     if fd is None:
         directory, base = _split(path)
-        dfd = os.open(directory, _DIR_FLAGS)
+        dfd = walk(directory)
         try:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(base, flags, 0o600, dir_fd=dfd)
@@ -271,7 +363,7 @@ def append(args, data):
 def mkdir(args, data):
     """Create one directory level; an existing directory (not a symlink to one) is fine."""
     directory, base = _split(args["path"])
-    dfd = os.open(directory, _DIR_FLAGS)
+    dfd = walk(directory)
     try:
         try:
             os.mkdir(base, int(args.get("mode", 0o700)), dir_fd=dfd)
@@ -288,7 +380,7 @@ def remove(args, data):
     """Unlink a name that is not a directory (a symlink itself, never its target)."""
     directory, base = _split(args["path"])
     try:
-        dfd = os.open(directory, _DIR_FLAGS)
+        dfd = walk(directory, judge=False)
     except FileNotFoundError:
         return {"missing": True}
     try:
@@ -303,7 +395,7 @@ def remove(args, data):
 def remove_temps(args, data):
     """Remove what an interrupted write of ``path`` left beside it; return the names."""
     directory, base = _split(args["path"])
-    dfd = os.open(directory, _DIR_FLAGS)
+    dfd = walk(directory, judge=False)
     try:
         prefix = temp_prefix(base)
         removed = []

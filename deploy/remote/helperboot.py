@@ -1,125 +1,36 @@
-"""Starts the file helper ON THE HOST from its compiled code, kept in state_dir between runs.
+"""Starts the file helper ON THE HOST, with the exit statuses the lock's shell acts on.
 
 The lock's shell starts the file helper (`deploy.remote.fileagent`) once per run as
 ``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (`deploy.remote.loop.LOOP`), PYTHON being the
-interpreter the run's compile check names when there is one and the lock found it trusted
-(`deploy.checks.interpreter`: no other user can change it) (the helper can then compile in
-place of a process of it: `deploy.remote.fileagent_compiled.compile_here`), else python3. Compiling
-the helper's ~26 kB of source was the largest part of its start-up: ~9 ms of the host's CPU
-per run in a fresh interpreter, against ~3 ms to load the same code with ``marshal`` (issue
-17; measured with Python 3.11). So this program runs the code compiled by an earlier run when
-it is there, and otherwise compiles the source it was given and keeps the code for the next.
-
-What is kept: ``STATE_DIR/.helper-code.KEY``, where KEY is the sha256 of the interpreter's
-bytecode magic number, its ``sys.version`` and the source: another source or another
-interpreter build never finds this file. Its content is the sha256 of the marshalled code,
-then that code: a torn or damaged file is compiled afresh, never loaded. It is written as
-every file in state_dir is (an ``O_EXCL`` temp file, then a rename), opened without following
-symlinks, and state_dir itself passed the lock's trust check before this runs: only root and
-the login user can write there, the same who can change what the helper does anyway. Files
-of other helper versions are removed when one is written. Anything that fails here costs only
-the cache: the source is compiled as before.
+interpreter the run's compile check names when the lock found it trusted, else python3. That
+interpreter may be unable to run the helper (too old, not Python 3): this program then exits
+`CANNOT` and the shell starts it on python3 instead. A helper that fails once started exits
+`FAILED`, never 1 or 2, so the shell never takes it for a start that failed and starts a
+second helper. (The helper's compiled code used to be kept in state_dir between runs: ~7 ms
+of the host's CPU per run, under 2 % of a run, so it was removed: docs/performance.md,
+"Ablation".)
 
 Standard library only, no syntax newer than Python 3.8, no annotations; ``sys.argv`` is given
 to the helper as if it had been started with ``-c SOURCE 3 4``.
 """
 
-import marshal
 import os
 import sys
-
-PREFIX = ".helper-code."
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _sha256():
-    try:
-        from _sha2 import sha256  # Python 3.12 and later
-    except ImportError:
-        try:
-            from _sha256 import sha256
-        except ImportError:
-            from hashlib import sha256
-    return sha256
-
-
-def _read(name):
-    fd = os.open(name, _OPEN)
-    try:
-        chunks = []  # type: list[bytes]
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
-def _keep(state_dir, name, code, sha256):
-    """Keep ``code`` as ``name`` for the next run; whether that worked."""
-    try:
-        _write(state_dir, name, marshal.dumps(code), sha256)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _write(state_dir, name, body, sha256):
-    """Write ``name`` (digest + body) atomically; remove other versions' files."""
-    temp = name + ".tmp" + str(os.getpid())
-    fd = os.open(temp, _CREATE, 0o600)
-    try:
-        try:
-            data = sha256(body).digest() + body
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.rename(temp, name)
-    except BaseException:
-        os.unlink(temp)  # a full disk, a directory in the way: no temp left run after run
-        raise
-    for other in os.listdir(state_dir):
-        if other.startswith(PREFIX) and state_dir + "/" + other != name:
-            os.unlink(state_dir + "/" + other)
-
-
-def code_for(source, state_dir):
-    """The helper's code object: loaded from state_dir when kept there, else compiled (and
-    kept)."""
-    sha256 = _sha256()
-    magic = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", b"")
-    key = sha256(magic + sys.version.encode("utf-8", "replace") + source.encode("utf-8"))
-    name = state_dir + "/" + PREFIX + key.hexdigest()
-    try:
-        data = _read(name)
-        if len(data) > 32 and sha256(data[32:]).digest() == data[:32]:
-            return marshal.loads(data[32:])
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    code = compile(source, "<deploy file helper>", "exec", dont_inherit=True)
-    _keep(state_dir, name, code, sha256)
-    return code
-
 
 #: Exit status when this interpreter cannot run the helper (too old, or its source does not
 #: compile here): the lock's shell then starts it with python3 instead (`deploy.remote.session`).
 #: Python itself exits 2 on an option it does not know and 1 on a syntax error in this program.
 CANNOT = 2
-#: Exit status when the helper, once started, ended with an error: never 1 or 2, so that the
-#: shell never mistakes it for a start that failed and starts a second helper.
+#: Exit status when the helper, once started, ended with an error.
 FAILED = 70
 
 
 def main():
-    source, state_dir = sys.argv[1], sys.argv[-1]
+    source = sys.argv[1]
     if sys.version_info < (3, 8):  # noqa: UP036  # the host's interpreter, not ours
         sys.exit(CANNOT)
     try:
-        code = code_for(source, state_dir)
+        code = compile(source, "<deploy file helper>", "exec", dont_inherit=True)
     except Exception:
         sys.exit(CANNOT)
     sys.argv = ["-c", *sys.argv[2:-1]]

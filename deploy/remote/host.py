@@ -24,7 +24,7 @@ import logging
 import select
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
 import paramiko
@@ -355,11 +355,15 @@ class RemoteHost:
         *,
         body: Any = None,
         timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
         """One HTTP request to ``address:port`` as the host sees it (`deploy.remote.http`)."""
         from deploy.remote import http  # not loaded by a run without services
 
-        return http.request(self.transport, address, port, method, path, body=body, timeout=timeout)
+        return http.request(
+            self.transport, address, port, method, path, body=body, timeout=timeout,
+            headers=headers,
+        )  # fmt: skip
 
     # -- files (`deploy.remote.hostfiles`) ----------------------------------------------------
 

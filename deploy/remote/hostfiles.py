@@ -32,9 +32,31 @@ from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.sftpfiles import SftpFiles
 
+#: How files are changed on a host (docs/operations.md shows this text; the helper's
+#: operations are `deploy.remote.fileagent_ops`).
+FILES_RULE = """Every read and write on a host goes through file descriptors, in deploy's file helper:
+no check by path followed by a change by path. A path is walked from `/` one component at a
+time without following symbolic links (`O_NOFOLLOW`): a symlink on the way is followed only if
+root or the login user owns it (`/lib -> usr/lib`), its target walked the same way, so a
+directory above the target that another user swaps for a symlink mid-run is never a detour.
+For a write, every directory on the way must be owned by root or the login user and not be
+writable by group or others — as OpenSSH's StrictModes judges every directory above a key —
+a root-owned sticky directory such as `/tmp` passing above the target's own; otherwise the
+step is refused unless it says `unsafe_dir: true` (which allows such directories, never
+another user's symlink). A hard-linked target is refused unless `hardlinks: allow`.
+
+The new content goes to an exclusive temp file beside the target, which gets the original's
+owner, then mode (setuid/setgid kept), then xattrs (capabilities kept), then fsync, an atomic
+rename and the directory's fsync. Its POSIX ACL is exactly the original's, none if the
+original had none: a temp file created in a directory with a default ACL takes that ACL, and
+it is removed before the mode is set, so apply and rollback never open a file to a user the
+directory's default names. A file deploy creates (state_dir's records) gets what any new file
+in that directory would get, then the mode deploy asks for.
+"""
+
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it: its code kept in state_dir (`deploy.remote.helperboot`).
+#: What the lock's shell runs to start it (`deploy.remote.helperboot`).
 HELPER_BOOT = program("helperboot")
 
 

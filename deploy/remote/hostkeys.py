@@ -2,9 +2,8 @@
 
 `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`): each key
 a server offers is judged against known_hosts as OpenSSH reads it (`deploy.remote.knownhosts`)
-and refused in one line that says what to do. Judging only reads (`KnownHostsPolicy.judge`):
-a handshake made ahead of the login judges with it too; the one write, recording a new key
-under ``accept-new``, is `KnownHostsPolicy.record`, made at the login.
+and refused in one line that says what to do. Judging only reads (`KnownHostsPolicy.judge`);
+the one write, recording a new key under ``accept-new``, is `KnownHostsPolicy.record`.
 """
 
 from __future__ import annotations
@@ -83,8 +82,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
     def judge(self, key: paramiko.PKey) -> bool:
         """True: the key is trusted; False: unknown, to be recorded (``accept-new``).
 
-        Reads only: a handshake made ahead of the login (`negotiate`) judges the key with
-        this, and the write of an accepted new key waits for the login (`record`).
+        Reads only: the write of an accepted new key is `record`.
 
         Raises:
             HostKeyMismatch: changed or revoked.

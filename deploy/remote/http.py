@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,10 @@ def request(
     *,
     body: Any = None,
     timeout: float = 30.0,
+    headers: Mapping[str, str] | None = None,
 ) -> HttpResponse:
-    """One HTTP/1.1 request with ``Connection: close`` over one stream of ``transport``.
+    """One HTTP/1.1 request with ``Connection: close`` over one stream of ``transport``
+    (``headers``: extra ones, e.g. ``Authorization``; never logged).
 
     Raises:
         ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
@@ -60,6 +63,10 @@ def request(
     )
     if body is not None:
         head += "Content-Type: application/json\r\n"
+    for name, value in (headers or {}).items():
+        if "\r" in name + value or "\n" in name + value:
+            raise ValueError(f"header {name!r}: no line breaks allowed")
+        head += f"{name}: {value}\r\n"
     try:
         channel = transport.open_stream(address, port, min(timeout, 30.0))
     except ConnectionRefusedError as exc:

@@ -61,8 +61,7 @@ _dS={state}
 _dA={agent}
 _dB={boot}
 _dW={helper_python}
-{trust}[ -d "$_dS/runs" ] || _dM=$(LC_ALL=C mkdir -p "$_dS/runs" 2>&1) || {{ echo "NOSTATE cannot create $_dS/runs: $_dM"; exit 70; }}
-command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
+{trust}command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
 exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
 if flock -w 1 9; then
   _dP=; IFS= read -r _dP 2>/dev/null <"$_dS/lock"

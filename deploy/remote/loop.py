@@ -9,7 +9,7 @@ it runs on the host, and `deploy.remote.local.LocalHost` runs the very same text
 #: The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 #: exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 #: login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
-#: it (`deploy.remote.helperboot`: its compiled code kept in state_dir between runs). ``$_dW``:
+#: it (`deploy.remote.helperboot`: the exit statuses the fallback below reads). ``$_dW``:
 #: the interpreter the run's compile check names, if any, and only if the lock's trust check
 #: found no other user able to change it (`deploy.checks.interpreter`; else it is empty here),
 #: resolved: the path that check judged, never one through a directory it did not see;

@@ -21,12 +21,14 @@ from typing import Any
 
 import paramiko
 
+from deploy import ablation
+
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
 def ack_now(sock: Any) -> None:
     """Send the ACK the kernel is holding back for what ``sock`` received, now (best effort)."""
-    if _QUICKACK is None or not isinstance(sock, socket.socket):
+    if _QUICKACK is None or not isinstance(sock, socket.socket) or ablation.off("quickack"):
         return
     # Not TCP (a socketpair in tests), or closed meanwhile: nothing to flush.
     with contextlib.suppress(OSError):

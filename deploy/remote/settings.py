@@ -1,8 +1,7 @@
 """`ConnectSettings`: everything needed to reach one host, in a module that imports no SSH.
 
 Kept apart from `deploy.remote.connect` (which imports paramiko, ~0.1 s) so that a command
-can describe the hosts it will contact, and start their handshakes in the background
-(`deploy.remote.handshake`), before the SSH stack is imported.
+can describe the hosts it will contact before the SSH stack is imported.
 """
 
 from __future__ import annotations
@@ -38,22 +37,3 @@ class ConnectSettings:
 
     def known_hosts_path(self) -> Path:
         return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-
-    def handshake_key(self) -> tuple[object, ...]:
-        """What the connection's handshake (TCP, key exchange, host-key check) depends on.
-
-        Two settings with the same key reach the same server over the same route and judge
-        its key against the same files: a handshake made for one serves the other
-        (`deploy.remote.handshake`). The user is part of it because ssh_config's ``Match
-        user`` blocks may route by it; keys and secrets are not (they only log in).
-        """
-        return (
-            self.name,
-            self.address,
-            self.port,
-            self.user,
-            self.known_hosts,
-            self.connect_timeout,
-            self.ssh_config,
-            self.compression,  # negotiated in the key exchange
-        )

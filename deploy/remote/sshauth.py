@@ -25,7 +25,7 @@ from deploy.remote.sshfail import Attempt
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from deploy.remote.connect import ConnectSettings
+    from deploy.remote.settings import ConnectSettings
 
 # -- secrets the CLI asked for once per run --------------------------------------------------
 

@@ -67,6 +67,17 @@ FIGURES: dict[str, tuple[str, str]] = {
     ),
     "gid": ("restart", "The gid the new server was started as (see `uid`)."),
     "ready_s": ("wait_healthy", "Seconds until the health URL answered 200."),
+    "sglang_version": (
+        "wait_healthy",
+        "The restarted server's SGLang version (`/server_info`'s `version`; a string).",
+    ),
+    "torch_version": (
+        "wait_healthy",
+        "torch installed for the server's interpreter (its metadata, read by the restart's "
+        "`imports` lookup without importing torch; absent without `imports`).",
+    ),
+    "cuda_version": ("wait_healthy", "The CUDA torch was built for (`torch/version.py`)."),
+    "driver_version": ("wait_healthy", "The GPU driver `nvidia-smi` reports."),
     "smoke_tokens": ("smoke", "Completion tokens of the smoke generation."),
     "tokens_per_s_cN": (
         "gate_throughput",
@@ -113,7 +124,10 @@ STEP: dict[str, Any] = {
             "description": "Measurements by name, step-specific (see *Figures*); kept when "
             "the step fails.",
             "properties": {
-                name: {"type": "number", "description": meaning}
+                name: {
+                    "type": "string" if name.endswith("_version") else "number",
+                    "description": meaning,
+                }
                 for name, (_, meaning) in FIGURES.items()
                 if "N" not in name
             },

@@ -146,12 +146,17 @@ def prepare(host: SshHost, version: str | None = "0.5.9", **standin: Any) -> Gpu
 
 
 def start_old_server(
-    gpu: GpuHost, *, eagle3: bool = False, timeout: float = 30.0, **command: Any
+    gpu: GpuHost,
+    *,
+    eagle3: bool = False,
+    timeout: float = 30.0,
+    address: str = "127.0.0.1",
+    **command: Any,
 ) -> None:
-    """Start the server "by hand" over SSH (as operators do) and wait until it is healthy
-    (``command``: `GpuHost.old_server_command`'s other keywords)."""
+    """Start the server "by hand" over SSH (as operators do) and wait until it is healthy at
+    ``address`` (``command``: `GpuHost.old_server_command`'s other keywords)."""
     run_by_hand(gpu, gpu.old_server_command(eagle3=eagle3, **command))
-    wait_healthy(gpu.port, timeout)
+    wait_healthy(gpu.port, timeout, address=address)
 
 
 def run_by_hand(gpu: GpuHost, command: str) -> None:
@@ -178,8 +183,9 @@ def run_by_hand(gpu: GpuHost, command: str) -> None:
         client.close()
 
 
-def wait_healthy(port: int, timeout: float = 30.0) -> None:
-    """Poll http://127.0.0.1:PORT/health_generate until 200 (raises TimeoutError)."""
+def wait_healthy(port: int, timeout: float = 30.0, *, address: str = "127.0.0.1") -> None:
+    """Poll http://ADDRESS:PORT/health_generate until 200 (raises TimeoutError); ``address``
+    is always a loopback one (127.0.0.0/8)."""
     import urllib.error
     import urllib.request
 
@@ -187,7 +193,7 @@ def wait_healthy(port: int, timeout: float = 30.0) -> None:
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/health_generate", timeout=2
+                f"http://{address}:{port}/health_generate", timeout=2
             ) as reply:
                 if reply.status == 200:
                     return

@@ -12,7 +12,11 @@ validate`` or a file-only run; `tests/unit/test_startup_cost.py` holds that):
   manager (the helper) and the ``systemd`` manager (systemctl) behind one interface.
 - `deploy.services.control`: `ServiceControl`, one service on one host for one run: its
   manager, drain/stop/start, logs.
+- `deploy.services.endpoint`: where the server answers (its sockets, its ``--host``) and its
+  API key.
 - `deploy.services.probes`: talking to the server over HTTP: health, readiness wait, generate.
+- `deploy.services.confirm`: ``/server_info`` against the declared settings; the versions.
+- `deploy.services.drain`: the stop as SGLang drains, with the in-flight count said.
 - `deploy.services.load`: the throughput gate's load and the baseline on the old server.
 - `deploy.services.desired`: the server a restart wants (the running one plus declared changes).
 - `deploy.services.gpus`: after a stop, waiting for the GPUs to be released.

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.config.services import ServiceSpec
-from deploy.errors import StepFailed
+from deploy.errors import ServerRefused, StepFailed
 from deploy.remote.api import Host
 from deploy.services import identity
+from deploy.services.endpoint import Endpoint
 from deploy.services.gpus import wait_gpus_released
 from deploy.services.helper import AGENT_SOURCE
 from deploy.services.managers import Manager, ProcessManager, SystemdManager
@@ -43,6 +44,9 @@ class ServiceControl:
         self.manager: Manager = (
             SystemdManager(remote, spec) if spec.manager == "systemd" else self.process
         )
+        #: Where probes go and the key they send (`deploy.services.endpoint`): the service's
+        #: ``address`` and ``api_key`` until a server's own sockets and flags are known.
+        self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
 
     @property
     def helper_ids(self) -> tuple[int, ...] | None:
@@ -70,6 +74,26 @@ class ServiceControl:
             dict(probe.get("imports") or {}),
         )
 
+    def identity_problem(self, *, restart: bool) -> str | None:
+        """Why the last probe's holder of the port may not be adopted, stopped or (with
+        ``restart``) started again as it runs (`deploy.services.identity`); None when it may.
+        Only for a server deploy signals itself: systemd stops its own unit."""
+        probe = self.process.last_probe
+        if probe is None or self.spec.manager != "process":
+            return None
+        named = [self.spec.user] if self.spec.user else []
+        problem = identity.identity_problem(probe, named)
+        if problem is None and restart:
+            problem = identity.start_problem(probe, self.spec.process_prefix)
+        return problem
+
+    def refuse_stranger(self, *, restart: bool) -> None:
+        """`identity_problem` as an error: before anything is touched, the host is not
+        attempted (exit 4)."""
+        problem = self.identity_problem(restart=restart)
+        if problem:
+            raise ServerRefused(f"{self.remote.name}: {problem}")
+
     def start_refusal(self, user: dict[str, Any] | None) -> str | None:
         """Why the helper could not start a server as ``user`` (it is not root and not that
         user), from the last probe; None when it can, or when no probe said whom it runs as.
@@ -88,9 +112,11 @@ class ServiceControl:
         """Stop the service completely; return a one-line account of what was done.
 
         With ``drain``, the main process alone gets SIGTERM first and up to the service's
-        ``drain_timeout`` to finish its in-flight requests (SGLang stops admitting, answers
-        what it has, then exits); SIGTERM to the whole group at once would kill the schedulers
-        that are computing those answers.
+        ``drain_timeout`` to finish its in-flight requests (SGLang 0.5.9 answers 503 to health
+        checks but keeps admitting requests, and exits once none is in flight: under steady
+        traffic only the bound ends the drain); SIGTERM to the whole group at once would kill
+        the schedulers that are computing those answers. `deploy.services.drain` says the
+        progress.
 
         Raises:
             StepFailed: the port is still held, or the GPUs are not released, in time.

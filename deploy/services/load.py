@@ -23,6 +23,7 @@ from deploy.checks.throughput import Level, rate
 from deploy.errors import CheckFailed
 from deploy.remote import http
 from deploy.services.control import ServiceControl
+from deploy.services.endpoint import endpoint_of_state
 from deploy.services.probes import get, post_generate
 from deploy.services.state import ServiceState
 
@@ -119,6 +120,7 @@ def measure_baseline(
     else (None, why not) — not running, not healthy, or a request failed."""
     if not state.running:
         return None, "old server was not running"
+    svc.endpoint = endpoint_of_state(svc.spec, state)
     try:
         health = get(svc, svc.spec.health_path, timeout=30)
         if health.status != 200:

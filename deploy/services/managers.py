@@ -69,6 +69,8 @@ class ProcessManager:
         self.log_file, self.pid_file = log_file, pid_file
         #: (euid, uid, gid) of the host-side helper, from the last probe.
         self.helper_ids: tuple[int, ...] | None = None
+        #: The last probe's answer: what `deploy.services.identity` judges.
+        self.last_probe: dict[str, Any] | None = None
 
     def helper(self, operation: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         return call_helper(self.remote, self.spec.agent_python, operation, args, timeout)
@@ -86,6 +88,7 @@ class ProcessManager:
             },
         )
         self.helper_ids = helper_ids_of(answer)
+        self.last_probe = answer
         return answer
 
     def current(self) -> ServiceState:

@@ -24,15 +24,20 @@ __all__ = ["POLL_INTERVAL", "generate", "get", "post", "post_generate", "wait_he
 
 
 def get(svc: ServiceControl, path: str, timeout: float = 30.0) -> http.HttpResponse:
-    """``GET path`` on the server, from the host."""
-    return svc.remote.http(svc.spec.address, svc.spec.port, "GET", path, timeout=timeout)
+    """``GET path`` on the server where it listens, from the host, with its API key."""
+    where = svc.endpoint
+    return svc.remote.http(
+        where.address, where.port, "GET", path, timeout=timeout, headers=where.headers()
+    )
 
 
 def post(svc: ServiceControl, path: str, body: Any, timeout: float = 300.0) -> http.HttpResponse:
-    """``POST path`` with a JSON ``body`` on the server, from the host."""
+    """``POST path`` with a JSON ``body`` on the server where it listens, with its API key."""
+    where = svc.endpoint
     return svc.remote.http(
-        svc.spec.address, svc.spec.port, "POST", path, body=body, timeout=timeout
-    )
+        where.address, where.port, "POST", path, body=body, timeout=timeout,
+        headers=where.headers(),
+    )  # fmt: skip
 
 
 def wait_healthy(
@@ -98,8 +103,15 @@ def post_generate(svc: ServiceControl, body: dict[str, Any], timeout: float) -> 
     except http.ServerUnavailable as exc:
         raise CheckFailed(f"POST /generate failed: {exc}") from exc
     if response.status != 200:
+        wants_key = (
+            " (the server wants an API key: give the service's api_key, or start it with --api-key)"
+            if response.status == 401 and not svc.endpoint.api_key
+            else " (the API key sent was refused)"
+            if response.status == 401
+            else ""
+        )
         raise CheckFailed(
-            f"POST /generate answered HTTP {response.status}: {response.body[:200]!r}"
+            f"POST /generate answered HTTP {response.status}{wants_key}: {response.body[:200]!r}"
         )
     try:
         return response.json(), response.body

@@ -18,8 +18,9 @@ report (the restart's summary, its ``uid`` and ``gid`` figures). The process hel
 sets exactly those groups, gid and uid in the child before it runs the server; a server that
 ran as root starts as root. A journal record written before users were kept starts the old
 server as the helper runs (root), as it did then. With no server to copy from (no server
-running, or a ``start`` step) the service's ``command`` starts as the helper runs: a service
-does not name a user. A helper that is not root (a non-root login without ``become``) cannot
+running, or a ``start`` step) the service's ``command`` starts as the helper runs (a service's
+``user`` names whose running server may be adopted; it does not change whom ``command`` starts
+as). A helper that is not root (a non-root login without ``become``) cannot
 switch users: unless it already is that user, the restart is refused in one line before
 anything is stopped, and a start is refused rather than run as another user.
 
@@ -57,6 +58,8 @@ class ServiceState:
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
     user: str | None = None
+    #: /proc/PID/cgroup of the server: which systemd unit, container or login session it is in.
+    cgroup: str = ""
     #: /proc/PID/stat's start time (clock ticks after boot): with ``pid``, which process this
     #: is. None: not known (systemd, a record from before it was kept).
     start_time: int | None = None

@@ -17,6 +17,7 @@ from deploy.config.services import ServiceSpec
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.services.control import ServiceControl
+from deploy.services.endpoint import endpoint_of_state
 from deploy.services.probes import POLL_INTERVAL, wait_healthy
 from deploy.services.state import ServiceState, describe_user
 
@@ -111,6 +112,7 @@ def restore_previous(
     before = ServiceState.from_record(record.get("before") or {})
     if not before.running:
         return f"{name}: was not running before; left stopped"
+    svc.endpoint = endpoint_of_state(svc.spec, before)  # where the old server listened
     began = time.monotonic()
     try:
         if svc.spec.manager == "systemd":

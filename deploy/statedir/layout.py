@@ -6,7 +6,8 @@
     runs/<run-id>/files/<sha256>  saved copies, content-addressed
     services/<name>.log, .pid     servers deploy started itself (manager: process)
     compiled/<sha256>             passed compile checks (a cache, safe to delete)
-    .helper-code.<key>            the file helper's compiled code (a cache, safe to delete)
+    validate.XXXXXXXX             a step's new content while its ``validate`` command runs
+                                  (mktemp; removed when the command ends, safe to delete)
 
 Paths are built here and nowhere else. `scan_script` is the only shell that reads journals
 (the lock's exec and ``deploy status`` both embed it); `parse_scan` turns its output into
@@ -63,6 +64,11 @@ class Layout:
 
     def copy(self, run_id: str, digest: str) -> str:
         return f"{self.copies(run_id)}/{digest}"
+
+    @property
+    def validate_template(self) -> str:
+        """``mktemp`` template of the copy a ``validate`` command checks (`deploy.steps.put`)."""
+        return f"{self.root}/validate.XXXXXXXX"
 
     @property
     def services(self) -> str:

@@ -28,6 +28,9 @@ STEP_MODULES = (
     "deploy.steps.python_insert",
     "deploy.steps.patch",
     "deploy.steps.append",
+    "deploy.steps.lineinfile",
+    "deploy.steps.copy",
+    "deploy.steps.template",
     "deploy.steps.verify_python",
     "deploy.steps.verify_tail",
     "deploy.steps.verify_command",
@@ -95,7 +98,9 @@ def undo_for(op: str) -> type[RecordUndo] | None:
     """The handler that undoes intent records of ``op`` (None: no registered step writes it)."""
     for cls in _CLASSES.values():
         if any(r.EVENT == "intent" and op == r.OP for r in cls.records):
-            return cls.undo_handler()
+            for handler in cls.undo_handlers():
+                if handler.op == op:
+                    return handler
     return None
 
 

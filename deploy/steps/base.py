@@ -72,6 +72,8 @@ class FileState:
     content: bytes
     stat: FileStat
     original: bytes  # as first read in this run: what a rollback must put back
+    #: The file did not exist before this run (`deploy.steps.create`): undo removes it.
+    created: bool = False
 
 
 @dataclass
@@ -307,6 +309,13 @@ class Step(Generic[ArgsT]):
     def undo_handler(cls) -> type[RecordUndo] | None:
         """The handler that undoes this step's intent records (None: it writes none)."""
         return None
+
+    @classmethod
+    def undo_handlers(cls) -> list[type[RecordUndo]]:
+        """One handler per intent ``op`` this step writes (a step that may create a file
+        writes ``write``, ``create`` and ``mkdir`` intents). Default: ``undo_handler()``."""
+        handler = cls.undo_handler()
+        return [] if handler is None else [handler]
 
     def reads(self) -> list[str]:
         """Absolute paths of the files this step will read (default: none)."""

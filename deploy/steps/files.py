@@ -36,6 +36,7 @@ from deploy.steps.base import (
 
 if TYPE_CHECKING:
     from deploy.remote.api import Host
+    from deploy.remote.sftpfile import FileStat
 
 
 class FileWriteOptions(StrictModel):
@@ -69,6 +70,18 @@ def read_file(ctx: StepContext, path: str) -> FileState:
     Raises:
         StepFailed: the path is missing, not absolute, a symlink or not a regular file.
     """
+    state = read_file_or_none(ctx, path)
+    if state is None:
+        raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
+    return state
+
+
+def read_file_or_none(ctx: StepContext, path: str) -> FileState | None:
+    """`read_file`, but None when nothing exists at ``path`` (a step that may create it).
+
+    Raises:
+        StepFailed: the path is not absolute, is a symlink, or is not a regular file.
+    """
     cached = ctx.files.get(path)
     if cached is not None:
         return cached
@@ -76,7 +89,7 @@ def read_file(ctx: StepContext, path: str) -> FileState:
         raise StepFailed(f"{ctx.host}: {path!r} is not an absolute path")
     info, content = ctx.remote.fetch(path)
     if info is None:
-        raise StepFailed(f"{ctx.host}: {path} does not exist; nothing was changed")
+        return None
     if info.is_symlink:
         # Following it would change a file the playbook does not name; replacing it would
         # break the link. Refuse, and say which path to use instead.
@@ -121,8 +134,17 @@ def write_file(
     *,
     unsafe_dir: bool = False,
     hardlinks: Literal["refuse", "allow"] = "refuse",
+    mode: int | None = None,
+    uid: int | None = None,
+    gid: int | None = None,
 ) -> None:
     """Change a file on the host: back up, journal the intent, write atomically, journal done.
+
+    ``mode``/``uid``/``gid``: what the file should have (None: keep its own). A file whose
+    bytes are right but whose owner or mode is not is rewritten with the same bytes: the
+    change is the metadata, journaled like any write, and undo restores the old one. A file
+    this run created (``copy``, ``template``, ``lineinfile`` with ``create``) is written by
+    `deploy.steps.create.create_file`: undo removes it rather than restore an original.
 
     All four are sent to the host's helper without waiting, in that order, which the helper
     keeps: the saved copy and the intent are fsynced before the write starts. The write itself
@@ -132,10 +154,23 @@ def write_file(
     it (the ``done`` record, a restart) happens.
     """
     state = read_file(ctx, path)
-    if content == state.content:
+    if state.created:
+        from deploy.steps.create import create_file
+
+        create_file(ctx, path, content, dirs=[], mode=mode, uid=uid, gid=gid,
+                    unsafe_dir=unsafe_dir, hardlinks=hardlinks)  # fmt: skip
+        return
+    info = state.stat
+    meta = (
+        info.permissions if mode is None else mode,
+        info.uid if uid is None else uid,
+        info.gid if gid is None else gid,
+    )
+    if content == state.content and meta == (info.permissions, info.uid, info.gid):
         return
     if ctx.check_mode:
         state.content = content
+        state.stat = _with_meta(info, meta, len(content))
         return
     before_change(ctx)
     backup = save_original(ctx, state)
@@ -156,9 +191,14 @@ def write_file(
     }
     ctx.journal.write(record)
     ctx.changed = True
+    new_meta = meta != (info.permissions, info.uid, info.gid)
     change = ctx.remote.write_atomic(
         path,
         content,
+        # All three when any changes: the helper would give the temp file's owner otherwise.
+        mode=meta[0] if new_meta else None,
+        uid=meta[1] if new_meta else None,
+        gid=meta[2] if new_meta else None,
         expect_sha256=sha256(state.content),
         unsafe_dir=unsafe_dir,
         hardlinks=hardlinks,
@@ -166,7 +206,13 @@ def write_file(
     ctx.journal.guard(change)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
     state.content = content
-    state.stat = replace(state.stat, size=len(content))
+    state.stat = _with_meta(info, meta, len(content))
+
+
+def _with_meta(info: FileStat, meta: tuple[int, int, int], size: int) -> FileStat:
+    """``info`` as it is once the file holds ``size`` bytes with mode, uid and gid ``meta``."""
+    mode = (info.mode & ~0o7777) | meta[0]
+    return replace(info, mode=mode, uid=meta[1], gid=meta[2], size=size)
 
 
 class EditStep(Step[EditArgsT]):
@@ -300,8 +346,9 @@ def undo_write(
     current = _read_current(remote, path)
     current_sha = None if current is None else sha256(current)
     if current_sha == want:
-        return UndoOutcome(path, "already original")
-    if not force:
+        if _meta_as_recorded(remote, path, record):
+            return UndoOutcome(path, "already original")
+    elif not force:
         _refuse_foreign(remote, record, current_sha, written)
     try:
         xattrs = record.get("xattrs")
@@ -325,6 +372,19 @@ def undo_write(
             f"{remote.name}: restored {path} but its sha256 does not match the saved copy"
         )
     return UndoOutcome(path, "restored", f"sha256 {want[:12]}")
+
+
+def _meta_as_recorded(remote: Host, path: str, record: dict[str, Any]) -> bool:
+    """Whether ``path`` has the mode and owner ``record`` saved (a write that changed only
+    those — ``copy`` with ``mode`` — left the bytes as they were)."""
+    try:
+        info, _ = remote.fetch(path)
+    except StepFailed as exc:
+        raise RollbackFailed(f"{remote.name}: cannot read {path} to restore it: {exc}") from exc
+    if info is None:
+        return False
+    want = (record.get("mode"), record.get("uid"), record.get("gid"))
+    return (info.permissions, info.uid, info.gid) == want
 
 
 class FileUndo(RecordUndo):

@@ -30,12 +30,20 @@ alone, up to the service's ``drain_timeout`` for its requests in flight, then th
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from pydantic import Field
+from pydantic import (
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
-from deploy.config.inventory import StrictModel, empty_list
-from deploy.errors import StepFailed
+from deploy.config.inventory import AS_WRITTEN, StrictModel, empty_list
+from deploy.config.template import is_template
+from deploy.errors import ServiceUnsupported, StepFailed
 from deploy.statedir.records import Done, ServiceIntent
 from deploy.steps import register
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
@@ -46,6 +54,7 @@ if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired comm
     # loads when a service step runs: validating a playbook and a file-only run never need it
     from deploy.services.control import ServiceControl
     from deploy.services.desired import Changes, Desired
+    from deploy.services.endpoint import Endpoint
     from deploy.services.state import ServiceState
 
 
@@ -62,18 +71,80 @@ class ServiceArgs(StrictModel):
     )
 
 
+def or_text(what: str) -> Callable[[dict[str, Any]], None]:
+    """A JSON Schema hook: the field's schema, or a string (``what``), e.g. a template."""
+
+    def extend(schema: dict[str, Any]) -> None:
+        branch = {k: v for k, v in schema.items() if k not in ("title", "description", "default")}
+        for key in branch:
+            del schema[key]
+        schema["anyOf"] = [branch, {"type": "string", "description": what}]
+
+    return extend
+
+
 class ArgChanges(StrictModel):
-    """Changes to the running server's command line, read as SGLang's argparse reads it."""
+    """Changes to the running server's command line, read as SGLang's argparse reads it.
+
+    ``set`` and ``remove`` may also be written as one string (a template such as
+    ``"{{ set_flags }}"`` fed by ``-e``, which renders to a string): ``set`` as a command line
+    (``--mem-fraction-static 0.85 --enable-metrics``: a flag without a value is a bare flag),
+    ``remove`` as flags separated by spaces or commas (`deploy.steps.flag_text`). Flags that
+    move the server (``--host``, ``--port``, in any spelling) are refused unless
+    ``allow_move: true``: clients would lose it, and the playbook should say it means that.
+    """
 
     set: dict[str, str | int | float | bool | list[str | int | float] | None] = Field(
         default_factory=dict,
         description="Flag -> value: replaces every occurrence (any spelling: `--tp` is "
         "`--tp-size`, `--x=y` is `--x y`) or is added at the end; true is a bare flag "
-        "(store_true), false or null removes it, a list gives several values.",
+        "(store_true), false or null removes it, a list gives several values. Or one string, "
+        "a command line: '--mem-fraction-static 0.85 --enable-metrics'.",
+        json_schema_extra=or_text("a command line, e.g. '--mem-fraction-static 0.85'"),
     )
     remove: list[str] = Field(
-        default_factory=empty_list, description="Flags removed with their values, in any spelling."
+        default_factory=empty_list,
+        description="Flags removed with their values, in any spelling. Or one string of flags "
+        "separated by spaces or commas.",
+        json_schema_extra=or_text("flags separated by spaces or commas"),
     )
+    allow_move: bool = Field(
+        default=False,
+        description="Allow set/remove of --host or --port (flags that move the server: its "
+        "clients lose it). Refused by default, when the playbook is loaded.",
+    )
+
+    @field_validator("set", "remove", mode="wrap")
+    @classmethod
+    def _from_text(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        if isinstance(value, str):
+            as_written = isinstance(info.context, dict) and info.context.get(AS_WRITTEN)
+            if as_written and is_template(value):
+                return value  # the as-written pass: a template, parsed once rendered
+            from deploy.edits.flagtext import parse_remove, parse_set  # only when written so
+
+            value = parse_set(value) if info.field_name == "set" else parse_remove(value)
+        return handler(value)
+
+    @model_validator(mode="after")
+    def _does_not_move(self) -> ArgChanges:
+        if self.allow_move or isinstance(self.set, str) or isinstance(self.remove, str):
+            return self  # allowed, or a template not rendered yet (the as-written pass)
+        names = [*self.set, *self.remove]
+        if not any(name.startswith(("--h", "--p")) for name in names):
+            return self  # (a run that moves nothing does not load the flag tables)
+        from deploy.edits.cmdline import canonical
+        from deploy.edits.flagtext import MOVING_FLAGS
+
+        moving = [name for name in names if canonical(name) in MOVING_FLAGS]
+        if moving:
+            raise ValueError(
+                f"{moving[0]} moves the server (its clients would lose it): refused; set "
+                "allow_move: true in the restart step's args to mean it"
+            )
+        return self
 
 
 class EnvChanges(StrictModel):
@@ -100,7 +171,9 @@ class RestartArgs(ServiceArgs):
         description="Changes to the running server's command line: `set` (flag -> value; "
         "replaces every occurrence in any spelling, `--tp` being `--tp-size` and `--x=y` "
         "`--x y`, or is added at the end; true is a bare flag, false or null removes it, a "
-        "list gives several values) and `remove` (flags removed with their values).",
+        "list gives several values) and `remove` (flags removed with their values); each may "
+        "be one string instead (a template fed by -e: set '--x 1 --y', remove '--a,--b'). "
+        "--host and --port are refused unless `allow_move: true`.",
     )
     env: EnvChanges | None = Field(
         default=None,
@@ -123,6 +196,25 @@ class RestartArgs(ServiceArgs):
             env_set=dict(self.env.set) if self.env else {},
             env_unset=list(self.env.unset) if self.env else [],
         )
+
+
+def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
+    """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
+    spec = ctx.services.get(name)
+    return getattr(spec, "manager", "process") == "systemd"
+
+
+def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
+    """Where the server just started will answer, and its key: from its command line and
+    environment (its ``--host``, ``--api-key``), as `deploy.services.endpoint` reads them."""
+    from deploy.services.endpoint import endpoint_of
+
+    if want is not None and want.source == "running server":
+        return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+    if want is not None and want.command:
+        return endpoint_of(svc.spec, argv=shlex.split(want.command), env=want.env)
+    command = shlex.split(svc.spec.command or "")
+    return endpoint_of(svc.spec, argv=command, env=svc.spec.env)
 
 
 ServiceArgsT = TypeVar("ServiceArgsT", bound=ServiceArgs)
@@ -176,6 +268,10 @@ class ServiceStep(Step[ServiceArgsT]):
                         f"as desired ({state.describe()}): not restarted",
                         noop=True,
                     )
+        if self.stops and (state.running or state.leftover_pgids):
+            problem = svc.identity_problem(restart=self.starts)  # changed since the preflight?
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped")
         if self.stops and state.running:
             svc.check_ownership(state, force=ctx.force)
         if isinstance(self.args, RestartArgs) and want.source == "running server":
@@ -219,17 +315,26 @@ class ServiceStep(Step[ServiceArgsT]):
         every ``imports`` module in the file named (a pip-installed sglang in site-packages
         beside an edited checkout would otherwise load the unpatched copy after the restart).
 
+        A server deploy cannot restart as it runs — in a container, or one of several nodes
+        — is refused here too, before anything is touched (`deploy.services.identity`).
+
         Raises:
+            ServiceUnsupported: the server runs in a container or on several nodes (exit 4).
             StepFailed: a module resolves elsewhere, or not at all; both paths named.
         """
         args = self.args
-        if not isinstance(args, RestartArgs):
+        has_imports = isinstance(args, RestartArgs) and bool(args.imports)
+        if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
             return
         svc = control(ctx, self.service)
-        if args.imports:
+        if isinstance(args, RestartArgs) and args.imports:
             python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
             fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
             state, answer = svc.resolve_imports(dict(args.imports), fallback)
+            self._refuse_unsupported(ctx, svc, state)
+            # Who holds the port, judged before anything is touched (issue 32): a second
+            # process tree or user on it, or another user's server, is not attempted.
+            svc.refuse_stranger(restart=True)
             if state.running:  # a stranger on the port: refuse that first, and say so
                 svc.check_ownership(state, force=ctx.force)
             from deploy.services.desired import imports_problem
@@ -237,15 +342,22 @@ class ServiceStep(Step[ServiceArgsT]):
             problem = imports_problem(answer)
             if problem:
                 raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+            versions: dict[str, str] = next(
+                (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
+            )
+            runtime(ctx, self.service)["interpreter_versions"] = versions
             ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
             if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
                 runtime(ctx, self.service)["imports_ran_as"] = ran
                 ctx.note(f"{self.service}: the module lookup ran {ran}")
-        elif svc.spec.manager == "process":
-            state = svc.current()
         else:
-            return
-        if args.imports and svc.spec.manager == "process":
+            state = svc.current()
+            self._refuse_unsupported(ctx, svc, state)
+            if svc.spec.manager == "process":
+                svc.refuse_stranger(restart=isinstance(args, RestartArgs))
+            if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
+                return
+        if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
             from deploy.errors import NothingTouched
             from deploy.services.prechecks import drift_problem
 
@@ -283,6 +395,14 @@ class ServiceStep(Step[ServiceArgsT]):
             raise NothingTouched(
                 f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
             )
+
+    @staticmethod
+    def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
+        from deploy.services.identity import unsupported
+
+        problem = unsupported(state, svc.spec)
+        if problem:
+            raise ServiceUnsupported(f"{ctx.host}: {problem}; nothing was touched")
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:
@@ -323,9 +443,16 @@ class ServiceStep(Step[ServiceArgsT]):
             if state.running and svc.spec.manager == "process":
                 ctx.note(
                     f"draining {self.service} (pid {state.pid}): up to "
-                    f"{svc.spec.drain_timeout:g} s for its requests in flight"
+                    f"{svc.spec.drain_timeout:g} s for its requests in flight (SGLang keeps "
+                    "admitting new ones meanwhile)"
                 )
-            parts.append(svc.stop(state, timeout=self.args.timeout))
+            from deploy.services import drain
+            from deploy.services.endpoint import endpoint_of_state
+
+            old = svc.endpoint
+            svc.endpoint = endpoint_of_state(svc.spec, state)  # ask the old server its load
+            parts.append(drain.stop(svc, state, timeout=self.args.timeout, note=ctx.note))
+            svc.endpoint = old
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":
@@ -347,6 +474,12 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             if want is not None:
                 facts.update(reach=list(want.reach), reach_note=want.reach_note)
+            facts["endpoint"] = _new_endpoint(svc, want)
+            if isinstance(self.args, RestartArgs):
+                from deploy.services.confirm import expected_settings
+
+                changes = self.args.changes()
+                facts["confirm"] = expected_settings(changes.set, changes.remove)
             parts.append(
                 f"started pid {started.get('pid')}"
                 + run_as_note(started.get("user"))

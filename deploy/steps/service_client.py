@@ -29,7 +29,11 @@ def control(ctx: StepContext, name: str) -> ServiceControl:
     spec = ctx.services.get(name)
     if not isinstance(spec, ServiceSpec):
         raise StepFailed(f"service {name!r} is not defined in the playbook's services")
-    return ServiceControl(ctx.remote, ctx.state_dir, name, spec)
+    svc = ServiceControl(ctx.remote, ctx.state_dir, name, spec)
+    started = runtime(ctx, name).get("endpoint")
+    if started is not None:  # the server this run started: where it listens, its key
+        svc.endpoint = started  # type: ignore[assignment]
+    return svc
 
 
 def runtime(ctx: StepContext, name: str) -> dict[str, object]:

@@ -10,6 +10,7 @@ on every address:port the server it replaced listened on (read from the host's /
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -21,6 +22,9 @@ from deploy.steps import register
 from deploy.steps.base import Planned, Step, StepContext
 from deploy.steps.service_client import control, runtime
 
+if TYPE_CHECKING:
+    from deploy.services.control import ServiceControl
+
 
 class WaitHealthyArgs(StrictModel):
     """Wait until the service answers 200 on its health URL (refused and 503 mean: not yet)."""
@@ -30,8 +34,11 @@ class WaitHealthyArgs(StrictModel):
         default=None,
         description="Path or http://127.0.0.1:PORT/path on the host (default: the service's).",
     )
-    timeout: float = Field(
-        default=2700.0, gt=0, description="Seconds (default 45 min: big models load slowly)."
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds (default: the service's `start_timeout`, 45 min unless set, "
+        "which the rollback's wait for the old server uses too).",
     )
     interval: float = Field(
         default=POLL_INTERVAL,
@@ -48,6 +55,37 @@ def health_path(url: str | None, default: str) -> tuple[str, int | None]:
         return url, None
     parts = urlsplit(url)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), parts.port
+
+
+def _confirm_settings(svc: ServiceControl, facts: dict[str, object], planned: Planned) -> None:
+    """The restarted server's own word (`deploy.services.confirm`): the declared speculative
+    settings must be what it runs, and the report records its SGLang, torch, CUDA, driver.
+
+    Raises:
+        CheckFailed: a declared setting is not what /server_info reports, or it cannot be read.
+    """
+    from deploy.services import confirm
+
+    expected = dict(facts.get("confirm") or {})  # type: ignore[call-overload]
+    try:
+        info = confirm.server_info(svc)
+    except CheckFailed:
+        if expected:
+            raise
+        info = {}
+    problem = confirm.settings_problem(svc.name, info, expected)
+    if problem:
+        raise CheckFailed(problem)
+    versions = dict(facts.get("interpreter_versions") or {})  # type: ignore[call-overload]
+    figures = confirm.stack(info, versions, confirm.driver_version(svc))
+    planned.figures.update(figures)
+    if expected:
+        planned.summary += "; /server_info confirms " + ", ".join(
+            f"{field}={value}" for field, value in expected.items()
+        )
+    described = confirm.describe_stack(figures)
+    if described:
+        planned.summary += f"; {described}"
 
 
 @register
@@ -70,7 +108,8 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
                 noop=True,
                 skipped=True,
             )
-        return Planned(summary=f"wait up to {args.timeout:g} s for {args.service}")
+        timeout = args.timeout or control(ctx, args.service).spec.start_timeout
+        return Planned(summary=f"wait up to {timeout:g} s for {args.service}")
 
     def verify(self, ctx: StepContext, planned: Planned) -> None:
         args = self.args
@@ -87,13 +126,14 @@ class WaitHealthyStep(Step[WaitHealthyArgs]):
             svc,
             pid=facts.get("pid"),  # type: ignore[arg-type]
             path=path,
-            timeout=args.timeout,
+            timeout=args.timeout or svc.spec.start_timeout,
             interval=args.interval,
             log_offset=int(facts.get("log_offset", 0)),  # type: ignore[call-overload]
             on_progress=ctx.note,
         )
         planned.summary = f"{args.service} healthy after {seconds:.1f} s ({path} answered 200)"
         planned.figures["ready_s"] = round(seconds, 1)
+        _confirm_settings(svc, facts, planned)
         reach = list(facts.get("reach") or [])  # type: ignore[call-overload]
         if reach:
             now = svc.current().listen

@@ -30,12 +30,12 @@ import pytest
 import yaml
 
 from deploy.edits.pyinsert import insert_into_class
-from deploy.remote.fileagent import FAULT_ENV
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
 from tests.faults.attacker import arena, attacker  # noqa: F401 - the attacker suite's fixtures
+from tests.faults.helper_hook import FAULT_ENV
 from tests.integration.conftest import QUICK_HEALTH, Deploy
 from tests.support.proxy import CuttingProxy
 
@@ -256,7 +256,7 @@ def make_fault_host(
             host,
             proxy,
             model,
-            Deploy(workdir, inventory),
+            Deploy(workdir, inventory, module="tests.faults.helper_hook"),
             inventory,
             known,
             original,

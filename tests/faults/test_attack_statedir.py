@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.xdist_group("attacker")
 
 TRIES = 3
 SECONDS = 10.0
+RACE_TRIES, RACE_SECONDS = 16, 60.0
 EVIL = b"# the attacker's bytes, written by root\nimport os; os.system('id > /tmp/pwned')\n"
 
 
@@ -133,3 +135,112 @@ def test_planted_run_and_lock_symlink_in_untrusted_state_dir(  # type: ignore[no
     )
     assert successes == 0, left
     assert untrusted_said, result.output
+
+
+#: Watch root's lock shell (its command line, which anyone may read, names STATE) and its
+#: subshells; once one of them has run the ``stat`` that judges STATE while STATE is not there
+#: and that ``stat`` has exited, rename the next planted directory into STATE's place (the
+#: shell would create it next). Until DEADLINE or STATE.stop.
+RACE_IN = r"""
+import json, os, sys, time
+state, plants, deadline = sys.argv[1], sys.argv[2].split(":"), float(sys.argv[3])
+needle, judged = b"_dS=" + state.encode(), state.encode() + b"\0"
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/" + pid + "/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+seen, moves, late, stats = set(), 0, 0, 0
+while time.time() < deadline and plants and not os.path.exists(state + ".stop"):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid in seen:
+            continue
+        cmd = cmdline(pid)
+        if not cmd or cmd.startswith(b"sshd") or needle in cmd:
+            continue  # not exec'd yet, or root's shell and its forks: look again
+        seen.add(pid)
+        if not cmd.startswith(b"stat\0") or judged not in cmd or os.path.lexists(state):
+            continue
+        stats += 1
+        while os.path.exists("/proc/" + pid + "/cmdline"):
+            pass  # the judgement is made once that stat has exited
+        try:
+            if os.path.lexists(state):
+                raise FileExistsError
+            os.rename(plants[0], state)
+        except OSError:
+            late += 1
+            continue
+        plants.pop(0)
+        moves += 1
+print(json.dumps({"stats seen": stats, "moves": moves, "late": late}))
+"""
+
+
+def test_a_planted_dir_renamed_in_while_state_dir_is_created(  # type: ignore[no-untyped-def]
+    make_fault_host, attacker: Attacker, arena: Path
+) -> None:
+    """Issue 32 point 3: state_dir under a sticky world-writable directory, not there yet.
+    The attacker waits for root's lock shell to judge the absent path, then renames a
+    planted state_dir (a forged unfinished run, its saved copy the attacker's bytes) into
+    place before the shell creates it. Success for the attacker: root took the lock in the
+    planted directory, or recovered the forged run into the model file. (Before the fix, on
+    this machine: 2 successes in 11 tries, one run ending exit 3 on the forged run.)"""
+    host: FaultHost = make_fault_host()
+    real = _real_run(host)
+    sticky = arena / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    state = sticky / "state"
+    plants = []
+    for n in range(RACE_TRIES + 2):
+        plant = sticky / f".plant-{n}"
+        attacker_dir(attacker, plant, 0o755)
+        (plant / "runs").mkdir()
+        _plant(real, plant, host.original, attacker)
+        for path in [plant, *plant.rglob("*")]:
+            os.lchown(path, attacker.uid, attacker.gid)
+        plants.append(str(plant))
+    inventory = yaml.safe_load(host.inventory.read_text())
+    inventory["hosts"]["gpu-1"]["state_dir"] = str(state)
+    host.inventory.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    racer = attacker.python(RACE_IN, str(state), ":".join(plants), str(time.time() + 90))
+    tries = successes = 0
+    left: set[str] = set()
+    exits: set[int] = set()
+    began = time.monotonic()
+    try:
+        while tries < RACE_TRIES and time.monotonic() - began < RACE_SECONDS:
+            tries += 1
+            result = host.deploy("apply", "kimi-eagle3", *FILES_ONLY, "--yes")
+            exits.add(result.exit_code)
+            theirs = state.exists() and state.lstat().st_uid == attacker.uid
+            rooted = theirs and any(p.lstat().st_uid == 0 for p in state.rglob("*"))
+            if rooted or host.model_file.read_bytes() == EVIL:
+                successes += 1
+                left.add("root wrote in the planted state_dir" if rooted else "model = EVIL")
+            elif theirs:
+                left.add("planted dir refused: state_dir untrusted")
+            host.model_file.write_bytes(host.original)
+            time.sleep(1.2)  # the attacker looks for root's lock in what it planted
+            shutil.rmtree(state, ignore_errors=True)
+    finally:
+        (sticky / "state.stop").touch()
+        try:
+            out, _ = racer.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            racer.kill()
+            out, _ = racer.communicate()
+    record_attack(
+        "planted state_dir renamed into place while root creates it (sticky parent)",
+        tries,
+        successes,
+        (", ".join(sorted(left)) or "nothing")
+        + f"; exits {sorted(exits)}; attacker: {out.strip()}",
+    )
+    assert successes == 0, left

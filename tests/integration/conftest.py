@@ -78,31 +78,41 @@ class Result:
 class Deploy:
     """Runs ``deploy`` as a subprocess in a working directory holding hosts.yaml."""
 
-    def __init__(self, workdir: Path, inventory: Path) -> None:
+    def __init__(self, workdir: Path, inventory: Path, module: str = "deploy.cli") -> None:
         self.workdir = workdir
         self.inventory = inventory
+        #: What ``python -m`` runs: the CLI, or a test's wrapper of it (the fault suite's
+        #: helper hook: `tests.faults.helper_hook`), found from the repository's root.
+        self.module = module
+
+    def _env(self) -> dict[str, str]:
+        env = {**os.environ, "DEPLOY_INVENTORY": str(self.inventory)}
+        if self.module != "deploy.cli":
+            root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        return env
 
     def __call__(self, *args: str, stdin: str | None = None, timeout: float = 120) -> Result:
         proc = subprocess.run(
-            [sys.executable, "-m", "deploy.cli", *args],
+            [sys.executable, "-m", self.module, *args],
             cwd=self.workdir,
             input=stdin if stdin is not None else "",
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, "DEPLOY_INVENTORY": str(self.inventory)},
+            env=self._env(),
         )
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "deploy.cli", *args],
+            [sys.executable, "-m", self.module, *args],
             cwd=self.workdir,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "DEPLOY_INVENTORY": str(self.inventory)},
+            env=self._env(),
         )
 
 
@@ -152,8 +162,11 @@ def make_gpu_hosts(
 ) -> Callable[..., tuple[list[GpuHost], Deploy]]:
     """Sandbox hosts laid out like the SGLang host, with the stand-in server (not started)."""
 
-    def make(versions: list[str | None], **standin: object) -> tuple[list[GpuHost], Deploy]:
-        hosts = sshd_sandbox.start_many([f"gpu-{i + 1}" for i in range(len(versions))])
+    def make(
+        versions: list[str | None], *, names: list[str] | None = None, **standin: object
+    ) -> tuple[list[GpuHost], Deploy]:
+        names = names or [f"gpu-{i + 1}" for i in range(len(versions))]
+        hosts = sshd_sandbox.start_many(names)
         settings = {**QUICK_HEALTH, **standin}
         gpus = [gpu_host.prepare(h, v, **settings) for h, v in zip(hosts, versions, strict=True)]
         workdir = tmp_path / "workstation"

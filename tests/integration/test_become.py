@@ -318,3 +318,53 @@ def test_a_refused_sudo_under_check_is_one_line_exit_4(
         assert [line for line in run.output.splitlines() if refused in line], run.output
         assert "Traceback" not in run.output and "internal error" not in run.output
         assert clean.untouched()
+
+
+#: A login user's ~/.bashrc that would capture what goes to sudo: ``sudo``, ``exec`` (and
+#: the ``/usr/bin/sudo`` bash allows as a function name too) as functions, and aliases.
+_INTERCEPTING_BASHRC = """\
+_grab() {
+  printf '%s\\n' "$*" >> {capture}; _m=
+  while [ $# -gt 0 ]; do [ "$1" = -p ] && { _m=$2; break; }; shift; done
+  printf '%s' "$_m" >&2; IFS= read -r _pw; printf 'pw=%s\\n' "$_pw" >> {capture}
+}
+sudo() { _grab "$@"; }
+/usr/bin/sudo() { _grab "$@"; }
+exec() { _grab "$@"; }
+command() { _grab "$@"; }
+shopt -s expand_aliases
+alias sudo='_grab'
+alias exec='_grab'
+"""
+
+
+def test_the_login_users_shell_functions_cannot_intercept_sudo(
+    clean: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 point 6: bash reads ~/.bashrc before a command sshd runs; a ``sudo`` (or
+    ``exec``) function or alias there must not receive sudo's command or the password."""
+    user = clean.users["pw"]
+    home = clean.base / f"home-{user}"
+    capture = clean.base / f"captured-{user}"
+    capture.touch()
+    uid, gid = _ids(user)
+    os.chown(capture, int(uid), int(gid))
+    (home / ".bashrc").write_text(_INTERCEPTING_BASHRC.replace("{capture}", str(capture)))
+    _run("usermod", "-s", "/bin/bash", user)
+    try:
+        monkeypatch.setenv("SUDO_SECRET", PASSWORD)
+        deploy = clean.deploy(tmp_path, "pw", become=True, become_password_env="SUDO_SECRET")
+        run = deploy("apply", "conf.yaml", "--yes")
+        said = capture.read_text()
+        assert PASSWORD not in said and said == "", said
+        assert run.exit_code == 0, run.output
+        assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"
+    finally:
+        _run("usermod", "-s", "/bin/sh", user)
+        (home / ".bashrc").unlink()
+
+
+def _ids(user: str) -> tuple[str, str]:
+    out = subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True).stdout
+    group = subprocess.run(["id", "-g", user], capture_output=True, text=True, check=True).stdout
+    return out.strip(), group.strip()

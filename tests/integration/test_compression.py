@@ -83,7 +83,7 @@ def _proxied_run(
 def test_a_change_run_sends_a_fraction_of_the_bytes(
     sshd_sandbox: SshdSandbox, tmp_path: Path
 ) -> None:
-    """The same change run, with the handshake made ahead as the CLI does: compressed, the
+    """The same change run, as the CLI makes it: compressed, the
     workstation sends under half the bytes and receives under half (the lock's command
     line, the model file coming back, the batch with the new bytes), and the result is the
     same file."""

@@ -156,5 +156,5 @@ def test_status_shows_the_lock_holder_and_the_last_run(make_kimi_hosts, tmp_path
 
     after = deploy("status", "-l", "gpu-1")
     assert after.exit_code == 0, after.output
-    row = after.stdout.splitlines()[1].split()
-    assert row[:3] == ["gpu-1", "free", run_id] and "changed" in row, after.stdout
+    host, last = after.stdout.splitlines()[:2]
+    assert host.startswith("gpu-1: lock free, ") and last == f"  last run {run_id} (held): changed"

@@ -40,12 +40,18 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: (one fork that execs ``cat``) feeds them, then the channel, to the loop: ~1 ms of the
 #: host's CPU for a round trip saved (sshd grants the channel's window only with the exec's
 #: reply; `deploy.remote.lock`). Its fifo is made and removed with the helper's.
+#: 12 -> 12 (issue 32): a state_dir created is judged again once it exists (one more
+#: ``realpath`` and ``stat``), paid for by the lock script's substitutions that redirect
+#: (``stat``, ``mkdir``) exec'ing their program instead of forking it from a subshell, and
+#: by one ``mkdir`` for every missing level (each level still made on its own, parent first,
+#: never ``-p``): the count no longer depends on how many levels are missing.
 CHANGE_RUN_PROCESSES = 12
 #: The same playbook again, nothing to change. 31 -> 9 (issue 17), as above; 9 -> 10: the
 #: helper is started by a subshell that can start it on python3 instead if the compile
 #: check's interpreter cannot run it (one fork, no exec).
 #: 10 -> 11: the relay, as above.
-RERUN_PROCESSES = 11
+#: 11 -> 10: the trust check's ``stat`` is exec'd by its substitution (no subshell besides).
+RERUN_PROCESSES = 10
 
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
 STRACE = shutil.which("strace")
@@ -104,6 +110,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _alive(log: Path) -> bool:
+    """Whether a process the trace saw created still runs. Waiting for the daemon's
+    children alone is not enough: sshd's session process may end (the client closed the
+    channel) while the login shell it started still runs to its end, reparented, and then
+    forks ``rm`` for its fifos — counted or not depending on when the trace stopped (the
+    change run's count varied by one between attempts)."""
+    for _, child in _CREATED.findall(log.read_text()):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            return True
+    return False
+
+
 @contextmanager
 def _traced(host: SshHost, log: Path) -> Iterator[list[str]]:
     """Trace the host's daemon for the block; yields a list that then holds the exec'd
@@ -123,7 +145,7 @@ def _traced(host: SshHost, log: Path) -> Iterator[list[str]]:
     try:
         yield result
         deadline = time.monotonic() + 30
-        while _children(daemon):  # the session's processes end a moment after the client
+        while _children(daemon) or _alive(log):  # they end a moment after the client
             assert time.monotonic() < deadline, "the session did not end"
             time.sleep(0.02)
     finally:

@@ -115,10 +115,8 @@ def test_wheel_runs_check_from_any_directory(
     env = _env(tmp_path)
     wheel = _build_wheel(tmp_path, env)
     names = zipfile.ZipFile(wheel).namelist()
-    # The stripped host programs `deploy.remote.hostprogram` sends without stripping them again.
-    assert {f"deploy/remote/shipped/{n}.txt" for n in ("agent", "fileagent", "helperboot")} <= set(
-        names
-    )
+    # The host programs `deploy.remote.hostprogram` assembles from their sources.
+    assert {f"deploy/remote/{n}.py" for n in ("agent", "fileagent", "helperboot")} <= set(names)
     assert "deploy/demo.py" in names and "deploy/sandbox/sshd.py" in names  # `deploy demo`'s
     shipped = [n for n in names if n.startswith(("tools/", "tests/"))]
     shipped += [n for n in names if "docgen" in n or n.endswith(("/reliability.py", "/proxy.py"))]

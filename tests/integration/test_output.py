@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -70,10 +71,13 @@ def test_check_and_apply_say_each_thing_once(
     assert out.count(DIFF_LINE) == 1, out  # the plan's diff, not again under --diff
     assert out.count(where) == 1, out  # the dead host's error, once
     assert "gpu-dead: gpu-dead" not in out and "gpu-dead: not attempted: gpu-dead" not in out
-    assert "exit 4 (some host was not attempted; 1 host(s) would change)" in plan.stdout
-    table = plan.stdout[plan.stdout.index("HOST ") :].splitlines()[:-1]  # less "run …: exit"
+    unwrapped = plan.stdout.replace("\n  ", " ")  # the last line is wrapped at 80 columns
+    assert "exit 4 (some host was not attempted; 1 host(s) would change)" in unwrapped
+    # A --check run is not recorded (issue 30): its last line names no run id, just the exit.
+    assert "\nrun " not in plan.stdout, plan.stdout
+    table = plan.stdout[plan.stdout.index("HOST ") : plan.stdout.index("\nexit 4 (")].splitlines()
     assert len(table) == 3 and all(len(line) <= 80 for line in table), table
-    assert "…" in table[1] and "kimi_k25.py " in table[1], "shortened in the middle"
+    assert "  kimi_k25.py  " in table[1] and str(kimi.model_file) not in table[1], "base name"
 
     full = _run(deploy, "apply", "kimi-eagle3", "--check", "--json", *FILES_ONLY, COLUMNS="80")
     files = json.loads(full.stdout)["hosts"][0]["changed_files"]
@@ -129,3 +133,72 @@ def test_rollback_reports_progress_while_the_old_server_loads(
     waits = [line for line in lines if line.startswith("gpu-1: waiting for sglang: ")]
     assert len(waits) >= 2, rolled.stderr  # every 5 s of an 11 s load
     assert not any("/health" in line for line in waits), rolled.stderr
+
+
+NODES = ["gpu-node-01.dc2.example.internal", "gpu-node-02.dc2.example.internal"]
+NARROW = {"COLUMNS": "80", "TERM": "dumb"}
+
+
+def _fits(result: Result, *, except_prefix: tuple[str, ...] = ()) -> list[str]:
+    """Every line of the command's output within 80 columns (but those starting with
+    ``except_prefix``: diffs, and paths under ``show``); returns the lines."""
+    lines = result.output.splitlines()
+    long = [line for line in lines if len(line) > 80 and not line.startswith(except_prefix)]
+    assert not long, "\n".join(long)
+    return lines
+
+
+def test_eighty_columns_with_real_host_names(
+    make_gpu_hosts: Callable[..., tuple[list[GpuHost], Deploy]],
+) -> None:
+    """Issue 34, point 4: apply (restart, health, gate), show, history, status and rollback on
+    an 80-column terminal, hosts named as in a data centre: every line fits, no host name is
+    cut, the gate's figures per level stay in the summary, and no ``…`` under TERM=dumb."""
+    gpus, deploy = make_gpu_hosts(
+        ["0.5.9", "0.5.9"], names=NODES, tokens_per_s=54.1, eagle3_tokens_per_s=96.1
+    )
+    for gpu in gpus:
+        gpu_host.start_old_server(gpu, timeout=60)
+
+    applied = _run(deploy, "apply", "kimi-eagle3", "--yes", **NARROW)
+
+    assert applied.exit_code == 0, applied.output
+    lines = _fits(applied)
+    output = applied.output
+    assert "…" not in output and "..." in applied.stderr, "a long step title, cut for TERM=dumb"
+    for node, gpu in zip(NODES, gpus, strict=True):
+        assert f"{node}: [1] Save the model file: ok (" in applied.stderr
+        row = next(i for i, line in enumerate(lines) if line.startswith(f"{node}  changed  "))
+        assert "kimi_k25.py" in lines[row]
+        headline = lines[row + 1]
+        assert headline.startswith("  gate: c1 ") and " tok/s (x" in headline
+        assert ", c4 " in headline, "every level the gate measured"
+        assert str(gpu.model_file) not in output, "the path is for -v, show and --json"
+    assert "tokens_per_s" not in output
+    run_id = re.search(r"^run (\S+): exit 0", applied.stdout, re.M)
+    assert run_id is not None, applied.stdout
+    run = run_id.group(1)
+
+    shown = _run(deploy, "show", run, COLUMNS="80")
+    assert shown.exit_code == 0, shown.output
+    _fits(shown, except_prefix=("    ", "  changed /"))
+    assert f"  changed {gpus[0].model_file}\n" in shown.stdout
+    assert "tokens_per_s_c1=" in shown.stdout and "tokens_per_s=" not in shown.stdout
+
+    history = _run(deploy, "history", COLUMNS="80")
+    assert history.exit_code == 0, history.output
+    rows = _fits(history)
+    assert rows[-1].startswith(f"{run}  apply") and rows[-1].endswith("2 changed"), rows
+
+    status = _run(deploy, "status", COLUMNS="80")
+    assert status.exit_code == 0, status.output
+    rows = _fits(status)
+    for node, gpu in zip(NODES, gpus, strict=True):
+        assert f"{node}: lock free, sglang: healthy on {gpu.port}" in rows
+    assert rows.count(f"  last run {run} (kimi-eagle3): changed") == 2
+
+    rolled = _run(deploy, "rollback", "--yes", **NARROW)
+    assert rolled.exit_code == 0, rolled.output
+    rows = _fits(rolled)
+    assert all(any(row.startswith(f"{node}  restored  ") for row in rows) for node in NODES)
+    assert "…" not in rolled.output

@@ -22,6 +22,7 @@ import pytest
 
 from deploy.report.json_schema import HISTORY_SCHEMA, SCHEMA
 from tests.integration.conftest import Deploy
+from tests.integration.test_become import ORIGINAL, PASSWORD, Fleet, clean, fleet  # noqa: F401
 from tests.integration.test_fleet import report, write_playbook
 
 
@@ -273,3 +274,81 @@ def test_installed_units_pass_systemd_analyze_verify(tmp_path: Path, isolated_en
     lines = service.read_text().splitlines()
     program = next(x for x in lines if x.startswith("ExecStart=")).split("=", 1)[1].split()[0]
     assert program in (sys.executable, str(Path(sys.executable).parent / "deploy"))
+
+
+def test_a_job_whose_hosts_need_a_become_password_works_the_next_night(
+    clean: Fleet,  # noqa: F811
+    tmp_path: Path,
+    isolated_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34, point 5: cron and systemd start the job without the operator's shell
+    environment, so ``become_password_env`` would be unset every night. `deploy schedule`
+    refuses until an owner-only environment file sets it, then writes the job to read it; the
+    cron line, run with an empty environment as cron runs it, then changes the host as root."""
+    monkeypatch.setenv("SUDO_SECRET", PASSWORD)  # set in the shell: the job still lacks it
+    deploy = clean.deploy(tmp_path, "pw", become=True, become_password_env="SUDO_SECRET")
+    env_file = isolated_env / ".config/deploy/env/deploy-conf.env"
+    schedule = ("schedule", "conf.yaml", "--on-calendar", "daily")
+
+    lacking = deploy(*schedule, "--cron")
+    assert lacking.exit_code == 2 and lacking.stdout == "", lacking.output
+    assert lacking.stderr.count("\n") == 1, lacking.stderr
+    assert "the job would lack SUDO_SECRET (become_password_env of gpu-1)" in lacking.stderr
+    assert f"into {env_file} (chmod 600)" in lacking.stderr
+
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text(f"# the nightly conf job\nSUDO_SECRET='{PASSWORD}'\n")
+    env_file.chmod(0o644)
+    shared = deploy(*schedule, "--cron")
+    assert shared.exit_code == 2, shared.output
+    assert f"{env_file} is mode 0644: other users can read" in shared.stderr
+    assert PASSWORD not in shared.output
+
+    env_file.chmod(0o600)
+    cron = deploy(*schedule, "--cron")
+    assert cron.exit_code == 0, cron.output
+    assert PASSWORD not in cron.output
+    assert "#  SUDO_SECRET (become_password_env of gpu-1)" in cron.stdout
+    line = cron.stdout.splitlines()[-1]
+    body = line.split(" ", 5)[5].replace("\\%", "%")
+    assert f"set -a && . {env_file} && set +a && " in body
+
+    # As cron runs it: /bin/sh, an environment of HOME, PATH, SHELL and LOGNAME only.
+    bare = {
+        "HOME": str(isolated_env),
+        "PATH": "/usr/bin:/bin",
+        "SHELL": "/bin/sh",
+        "LOGNAME": "root",
+    }
+    without = subprocess.run(
+        ["/bin/sh", "-c", body.replace(f"set -a && . {env_file} && set +a && ", "")],
+        env=bare, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert without.returncode != 0 and clean.untouched(), "the job the issue saw fail nightly"
+    report_file = isolated_env / ".local/state/deploy/reports/deploy-conf.json"
+    (lost,) = json.loads(report_file.read_text())["hosts"]
+    assert lost["error"] == "gpu-1: become_password_env names $SUDO_SECRET, which is not set"
+    night = subprocess.run(
+        ["/bin/sh", "-c", body], env=bare, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert night.returncode == 0, night.stderr
+    assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"
+    assert json.loads(report_file.read_text())["exit_code"] == 0
+    log_file = isolated_env / ".local/state/deploy/logs/deploy-conf.log"
+    assert PASSWORD not in night.stderr + report_file.read_text() + log_file.read_text()
+
+    installed = deploy(*schedule, "--install")
+    assert installed.exit_code == 0, installed.output
+    service = (isolated_env / ".config/systemd/user/deploy-conf.service").read_text()
+    assert f"EnvironmentFile={env_file}\n" in service and PASSWORD not in service
+    if shutil.which("systemd-analyze"):
+        runtime = tmp_path / "runtime"
+        runtime.mkdir(mode=0o700)
+        verify = subprocess.run(
+            ["systemd-analyze", "verify", "--user",
+             str(isolated_env / ".config/systemd/user/deploy-conf.service")],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        )  # fmt: skip
+        assert verify.returncode == 0 and "deploy-conf.service:" not in verify.stderr, verify.stderr

@@ -227,7 +227,8 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     client = threading.Thread(target=generate)
     client.start()
     time.sleep(0.3)
-    result = deploy("apply", str(playbook), "--yes", "--json", timeout=240)
+    log = tmp_path / "run.log"
+    result = deploy("apply", str(playbook), "--yes", "--json", "--log-file", str(log), timeout=240)
     client.join(180)
     assert result.exit_code == 0, result.output
     old_log = (gpu.ssh.root / "manual-sglang.log").read_text()
@@ -236,6 +237,11 @@ def test_a_request_in_flight_when_the_restart_begins_gets_its_200(
     restart = step(report(result.stdout)["hosts"][0], "restart")["summary"]
     drained = re.search(r"drained in ([0-9.]+) s", restart)
     assert drained and float(drained.group(1)) > 1.0, restart
+    # said while it drained: the request still in flight, from the server's /get_load
+    progress = log.read_text()
+    assert re.search(
+        r"draining sglang \(pid \d+\): \d+ s of at most 300 s, 1 in flight", progress
+    ), progress
     assert "EAGLE3" in (listener_cmdline(gpu.port) or [])
 
 

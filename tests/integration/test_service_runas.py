@@ -35,6 +35,7 @@ services:
   sglang:
     command: unused
     port: "{{ sglang_port }}"
+    user: deploy-attacker  # named: as root, another user's server is adopted only then
 steps:
   - restart:
       service: sglang
@@ -141,6 +142,12 @@ def test_restart_and_rollback_start_the_server_as_the_user_it_ran_as(
     old_pid = serve_as(gpu, ml, home, arena / "manual.log")
     assert_runs_as(old_pid, ml)
     playbook = tmp_path / "runas.yaml"
+    # Issue 32: as root, another user's server is adopted only when the service names them.
+    playbook.write_text(RUNAS.replace("    user: deploy-attacker", "    # user not named"))
+    unnamed = deploy("apply", str(playbook), "--yes")
+    assert unnamed.exit_code == 4, unnamed.output
+    assert f"holds the service's port as {ml.name} (uid {ml.uid}), not as root" in unnamed.output
+    assert listener_pid(gpu.port) == old_pid
     playbook.write_text(RUNAS)
     groups = ",".join(str(g) for g in sorted({ml.gid, EXTRA_GROUP}))  # as the kernel lists them
     who = f"start as {ml.name} (uid {ml.uid}, gid {ml.gid}, groups {groups})"

@@ -284,7 +284,7 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
     assert request(server.port, "POST", "/generate", b'{"text": ')[0] == 400
     assert request(server.port, "POST", "/generate", {"sampling_params": {}})[0] == 400
 
-    with ThreadPoolExecutor(1) as pool:  # SIGTERM drains: health 503, the request finishes
+    with ThreadPoolExecutor(2) as pool:  # SIGTERM drains: health 503, the request finishes
         # 200 tokens at 50 tok/s: a 4 s drain, longer than a health check (about 1 s, as it
         # generates a token), so the poll sees the draining server and not only its end.
         long = {
@@ -297,6 +297,11 @@ def test_lifecycle_like_sglang(start: Callable[..., Server]) -> None:
         poll(lambda: server.log().count("Prefill batch") > prefills, "the request to be running")
         server.process.send_signal(signal.SIGTERM)
         poll(lambda: health(server.port) == 503, "health 503 while draining")
+        # 0.5.9 keeps admitting while it drains; /get_load counts both requests
+        late = {"text": "Late", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+        later = pool.submit(request, server.port, "POST", "/generate", late)
+        assert request(server.port, "GET", "/get_load")[1][0]["num_reqs"] >= 1
+        assert later.result()[0] == 200
         assert pending.result()[0] == 200
     assert server.exit_status() == 0
     assert "Gracefully exiting... Remaining number of requests: 1." in server.log()

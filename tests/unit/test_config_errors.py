@@ -62,7 +62,7 @@ def test_unknown_step_suggests_the_closest_action(tmp_path: Path) -> None:
     err = playbook_error(tmp_path, HEAD + "  - backup: {path: /a}\n  - pyhton_insert: {}\n")
     assert message(err, tmp_path) == (
         "pb.yaml:5:5 steps[1].pyhton_insert: unknown step 'pyhton_insert' (steps: backup,"
-        " python_insert, patch, append, verify_python, verify_tail, verify_command, restart,"
+        " python_insert, patch, append, lineinfile, copy, template, verify_python, verify_tail, verify_command, restart,"
         " stop, start, wait_healthy, smoke, gate_throughput) (did you mean 'python_insert'?)"
     )
 

@@ -304,7 +304,7 @@ def test_validate_all_reports_every_problem_at_once(tree: Path) -> None:
     problems = [p.replace(str(tree) + "/", "") for p in validate_all(tree / "hosts.yaml", books)]
     assert problems == [
         "playbooks/broken.yaml:4:5 steps[0].frob: unknown step 'frob' (steps: backup,"
-        " python_insert, patch, append, verify_python, verify_tail, verify_command, restart,"
+        " python_insert, patch, append, lineinfile, copy, template, verify_python, verify_tail, verify_command, restart,"
         " stop, start, wait_healthy, smoke, gate_throughput)",
         "playbooks/broken.yaml:5:13 steps[1].backup: expected a mapping, got an integer",
         "playbooks/needs-e.yaml:4:20 steps[0].backup.path: undefined variable 'target'"

@@ -159,7 +159,7 @@ def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> 
 
 
 def _start_helper(
-    stdout: int, env: dict[str, str] | None = None
+    stdout: int, env: dict[str, str] | None = None, source: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """The file helper as the session loop starts it: a request's bytes on its stdin, its
     header line on the ``go`` pipe, an ack line back on the ``ack`` pipe per request.
@@ -170,7 +170,7 @@ def _start_helper(
     go_r, go_w = os.pipe()
     ack_r, ack_w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", program("fileagent"), str(go_r), str(ack_w)],
+        [sys.executable, "-I", "-S", "-c", source or program("fileagent"), str(go_r), str(ack_w)],
         stdin=subprocess.PIPE,
         stdout=stdout,
         pass_fds=(go_r, ack_w),
@@ -261,12 +261,15 @@ def test_once_answers_reads_only(tmp_path: Path) -> None:
 
 
 def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path) -> None:
-    """The fault suite's hook: with `FAULT_ENV` set, the nth matching request stops the helper
-    after the rule's bytes of payload, with a marker saying what arrived; continued, the
-    helper serves that request whole (the hook only pauses). Other requests pass by."""
+    """The fault suite's hook (its own helper, `tests.faults.helper_hook`): with `FAULT_ENV`
+    set, the nth matching request stops the helper after the rule's bytes of payload, with a
+    marker saying what arrived; continued, the helper serves that request whole (the hook only
+    pauses). Other requests pass by."""
     import json
     import signal
     import time
+
+    from tests.faults.helper_hook import FAULT_ENV, hooked
 
     first, second = tmp_path / "first", tmp_path / "second"
     marker, rule = tmp_path / "stopped.json", tmp_path / "rule.json"
@@ -282,7 +285,9 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
         )
     )
     proc, go_w, ack_r = _start_helper(
-        subprocess.DEVNULL, env={**os.environ, fileagent.FAULT_ENV: str(rule)}
+        subprocess.DEVNULL,
+        env={**os.environ, FAULT_ENV: str(rule)},
+        source=hooked(program("fileagent")),
     )
     assert proc.stdin is not None
     try:
@@ -317,3 +322,125 @@ def test_the_fault_rule_stops_the_helper_inside_the_named_request(tmp_path: Path
             os.kill(proc.pid, signal.SIGCONT)
     assert proc.wait(10) == 0
     assert first.read_bytes() == b"a" * 100 and second.read_bytes() == b"b" * 100
+
+
+def test_an_ancestor_another_user_can_write_is_refused(tmp_path: Path) -> None:
+    """Issue 32 point 4: every directory above the target is judged as OpenSSH's StrictModes
+    judges those above a key, not only the target's own."""
+    tmp_path.chmod(0o755)
+    above = tmp_path / "above"
+    (above / "sub").mkdir(parents=True)
+    path = _target(above / "sub")
+    os.chown(above, 1234, 1234)
+    with pytest.raises(Refused, match=f"{above} is writable by others.*owner uid 1234"):
+        fileagent.write({"path": str(path)}, b"new\n")
+    os.chown(above, 0, 0)
+    above.chmod(0o777)
+    with pytest.raises(Refused, match=f"{above} is writable by others"):
+        fileagent.write({"path": str(path)}, b"new\n")
+    above.chmod(0o1777)  # root's and sticky, as /tmp: others cannot rename what is not theirs
+    fileagent.write({"path": str(path)}, b"new\n")
+    assert path.read_bytes() == b"new\n"
+    above.chmod(0o777)
+    fileagent.write({"path": str(path), "unsafe_dir": True}, b"newer\n")
+    assert path.read_bytes() == b"newer\n"
+
+
+def test_a_symlink_above_is_followed_only_when_root_or_we_own_it(tmp_path: Path) -> None:
+    """An ancestor swapped for a symlink: walked from ``/`` one component at a time with
+    O_NOFOLLOW, a link another user owns is never followed (for a read either), one of
+    root's is (``/lib -> usr/lib``), its target walked and judged the same way."""
+    tmp_path.chmod(0o755)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    path = _target(real)
+    link = tmp_path / "link"
+    link.symlink_to("real")
+    fileagent.write({"path": str(link / "target")}, b"via root's link\n")
+    assert path.read_bytes() == b"via root's link\n"
+    assert fileagent.read({"path": str(link / "target")})[1] == b"via root's link\n"
+    os.lchown(link, 1234, 1234)
+    with pytest.raises(Refused, match=f"{link} is a symbolic link owned by uid 1234"):
+        fileagent.write({"path": str(link / "target")}, b"x\n")
+    with pytest.raises(Refused, match="symbolic link owned by uid 1234"):
+        fileagent.read({"path": str(link / "target")})
+    assert path.read_bytes() == b"via root's link\n"
+    os.lchown(link, 0, 0)
+    real.chmod(0o777)  # the link's target is judged as any directory on the way
+    with pytest.raises(Refused, match=f"{real} is writable by others"):
+        fileagent.write({"path": str(link / "target")}, b"x\n")
+
+
+def test_unsafe_dir_never_follows_another_users_symlink(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    path = _target(real)
+    link = tmp_path / "link"
+    link.symlink_to("real")
+    os.lchown(link, 1234, 1234)
+    with pytest.raises(Refused, match="symbolic link owned by uid 1234"):
+        fileagent.write({"path": str(link / "target"), "unsafe_dir": True}, b"x\n")
+    assert path.read_bytes() == b"old\n"
+
+
+_ACL_ACCESS = "system.posix_acl_access"
+_ACL_DEFAULT = "system.posix_acl_default"
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    """A POSIX ACL as the kernel stores it in its xattr (version 2; tag, perm, id each)."""
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+_ANY = 0xFFFFFFFF
+#: ``user::rw-, user:1234:rw-, group::r--, mask::rw-, other::---``
+_GRANTS_1234 = _acl((1, 6, _ANY), (2, 6, 1234), (4, 4, _ANY), (0x10, 6, _ANY), (0x20, 0, _ANY))
+#: ``user::rw-, user:4321:r--, group::r--, mask::r--, other::---``
+_GRANTS_4321 = _acl((1, 6, _ANY), (2, 4, 4321), (4, 4, _ANY), (0x10, 4, _ANY), (0x20, 0, _ANY))
+
+
+def test_a_replaced_file_never_takes_the_directorys_default_acl(tmp_path: Path) -> None:
+    """Issue 32 point 5: a 0640 file without an ACL, in a directory whose default ACL grants
+    another user rw, comes out of a write, and of an undo, with no ACL and mode 0640."""
+    path = _target(tmp_path, 0o640)
+    os.setxattr(tmp_path, _ACL_DEFAULT, _GRANTS_1234)
+    fileagent.write({"path": str(path)}, b"new\n")
+    assert _ACL_ACCESS not in os.listxattr(path)
+    assert stat.S_IMODE(path.lstat().st_mode) == 0o640
+    meta = {"mode": 0o640, "uid": 0, "gid": 0, "xattrs": {}}  # undo: what the journal recorded
+    fileagent.write({"path": str(path), "meta": meta}, b"old\n")
+    assert _ACL_ACCESS not in os.listxattr(path)
+    assert stat.S_IMODE(path.lstat().st_mode) == 0o640
+
+
+def test_a_replaced_file_keeps_exactly_its_own_acl(tmp_path: Path) -> None:
+    path = _target(tmp_path, 0o640)
+    os.setxattr(path, _ACL_ACCESS, _GRANTS_4321)
+    os.setxattr(tmp_path, _ACL_DEFAULT, _GRANTS_1234)
+    before = (os.getxattr(path, _ACL_ACCESS), stat.S_IMODE(path.lstat().st_mode))
+    fileagent.write({"path": str(path)}, b"new\n")
+    assert (os.getxattr(path, _ACL_ACCESS), stat.S_IMODE(path.lstat().st_mode)) == before
+
+
+def test_a_new_file_gets_what_any_new_file_there_gets(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    os.setxattr(tmp_path, _ACL_DEFAULT, _GRANTS_1234)
+    fileagent.write({"path": str(tmp_path / "new")}, b"new\n")
+    fd = os.open(tmp_path / "by-hand", os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+    assert os.getxattr(tmp_path / "new", _ACL_ACCESS) == os.getxattr(
+        tmp_path / "by-hand", _ACL_ACCESS
+    )
+    assert (tmp_path / "new").stat().st_mode == (tmp_path / "by-hand").stat().st_mode
+
+
+def test_the_helper_that_runs_on_hosts_has_no_fault_hook() -> None:
+    """Issue 32 point 7: the fault-injection hook is the test suite's, never shipped: the
+    program sent to hosts neither reads a fault rule nor stops itself."""
+    from tests.faults.helper_hook import FAULT_ENV
+
+    shipped = program("fileagent")
+    assert FAULT_ENV not in shipped and "SIGSTOP" not in shipped and "_fault" not in shipped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import threading
 import time
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import schedule
+from deploy import jobenv, schedule
+from deploy.config.inventory import HostSpec
 from deploy.engine import local_lock
 from deploy.errors import InputError
 
@@ -159,3 +161,102 @@ def test_a_secret_vars_file_must_be_private(tmp_path: Path) -> None:
     path.write_text("tp: 8\n")
     path.chmod(0o644)
     schedule.check_secrets([f"@{path}"])  # nothing secret in it: its mode does not matter
+
+
+# --- issue 34, point 5: a job's *_env secrets come from an owner-only environment file ------
+
+
+def _hosts(**settings: object) -> list[tuple[str, HostSpec]]:
+    return [
+        ("gpu-node-01.dc2.example.internal", HostSpec(address="10.0.0.1", **settings)),  # type: ignore[arg-type]
+        ("gpu-node-02.dc2.example.internal", HostSpec(address="10.0.0.2", **settings)),  # type: ignore[arg-type]
+    ]
+
+
+def test_every_star_env_setting_is_a_variable_the_job_needs() -> None:
+    needed = jobenv.required_env(_hosts(password_env="SSH_PW", become_password_env="SUDO_PW"))
+    assert [n.name for n in needed] == ["SSH_PW", "SUDO_PW"]
+    assert needed[1].describe() == (
+        "SUDO_PW (become_password_env of gpu-node-01.dc2.example.internal, "
+        "gpu-node-02.dc2.example.internal)"
+    )
+    assert jobenv.required_env(_hosts()) == []
+
+
+def _env_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "job.env"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_an_owner_only_file_setting_every_variable_passes(tmp_path: Path) -> None:
+    needed = jobenv.required_env(_hosts(become_password_env="SUDO_PW"))
+    path = _env_file(tmp_path, "# for the nightly job\n\nSUDO_PW='p@ss word!'\nOTHER=x\n")
+    assert jobenv.check_env_file(path, needed, given=True)["SUDO_PW"] == "p@ss word!"
+
+
+def test_a_missing_default_file_says_what_the_job_would_lack(tmp_path: Path) -> None:
+    needed = jobenv.required_env(_hosts(become_password_env="SUDO_PW"))
+    with pytest.raises(InputError) as refused:
+        jobenv.check_env_file(tmp_path / "absent.env", needed, given=False)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("the job would lack SUDO_PW (become_password_env of gpu-node-01")
+    assert f"write SUDO_PW='...' into {tmp_path / 'absent.env'} (chmod 600)" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "expected"),
+    [
+        ("SUDO_PW='s3cret'\n", 0o644, r"is mode 0644: other users can read .* `chmod 600 "),
+        ("SUDO_PW='s3cret'\n", 0o640, r"is mode 0640"),
+        ("OTHER=1\n", 0o600, r"the job would lack SUDO_PW .*: .* does not set it"),
+        ("SUDO_PW=\n", 0o600, r"the job would lack SUDO_PW"),
+        ("SUDO_PW=s3cret word\n", 0o600, r"job.env:1: the value of SUDO_PW must be single-quoted"),
+        ("export SUDO_PW=s3cret\n", 0o600, r"job.env:1: not a NAME=value line"),
+    ],
+)
+def test_unsafe_or_incomplete_files_are_refused_without_showing_values(
+    tmp_path: Path, text: str, mode: int, expected: str
+) -> None:
+    needed = jobenv.required_env(_hosts(become_password_env="SUDO_PW"))
+    with pytest.raises(InputError, match=expected) as refused:
+        jobenv.check_env_file(_env_file(tmp_path, text, mode), needed, given=True)
+    assert "s3cret" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_symlink_another_owner_or_a_shared_directory_is_refused(tmp_path: Path) -> None:
+    needed = jobenv.required_env(_hosts(become_password_env="SUDO_PW"))
+    real = _env_file(tmp_path, "SUDO_PW=x\n")
+    link = tmp_path / "link.env"
+    link.symlink_to(real)
+    with pytest.raises(InputError, match="is a symbolic link"):
+        jobenv.check_env_file(link, needed, given=True)
+    if os.geteuid() == 0:
+        os.chown(real, 12345, 12345)
+        with pytest.raises(InputError, match=r"belongs to uid 12345, not to you"):
+            jobenv.check_env_file(real, needed, given=True)
+        os.chown(real, 0, 0)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(InputError, match="may be written by other users"):
+        jobenv.check_env_file(_env_file(shared, "SUDO_PW=x\n"), needed, given=True)
+
+
+def test_the_unit_and_the_cron_line_read_the_file_and_document_it() -> None:
+    job = _job(env_file=Path("/home/ops/.config/deploy/env/deploy-kimi.env"),
+               env_needs=("SUDO_PW (become_password_env of gpu-node-01)",))  # fmt: skip
+    service = schedule.render_service(job)
+    assert "EnvironmentFile=/home/ops/.config/deploy/env/deploy-kimi.env\n" in service
+    assert "#  SUDO_PW (become_password_env of gpu-node-01)\n" in service
+    assert service.index("EnvironmentFile=") < service.index("ExecStart=")
+    lines = schedule.cron_line(job).splitlines()
+    assert "#  SUDO_PW (become_password_env of gpu-node-01)" in lines
+    assert lines[-1].startswith(
+        "0 3 * * 1 cd /ops && set -a && . /home/ops/.config/deploy/env/deploy-kimi.env "
+        "&& set +a && "
+    )
+    plain = schedule.render_service(_job())
+    assert "EnvironmentFile" not in plain and "set -a" not in schedule.cron_line(_job())

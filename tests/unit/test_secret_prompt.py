@@ -2,7 +2,7 @@
 
 ``click.prompt(hide_input=True)`` printed the prompt and only then let getpass turn echo off,
 discarding what was typed meanwhile. A password typed as soon as the prompt showed, on a busy
-workstation (the handshake ahead runs at the same time), was echoed in clear and lost, and the
+workstation, was echoed in clear and lost, and the
 command waited for it forever: seen once as ``SSH password:c0rrect-...`` on the screen of a
 hung ``--ask-pass`` test. Here the child asks on a real pseudo-terminal, slowed (0.5 s) just
 before echo goes off, and the parent checks the terminal's echo the moment the prompt appears.

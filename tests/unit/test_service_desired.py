@@ -51,7 +51,11 @@ def test_running_server_plus_declared_changes() -> None:
 
 
 def test_a_server_that_already_runs_as_desired_is_satisfied() -> None:
-    want = desired(RUNNING, restart(args={"set": {"--tp-size": 2, "--host": "0.0.0.0"}}), SPEC)
+    want = desired(
+        RUNNING,
+        restart(args={"set": {"--tp-size": 2, "--host": "0.0.0.0"}, "allow_move": True}),
+        SPEC,
+    )
     assert want.satisfied
     assert want.reach_note.startswith("--host/--port changed on purpose")
 

@@ -220,7 +220,7 @@ def test_the_program_ends_without_the_interpreter_teardown_and_loses_no_output()
     # The teardown (a last full collection, freeing every object) was ~45 ms of `validate`'s
     # CPU after its last line; the output is flushed first, and the exit status is the same.
     ok = _as_program("validate", "-i", "hosts.yaml")
-    assert (ok.returncode, ok.stdout) == (0, "ok: hosts.yaml and 2 playbook(s) in playbooks\n")
+    assert (ok.returncode, ok.stdout) == (0, "ok: hosts.yaml and 3 playbook(s) in playbooks\n")
     assert "teardown ran" not in ok.stderr
     bad = _as_program("validate", "-i", "missing.yaml")
     assert bad.returncode == 2

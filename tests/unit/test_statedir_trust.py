@@ -6,7 +6,9 @@ Root (CI) can make directories owned by another user; the owner cases are skippe
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,73 @@ def test_the_users_uid_is_never_taken_from_the_environment(base: Path) -> None:
     for env in ({"EUID": str(NOBODY)}, {"EUID": str(NOBODY), "BASH_VERSION": "5"}):
         assert run(state, env) == f"UNTRUSTED\t{state}\tis owned by nobody (uid {NOBODY})"
     assert not (state / "runs").exists()
+
+
+#: A ``stat`` first on PATH: the real one, then — once — the attacker's move (as uid nobody) of
+#: a planted directory into the place of the state_dir the check has just judged absent.
+_RACING_STAT = """#!/bin/sh
+/usr/bin/stat "$@"; _s=$?
+if [ ! -e {marker} ]; then
+  : > {marker}
+  setpriv --reuid={uid} --regid={uid} --clear-groups -- mv -T -- {planted} {state} 2>/dev/null
+fi
+exit $_s
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+def test_a_dir_renamed_into_place_after_the_check_is_never_used() -> None:
+    """Issue 32 point 3: state_dir under a sticky world-writable directory, not there yet.
+    Another user renames a directory of theirs (a planted run, a ``lock``) into its place
+    right after the first judgement: what is used must be what the lock's shell created and
+    then judged, never the planted directory."""
+    base = Path(tempfile.mkdtemp(prefix="deploy-race-", dir="/tmp"))  # reachable by nobody
+    try:
+        _race(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _race(base: Path) -> None:
+    base.chmod(0o711)
+    sticky = base / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    planted = sticky / "planted"
+    (planted / "runs" / "20260101T000000Z-planted").mkdir(parents=True)
+    for path in [planted, *planted.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    state = sticky / "state"
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    racing = bin_dir / "stat"
+    racing.write_text(
+        _RACING_STAT.format(marker=base / "moved", uid=NOBODY, planted=planted, state=state)
+    )
+    racing.chmod(0o755)
+    said = run(state, {"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert (base / "moved").exists()  # the attacker did move in
+    if state.exists() and state.stat().st_uid == NOBODY:
+        assert said == f"UNTRUSTED\t{state}\tis owned by nobody (uid {NOBODY})"
+    else:  # the move came too late: the state_dir is ours
+        assert said.startswith("LOCKED") and state.stat().st_uid == 0
+    owned = [p for p in [state, *state.rglob("*")] if p.exists() and p.lstat().st_uid == 0]
+    assert not owned or state.stat().st_uid == 0, f"root wrote in the planted dir: {owned}"
+
+
+@pytest.mark.parametrize("name", ["state x ; touch y", "$(touch z) `touch z`", "x\ntouch y\n"])
+def test_a_name_with_spaces_metacharacters_or_line_breaks_is_judged_as_any_other(
+    base: Path, name: str
+) -> None:
+    """stat's lines are paired with the paths asked for, never parsed for a name: a line
+    break in state_dir's name once split its line and got our own directory refused."""
+    state = base / name
+    assert run(state).startswith("LOCKED")  # created, then judged once it exists
+    assert state.is_dir() and state.stat().st_mode & 0o777 == 0o700
+    assert run(state).startswith("LOCKED")  # there already: judged before it is used
+    assert not (base / "y").exists() and not (base / "z").exists()
+    if os.geteuid() == 0:
+        os.chown(state, NOBODY, NOBODY)
+        refused = f"UNTRUSTED\t{state}\tis owned by nobody (uid {NOBODY})"
+        assert run(state) == refused.split("\n")[0]  # the first line (a line break ends it)
+        assert len(list(state.iterdir())) == 2  # runs and lock, nothing added

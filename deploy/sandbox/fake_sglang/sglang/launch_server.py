@@ -24,9 +24,12 @@ listening socket open (sent over a socketpair once bound) until SIGKILLed. Other
 children have no SIGTERM handler (SIGTERM to the process group kills them at once), and a child
 that dies makes the main process kill the tree, itself included ("Received sigquit from a child
 process"): requests in flight are cut off. SIGTERM or SIGINT to the main process alone:
-health 503, new requests refused, in-flight requests finish (however long they take, as
-SGLang's ``sigterm_watchdog`` waits), then the children stop, exit 0. ``--host`` is where the
-server binds (IPv4 or IPv6); ``bind_host`` overrides it (a launcher that drops the flag).
+health 503, new requests still admitted (0.5.9's ``/generate`` does not look at its exiting
+flag), and once none is in flight (however long that takes, as SGLang's ``sigterm_watchdog``
+waits) the children stop, exit 0. ``GET /get_load`` says how many requests run. ``--host`` is where the
+server binds (IPv4 or IPv6); ``bind_host`` overrides it (a launcher that drops the flag);
+``drop_speculative`` drops the speculative flags the same way. With ``--api-key``, everything
+but ``/health*`` and ``/metrics`` wants ``Authorization: Bearer KEY`` (401 without).
 ``die_after_ready_seconds``: a scheduler "crash", then the whole tree is SIGKILLed as SGLang's
 ``kill_process_tree`` does (exit status -9). ``POST /generate`` sleeps ``tokens / speed`` per
 request, concurrently, like a batching server, and reports those tokens in
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as error:
         print(f"sglang stand-in: bad configuration: {error}", file=sys.stderr, flush=True)
         return 2
+    if config["drop_speculative"]:  # a launcher that does not pass them on
+        args.speculative_algorithm = args.speculative_draft_model_path = None
     log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in vars(args).items()) + ")")
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, request_stop)

@@ -42,6 +42,7 @@ OWN: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--mem-fraction-static",), {"type": float, "default": None}),
     (("--tensor-parallel-size", "--tp-size"), {"type": int, "default": 1, "dest": "tp_size"}),
     (("--served-model-name",), {"type": str, "default": None}),
+    (("--api-key",), {"type": str, "default": None}),
     (("--speculative-algorithm",), {"type": str, "choices": SPECULATIVE_ALGORITHMS}),
     (
         ("--speculative-draft-model-path", "--speculative-draft-model"),

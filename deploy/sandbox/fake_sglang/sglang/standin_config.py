@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "gpu_memory_mib": 19600,
     "model_file": str(HERE / "srt" / "models" / "kimi_k25.py"),
     "bind_host": "",
+    # A launcher that drops the speculative flags: the server runs (and /server_info reports)
+    # without them, whatever its command line says.
+    "drop_speculative": False,
 }
 _BOOLEANS = {
     "1": True,

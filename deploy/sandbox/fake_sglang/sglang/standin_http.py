@@ -2,12 +2,16 @@
 
 `Standin` is the server plus what its handlers share (phase: warming, ready, draining;
 requests in flight; the last generation's throughput); `Handler` answers as SGLang 0.5.9 does
-(503 while warming or draining, ``meta_info.completion_tokens``, ``internal_states``).
+(503 while warming or draining, ``meta_info.completion_tokens``, ``internal_states``). With
+``--api-key``, every path but ``/health*`` and ``/metrics`` wants ``Authorization: Bearer
+KEY`` and answers 401 ``{"error": "Unauthorized"}`` without it, as 0.5.9's auth middleware
+(``sglang/srt/utils/auth.py``) does.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import socket
 import threading
@@ -97,8 +101,22 @@ class Handler(BaseHTTPRequestHandler):
         host, port = self.client_address[:2]
         log(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}')
 
+    def authorized(self, path: str) -> bool:
+        """0.5.9's ``decide_request_auth`` for a server with ``--api-key`` only: health and
+        metrics are open, everything else wants the bearer key (else 401, answered here)."""
+        key = self.server.args.api_key
+        if not key or path.startswith(("/health", "/metrics")):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode()):
+            return True
+        self.reply(401, {"error": "Unauthorized"})
+        return False
+
     def do_GET(self) -> None:
         path, server = self.path.split("?", 1)[0], self.server
+        if not self.authorized(path):
+            return
         if path in ("/health", "/health_generate"):
             if server.phase == "draining":
                 log("Health check request received during shutdown. Returning 503.")
@@ -118,6 +136,19 @@ class Handler(BaseHTTPRequestHandler):
                     "weight_version": "default",
                 },
             )
+        elif path == "/get_load":  # one scheduler (dp rank 0): requests running, none queued
+            self.reply(
+                200,
+                [
+                    {
+                        "dp_rank": 0,
+                        "num_reqs": server.inflight,
+                        "num_waiting_reqs": 0,
+                        "num_tokens": 0,
+                        "ts_tic": time.time(),
+                    }
+                ],
+            )
         elif path in ("/server_info", "/get_server_info"):
             self.reply(
                 200,
@@ -131,6 +162,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        if not self.authorized(self.path.split("?", 1)[0]):
+            return
         if self.path.split("?", 1)[0] != "/generate":
             self.reply(404, {"detail": "Not Found"})
             return
@@ -155,9 +188,7 @@ class Handler(BaseHTTPRequestHandler):
             self.error(400, "Either text or input_ids should be provided.")
         elif type(max_new) is not int or max_new < 0:
             self.error(400, "sampling_params.max_new_tokens must be a non-negative integer.")
-        elif self.server.phase == "draining":
-            self.error(503, "The server is shutting down.")
-        else:
+        else:  # admitted while draining too: 0.5.9's /generate does not look at the flag
             self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos)
 
     do_PUT = do_POST

@@ -128,7 +128,7 @@ def lookup_paths(python, env, cwd):
 
 
 def judge(paths, me):
-    """(reason or None, the one other owner's uid or None): `deploy.checks.interpreter.JUDGE`'s
+    """(reason or None, the one other owner's uid or None): ``deploy/hostsh/judge.sh``'s
     rule in Python. The uid is -1 when there is nobody to pick."""
     reason, owner, writable = None, None, None
     for path in paths:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import shlex
 
-from deploy import ablation
-from deploy.checks.interpreter import CHECK, MISSING, REFUSED, RUN_AS
+from deploy import ablation, hostsh
+from deploy.checks.interpreter import REFUSED
 
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
 _SCRIPT = """import sys
@@ -179,42 +179,14 @@ _LIBPYTHON = (
 #: against libpython ~20 kB).
 _STATIC_SIZE = 1_000_000
 
-#: POSIX sh around the interpreter (see the module docstring). ``i``: the interpreter as the
-#: shell finds it. A check that is not sent ahead is the interpreter itself (`_CACHING_SCRIPT`:
-#: the key, the lookup, the compile and the record in the one process that compiling needs
-#: anyway; issue 17: sha256sum, readlink, head, stat and mkdir were nine processes of the
-#: host's a change run). Exit status and stderr are the interpreter's own.
-#: Sent ahead (`AHEAD_VARIABLE`) it never compiles: ``k``, the file's sha256 now; with no record
-#: for it, "not recorded" at once; else ``f``, the interpreter's identity (``stat -L`` of the
-#: resolved binary and of each libpython found), empty unless the binary is ELF and either
-#: large enough to hold the interpreter or has a libpython beside it, compared with the
-#: record. Builtins only beyond sha256sum, readlink, head and stat. The check sent ahead for an
-#: absolute interpreter is answered by the file helper instead (`ahead_lookup`).
-_CACHED = r"""c={cache}; p={path}; k=; f=; r=
-case {python} in /*) i={python} ;; *) i=$(command -v {python} 2>/dev/null) ;; esac
-[ -n "${{{ahead}-}}" ] || {{ _tP=$i
-{guard}}}
-k=$(sha256sum < "$p" 2>/dev/null) && k=${{k%% *}}
-if [ -z "$k" ] || [ ! -f "$c/$k" ]; then echo {not_recorded} >&2; exit {ahead_status}; fi
-if [ -n "$i" ] && i=$(readlink -f -- "$i" 2>/dev/null) \
-  && case "$(head -c 4 -- "$i" 2>/dev/null)" in ?ELF) true ;; *) false ;; esac; then
-  set -- "$i"
-  for l in {libpython}; do [ -f "$l" ] && set -- "$@" "$l"; done
-  if f=$(stat -L -c '%s:%d:%i:%Y:%Z' -- "$@" 2>/dev/null); then
-    [ "$#" -gt 1 ] || [ "${{f%%:*}}" -gt {static} ] || f=
-    set -f; set -- $f; set +f; f="$*"
-  else f=; fi
-fi
-[ -n "$f" ] && IFS= read -r r < "$c/$k"
-if [ -n "$r" ] && [ "$r" = "$f" ]; then printf '%s %s\n' {marker} "$k"; exit 0; fi
-echo {not_recorded} >&2; exit {ahead_status}"""
+#: The shell around the interpreter is ``deploy/hostsh/compile.sh`` (no cache) and
+#: ``compile_cached.sh`` (with one), whose literals are this module's constants
+#: (tests/unit/test_shellcheck.py holds them to it). The check sent ahead for an absolute
+#: interpreter is answered by the file helper instead (`ahead_lookup`).
 
-#: How `_CACHED`'s first line ends (`ahead_lookup` reads the line back).
-_FIRST_END = "; k=; f=; r="
-
-#: The whole environment of an interpreter run as its owner (`_guard`): ``env -i`` keeps
-#: root's (``HF_TOKEN``, cloud keys in ``.bashrc``) from a process that user controls;
-#: ``-I`` makes Python ignore the rest anyway. Where ``setpriv``/``runuser`` are found.
+#: The whole environment of an interpreter run as its owner (``deploy/hostsh/owner.sh``):
+#: ``env -i`` keeps root's (``HF_TOKEN``, cloud keys in ``.bashrc``) from a process that user
+#: controls; ``-I`` makes Python ignore the rest anyway. Where ``setpriv``/``runuser`` are found.
 _OWNER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 EXIT_NOT_FOUND = 127
@@ -234,27 +206,25 @@ def compile_command(python: str, path: str, *, cache: str | None = None) -> str:
     (module docstring); a reused result prints `CACHED` on stdout (see `was_reused`).
     """
     if cache is None:
-        command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _SCRIPT, path))
-        return _found(python) + _guard(python, command, shlex.quote(path), path)
+        return _uncached(python, path, path)
     script = (
         _CACHING_SCRIPT.replace("MARKER", CACHED)
         .replace("STATIC", str(_STATIC_SIZE))
         .replace("KEEP", str(CACHE_KEEP))
         .replace("DAYS", str(CACHE_DAYS))
     )
-    run = " ".join(shlex.quote(a) for a in (*_FLAGS, "-c", script))
-    return _CACHED.format(
-        cache=shlex.quote(cache),
-        path=shlex.quote(path),
-        python=shlex.quote(python),
-        marker=shlex.quote(CACHED),
-        guard=_guard(python, f'{run} "$p" "$c" "$i"', '"$p"', path),
-        libpython=_LIBPYTHON,
-        static=_STATIC_SIZE,
-        ahead=AHEAD_VARIABLE,
-        not_recorded=shlex.quote(NOT_RECORDED),
-        ahead_status=AHEAD_STATUS,
+    return hostsh.program(
+        "compile_cached.sh",
+        {"c": cache, "p": path, "_tY": python, "_tC": script, "_tO": _STDIN_SCRIPT},
     )
+
+
+def _uncached(python: str, path: str, source: str) -> str:
+    """``deploy/hostsh/compile.sh``: compile ``path`` (``source``, the file an untrusted
+    interpreter's bytes are opened from; "" for stdin) with ``python``, as ``deploy/hostsh/guard.sh`` says."""
+    code = _SCRIPT if source else _STDIN_SCRIPT
+    values = {"_tY": python, "_tD": path, "_tF": source, "_tC": code, "_tO": _STDIN_SCRIPT}
+    return hostsh.program("compile.sh", values)
 
 
 def ahead_lookup(command: str) -> dict[str, str] | None:
@@ -269,18 +239,15 @@ def ahead_lookup(command: str) -> dict[str, str] | None:
     """
     if ablation.off("compilehelper"):
         return None
-    first, _, rest = command.partition("\n")
-    cache, sep, path = first.removeprefix("c=").partition("; p=")
-    if not sep or not path.endswith(_FIRST_END):
-        return None
-    python = rest.removeprefix("case ").partition(" in /*) i=")[0]
+    head, sep, _ = command.partition("\n_tC=")
     try:
-        words = [shlex.split(word) for word in (python, path.removesuffix(_FIRST_END), cache)]
+        words = shlex.split(head) if sep else []
     except ValueError:
         return None
-    if any(len(word) != 1 for word in words):
+    names = ("c=", "p=", "_tY=")
+    if len(words) != len(names) or not all(map(str.startswith, words, names)):
         return None
-    (python,), (path,), (cache,) = words
+    cache, path, python = (word.partition("=")[2] for word in words)
     if not python.startswith("/") or compile_command(python, path, cache=cache) != command:
         return None
     return {"op": "compiled", "python": python, "path": path, "cache": cache}
@@ -314,70 +281,7 @@ def compiled_sha256(stdout: str) -> str | None:
 
 def compile_stdin_command(python: str, path: str) -> str:
     """Like `compile_command`, for content sent on stdin (``path`` names it in messages)."""
-    command = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
-    return _found(python) + _guard(python, command, "", path)
-
-
-def _found(python: str) -> str:
-    """Shell: ``_tP``, the interpreter as the shell would run it (empty: not found)."""
-    quoted = shlex.quote(python)
-    return (
-        f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
-    )
-
-
-def _guard(python: str, trusted: str, source: str, path: str) -> str:
-    """Shell that runs the interpreter ``_tP`` with the arguments ``trusted`` (as root when
-    the session is root's) if the host trusts ``_tP`` (`deploy.checks.interpreter`), and
-    otherwise compiles the bytes on stdin (``stdin``: a redirection giving them, opened by
-    this shell) with that same interpreter started as its owner: the check still says what
-    THAT interpreter makes of the file, and nothing the owner planted runs as root. Nothing
-    is recorded then (a record is trusted by every later run; the owner's process could lie).
-    An interpreter that is not found is left to ``trusted`` (exit 127, as before).
-
-    A trusted interpreter is started by its resolved path, ``_tR``, the one the check judged
-    with every directory above: started as given (or found again on PATH) it was reached
-    through directories the check never saw — those above a symlink's target — which their
-    owner could swap between the check and the exec (tests/unit/test_interpreter_attacks.py).
-    Under ``-I -S`` a venv adds nothing to the compile (no site), and a ``pyvenv.cfg`` the
-    resolved binary would read must be the one judged (`deploy.checks.interpreter.PATHS`).
-
-    The owner's process gets the bytes and nothing else of root's: an empty environment but
-    `_OWNER_PATH` (root's may hold tokens), stdout to ``/dev/null`` and stderr to a pipe this
-    shell drains to EOF, then copies to its own stderr — never the files root opened for the
-    command's answer (the lock loop's ``state_dir/.session.N.*``), into which a process the
-    owner left behind could write once the command had ended, and so into the next answer's
-    frame (tests/integration/test_interpreter_attacks.py). Its stdout was not read anyway
-    (`ran_as` reads this shell's line; an owner's ``deploy-compile: reused`` line could only
-    mislead). It costs the untrusted path one fork, the command substitution.
-
-    ``source``: the file (a shell word) whose bytes the owner's process gets on stdin, or ""
-    for the shell's own stdin. Root opens it, so the opened file must be the one named, not
-    what a symbolic link its owner put there points to (a file in their venv's site-packages
-    is theirs to replace after the helper read it without following links; root followed it
-    and handed them a root-only file): after the open, the name must not be a symbolic link
-    and must be the very file opened (``/proc/self/fd/5 -ef``); else the check fails."""
-    owner = " ".join(shlex.quote(arg) for arg in (*_FLAGS, "-c", _STDIN_SCRIPT, path))
-    return (
-        '_tR=\nif [ -n "$_tP" ]; then\n'
-        + CHECK
-        + MISSING
-        + f'fi\n_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={shlex.quote(python)}\n'
-        + '[ -n "$_tP" ] && [ -n "$_tX" ] || exec "$_tE" '
-        + trusted
-        + "\n"
-        + RUN_AS
-        + (
-            f"exec 5<{source}\nif [ -h {source} ] || ! [ /proc/self/fd/5 -ef {source} ]; then\n"
-            f"  printf 'deploy: %s changed while it was opened for the check (a symbolic link?)\\n'"
-            f" {source} >&2; exit 1\nfi\n"
-            if source
-            else ""
-        )
-        + f'_te=$(exec env -i {_OWNER_PATH} $_tS "$_tP" {owner} {"<&5 5<&-" if source else ""}'
-        + " 2>&1 >/dev/null); _tr=$?\n"
-        + '[ -z "$_te" ] || printf \'%s\\n\' "$_te" >&2\nexit "$_tr"\n'
-    )
+    return _uncached(python, path, "")
 
 
 def compile_problem(exit_status: int, stderr: str, *, python: str | None = None) -> str | None:

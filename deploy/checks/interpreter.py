@@ -1,7 +1,7 @@
-"""Whether root may run an interpreter on the host: the trust rule, as POSIX sh text.
+"""Whether root may run an interpreter on the host: the trust rule, run as POSIX sh.
 
 deploy runs configured interpreters on the host — the file helper on the compile check's
-interpreter (`deploy.remote.loop.LOOP`), the compile check itself (`deploy.checks.compile`),
+interpreter (``deploy/hostsh/loop.sh``), the compile check itself (`deploy.checks.compile`),
 the restart's module lookup (`deploy.remote.agent_trust`, the same rule in Python). On a GPU
 host that interpreter is often a venv or conda env owned by an unprivileged user (``ml``).
 Whoever can change the interpreter, its ``pyvenv.cfg`` or the standard library it loads at
@@ -30,13 +30,19 @@ theirs), ``LD_LIBRARY_PATH``/``LD_PRELOAD`` of root's own environment (root's to
 
 The uid of the login user comes from ``[ -O / ]`` (the owner of ``/`` when that is us: root,
 the usual case) or ``id -u``, never from ``$EUID`` (review3: environment-spoofable); the caller
-sets ``_tI``. Shell variables used: ``_t*``. The text runs in bash and dash
+sets ``_tI``. Shell variables used: ``_t*``. The rule is shell files in ``deploy/hostsh``:
+``venv.sh`` (the ``pyvenv.cfg`` and its ``home``), ``paths.sh`` (every path the rule judges),
+``judge.sh`` (one ``stat`` line judged), ``check.sh`` (a whole check, for a command of its own),
+``run_as.sh`` (how root runs an untrusted one as its owner), ``missing.sh``, and
+``root_only.sh`` (`root_only_if_trusted`). They run in bash and dash
 (tests/unit/test_interpreter_trust.py).
 """
 
 from __future__ import annotations
 
 import shlex
+
+from deploy import hostsh
 
 #: How an interpreter is trusted (docs/operations.md shows this text).
 TRUST_RULE = """deploy runs interpreters on the host: the file helper (which does every root write,
@@ -88,155 +94,15 @@ itself, which deploy starts as root whatever user the old one ran as. A service'
 than the default `python3` is checked the same way and refused, not switched, when untrusted.
 """
 
-#: Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
-#: ``pyvenv.cfg`` Python would read (``_tP``'s directory, else the one above) — and ``_tH``, its
-#: first ``home`` value: CPython's getpath stops at the first (3.11 checked: with two ``home``
-#: lines its stdlib came from the first; tests/unit/test_interpreter_attacks.py), with spaces,
-#: tabs, CR, VT and FF stripped around key and value as ``str.strip`` strips them. ``_tX``: a
-#: reason already (a relative path, a line break). Builtins only.
-VENV = r"""_tX=; _tV=; _tH=; _tU=; _tN=; _tw=
-case $_tP in /*) ;; *) _tX="$_tP is not an absolute path" ;; esac
-case $_tP in *'
-'*) _tX="the interpreter's path holds a line break" ;; esac
-for _tq in "${_tP%/*}" "${_tP%/*/*}"; do
-  if [ -n "$_tq" ] && [ -f "$_tq/pyvenv.cfg" ]; then _tV=$_tq/pyvenv.cfg; break; fi
-done
-if [ -n "$_tV" ]; then
-  while IFS= read -r _tl || [ -n "$_tl" ]; do
-    case $_tl in *=*) ;; *) continue ;; esac
-    _tk=${_tl%%=*}; _tk=${_tk#"${_tk%%[!_WS_]*}"}; _tk=${_tk%"${_tk##*[!_WS_]}"}
-    case $_tk in [Hh][Oo][Mm][Ee]) ;; *) continue ;; esac
-    _tH=${_tl#*=}; _tH=${_tH#"${_tH%%[!_WS_]*}"}; _tH=${_tH%"${_tH##*[!_WS_]}"}; break
-  done <"$_tV" 2>/dev/null
-  case $_tH in /*) ;; *) _tX="$_tV names no absolute home ($_tH)" ;; esac
-fi
-""".replace("_WS_", " \t\r\v\f")
-
-#: After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Root
-#: starts a trusted interpreter as ``_tR`` (the path judged, with no symlink left to follow
-#: through a directory nobody judged), so a ``pyvenv.cfg`` that ``_tR`` would read must be
-#: ``_tV``, the one whose ``home`` was judged; else ``_tX`` says so. So does a ``._pth`` file
-#: beside the interpreter (``python3.11._pth``: CPython 3.11 takes sys.path, the stdlib
-#: included, from its lines on Linux too; they are not judged). Appends
-#: to the positional parameters every path the rule checks (module docstring), for the
-#: caller's one ``stat``. Builtins only (globs; ``[ -e ]`` drops what does not exist). A
-#: directory already listed ends a chain (its parents are listed too): each line of the
-#: caller's ``stat`` costs its shell ~50 us to judge, and the resolved path mostly shares the
-#: given one's directories.
-PATHS = r"""_ts=/ _tq=
-for _tk in "${_tR%/*}" "${_tR%/*/*}"; do
-  if [ -n "$_tk" ] && [ -f "$_tk/pyvenv.cfg" ]; then _tq=$_tk/pyvenv.cfg; break; fi
-done
-if [ -n "$_tq" ] && ! [ "$_tq" -ef "$_tV" ]; then _tX="$_tR would read $_tq, not ${_tV:-no pyvenv.cfg}"; fi
-for _tk in "$_tP._pth" "$_tR._pth"; do [ -e "$_tk" ] && _tX="$_tk replaces sys.path (not judged)"; done
-for _tq in "$_tP" "$_tR" "$_tH" "$_tG"; do
-  while [ -n "$_tq" ]; do
-    case $_ts in *"
-$_tq
-"*) break ;; esac
-    set -- "$@" "$_tq"; _ts="$_ts
-$_tq
-"; _tq=${_tq%/*}
-  done
-done
-[ -n "$_tV" ] && set -- "$@" "$_tV"
-for _tq in "${_tR%/*/*}" "${_tG%/*}"; do
-  for _tl in "$_tq"/lib "$_tq"/lib64; do
-    [ -n "$_tq" ] && [ -d "$_tl" ] || continue
-    set -- "$@" "$_tl"
-    for _tk in "$_tl"/python3*; do
-      [ -d "$_tk" ] || continue
-      set -- "$@" "$_tk"
-      for _tm in "$_tk"/encodings "$_tk"/lib-dynload; do [ -d "$_tm" ] && set -- "$@" "$_tm"; done
-    done
-  done
-done
-"""
-
-#: ``_tj UID HEXMODE OWNER NAME``: one ``stat -c '%u %f %U %n'`` line of those paths, judged
-#: against ``_tI`` (the login uid). Sets ``_tX`` (the first reason it fails) and ``_tU``/``_tN``:
-#: the one other user whose paths these are, whom a root caller may run the interpreter as
-#: (``-`` when there is none to pick: two other owners, or a path anyone may write, which is
-#: then the reason given).
-JUDGE = r"""_tj() {
-  if [ "$1" != 0 ] && [ "$1" != "$_tI" ]; then
-    [ -n "$_tX" ] || _tX="$4 is owned by $3 (uid $1)"
-    if [ -z "$_tU" ]; then _tU=$1; _tN=$3; elif [ "$_tU" != "$1" ]; then _tU=-; fi
-  elif [ $((0x$2 & 61440)) = 40960 ] || [ $((0x$2 & 18)) = 0 ]; then :
-  elif [ $((0x$2 & 512)) != 0 ] && [ "$1" = 0 ] && [ $((0x$2 & 61440)) = 16384 ]; then :
-  else
-    [ -n "$_tw" ] || _tX="$4 is writable by group or others (mode $(printf %o $((0x$2 & 4095))), owner $3)"
-    _tU=-; _tw=1
-  fi
-}
-"""
-
-#: A whole check, for a command of its own (`deploy.checks.compile`): ``_tP`` in; ``_tX``
-#: empty when trusted; else ``_tU``/``_tN`` as `JUDGE`. One ``realpath`` and one ``stat``.
-#: ``_tM`` set: trusted only because the interpreter did not exist when judged (a missing
-#: path under a sticky ``/tmp`` is anyone's to create before the exec): the caller says
-#: "not found", exit 127, as the exec would have (`MISSING`).
-#: ``_tI``: the login uid (``[ -O / ]``, else ``id -u``).
-CHECK = (
-    VENV
-    + JUDGE
-    + r"""_tR=; _tG=; _tM=
-if [ -z "$_tX" ]; then
-  if [ -n "$_tH" ]; then _tx=$(realpath -m -- "$_tP" "$_tH"); else _tx=$(realpath -m -- "$_tP"); fi
-  _tR=${_tx%%'
-'*}; [ -n "$_tH" ] && _tG=${_tx#*'
-'}
-  case $_tR$_tG in *'
-'*) _tX="a resolved path of $_tP holds a line break" ;; esac
-fi
-if [ -z "$_tX" ]; then
-  set -- / ; """
-    + PATHS.replace("\n", "\n  ")
-    + r"""_tL=$(stat -c '%u %f %U %n' -- "$@" 2>/dev/null)
-  if [ -O / ]; then _tI=${_tL%% *}; else _tI=$(id -u); fi
-  while read -r _tu _tf _to _tn; do [ -n "$_tu" ] && _tj "$_tu" "$_tf" "$_to" "$_tn"; done <<_tEOF
-$_tL
-_tEOF
-  case "$_tL
-" in *" $_tR
-"*) ;; *) [ -n "$_tX" ] || _tM=1 ;; esac
-fi
-"""
-)
-
-#: After `CHECK` found the interpreter untrusted, in a command that root runs: sets ``_tS`` to
-#: how to start it as ``_tN`` (uid ``_tU``) — ``setpriv`` with that user's groups, else
-#: ``runuser`` — or prints one line on stderr and exits `REFUSED`. A caller that is not root
-#: runs it as itself (``_tS`` empty): it has no one to drop to, and its own files are what
-#: the interpreter's owner could reach.
-RUN_AS = r"""_tS=
-if [ -O / ]; then
-  if [ -z "$_tU" ] || [ "$_tU" = - ]; then
-    echo "deploy: refusing to run $_tP as root: $_tX; no single user owns it to run it as" >&2; exit 77
-  fi
-  if command -v setpriv >/dev/null 2>&1 && _tg=$(id -g -- "$_tU" 2>/dev/null); then
-    _tS="setpriv --reuid=$_tU --regid=$_tg --init-groups --"
-  elif command -v runuser >/dev/null 2>&1 && [ "$_tN" != UNKNOWN ]; then
-    _tS="runuser -u $_tN --"
-  else
-    echo "deploy: refusing to run $_tP as root: $_tX; neither setpriv nor runuser can run it as $_tN (uid $_tU)" >&2; exit 77
-  fi
-  printf '%s\n' "deploy-interpreter: as $_tN (uid $_tU), not root: $_tX"
-fi
-"""
-
-#: After `CHECK`: a missing interpreter is not found (exit 127), not created and then run.
-MISSING = '[ -z "$_tM" ] || { printf \'%s: not found\\n\' "$_tP" >&2; exit 127; }\n'
-
 #: Exit status of a command that refused to run an untrusted interpreter as root.
 REFUSED = 77
 
-#: The line a command prints on stdout when it ran the interpreter as its owner (`RUN_AS`).
+#: The line a command prints on stdout when it ran the interpreter as its owner (``run_as.sh``).
 AS_OWNER = "deploy-interpreter: as "
 
 
 def ran_as(stdout: str) -> str | None:
-    """Who ran the interpreter and why (`RUN_AS`'s line without its prefix), or None."""
+    """Who ran the interpreter and why (``run_as.sh``'s line without its prefix), or None."""
     for line in stdout.splitlines():
         if line.startswith(AS_OWNER):
             return line.removeprefix("deploy-interpreter: ")
@@ -245,25 +111,16 @@ def ran_as(stdout: str) -> str | None:
 
 def root_only_if_trusted(python: str, command: str) -> str:
     """Shell that runs ``command`` (which starts ``python``) only if the host trusts
-    ``python`` (`CHECK`) or the session is not root's; else one line on stderr, exit
-    `REFUSED`. For what must run as root or not at all: deploy's process agent
-    (``agent_python``), which stops and starts servers. Its default, ``python3``, is the
-    host's own, as the file helper's fallback is, and is run as before (no check, no
-    process). A ``command`` that starts with ``python`` starts it by the resolved path the
-    check judged (`PATHS`: never through a directory the check did not see)."""
+    ``python`` (``check.sh``) or the session is not root's; else one line on stderr, exit
+    `REFUSED` (``deploy/hostsh/root_only.sh``, then ``command``). For what must run as root
+    or not at all: deploy's process agent (``agent_python``), which stops and starts servers.
+    Its default, ``python3``, is the host's own, as the file helper's fallback is, and is run
+    as before (no check, no process). A ``command`` that starts with ``python`` starts it by
+    the resolved path the check judged (``paths.sh``: never through a directory the check
+    did not see)."""
     if python == "python3":
         return command
     quoted = shlex.quote(python)
     if command.startswith(quoted + " "):
         command = '"$_tE"' + command.removeprefix(quoted)
-    return (
-        f"case {quoted} in /*) _tP={quoted} ;; *) _tP=$(command -v {quoted} 2>/dev/null) ;; esac\n"
-        '_tR=\nif [ -n "$_tP" ] && [ -O / ]; then\n'
-        + CHECK
-        + 'if [ -n "$_tX" ]; then echo "deploy: refusing to run $_tP as root: $_tX" >&2; '
-        + f"exit {REFUSED}; fi\n"
-        + MISSING
-        + "fi\n"
-        + f'_tE=${{_tR:-$_tP}}; [ -n "$_tE" ] || _tE={quoted}\n'
-        + command
-    )
+    return hostsh.program("root_only.sh", {"_tY": python}) + command

@@ -7,7 +7,7 @@ service's health (filled in by a probe; "-" until one is given).
 Taking the lock to look would make a concurrent ``deploy apply`` see the host as busy and
 skip it, so status never does: one exec reads the lock holder's description, asks the kernel
 whether the lock is held (``/proc/locks``, matched by the lock file's inode), and prints every
-run's state records with the same reader the lock uses (`deploy.statedir.layout.scan_script`),
+run's state records with the same reader the lock uses (``deploy/hostsh/scan.sh``),
 folded into states by the same code the engine decides with (`deploy.statedir.runs`). Runs that changed nothing leave no journal, so
 "last run" means the last run that changed something on the host.
 """
@@ -20,31 +20,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deploy import hostsh
 from deploy.config.inventory import HostSpec
 from deploy.engine.run_options import HostOpener, ssh_host
 from deploy.errors import EXIT_NOT_ATTEMPTED, EXIT_OK, DeployError
 from deploy.remote.api import Host
-from deploy.remote.host import quote
 from deploy.remote.lock import describe_holder
-from deploy.statedir.layout import parse_scan, scan_script
+from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunState, ordered
 
-_SCRIPT = r"""S={state}
-[ -d "$S" ] || {{ echo NOSTATE; exit 0; }}
-held=0
-if [ -f "$S/lock" ]; then
-  ino=$(stat -c %i "$S/lock" 2>/dev/null)
-  if [ -r /proc/locks ] && [ -n "$ino" ]; then
-    while read -r _ _ _ _ pid dev _; do
-      case "$dev" in *:"$ino") held=$pid ;; esac
-    done < /proc/locks
-  else
-    held=unknown
-  fi
-fi
-printf 'LOCK\t%s\t%s\n' "$held" "$(head -n 1 "$S/lock" 2>/dev/null)"
-{scan}echo END
-"""
+
+def status_script(state_dir: str) -> str:
+    """The status exec: ``deploy/hostsh/status.sh`` after state_dir's quoted assignment."""
+    return hostsh.program("status.sh", {"_dS": state_dir})
+
 
 #: A service health probe: (open host, its name, its settings) -> one short word or line.
 HealthProbe = Callable[[Host, str, HostSpec], str]
@@ -149,7 +138,7 @@ def host_status(
     remote = open_host(name, spec, accept_new)
     try:
         remote.open()
-        script = _SCRIPT.format(state=quote(spec.state_dir), scan=scan_script("S"))
+        script = status_script(spec.state_dir)
         result = remote.run(script, timeout=60)
         if not result.ok or "END" not in result.stdout.splitlines():
             why = "timed out" if result.timed_out else f"exit {result.exit_status}"

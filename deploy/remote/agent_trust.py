@@ -6,8 +6,8 @@ from wherever that interpreter looks at start-up — its standard library, ``pyv
 ``home``, every ``.pth`` file in its site directories, the cwd (``-c`` puts it first on
 ``sys.path``), ``PYTHONPATH``/``PYTHONHOME``/``HOME`` of that environment, and ``LD_PRELOAD``
 if the environment sets one. The agent runs as root, so whoever can change any of these would
-run code as root. Rule (the shell's for the compile check, `deploy.checks.interpreter`, plus the
-lookup's own inputs):
+run code as root. Rule (each path judged by `deploy.remote.trust_rule`, whose table the
+compile check's shell renders too; the paths are the lookup's own):
 
 - a server running as another user (not root, not the login user) is looked up as that user,
   with its groups: its environment is its own, and it sees what the server sees;
@@ -28,6 +28,9 @@ Standard library only, no annotations, Python 3.8 syntax: it runs on the host's 
 import glob
 import os
 import pwd
+
+# host-program: part (deploy.remote.hostprogram)
+from deploy.remote.trust_rule import OTHER_OWNER, WRITABLE, verdict
 
 _SITE = (
     "lib",
@@ -128,23 +131,36 @@ def lookup_paths(python, env, cwd):
 
 
 def judge(paths, me):
-    """(reason or None, the one other owner's uid or None): `deploy.checks.interpreter.JUDGE`'s
-    rule in Python. The uid is -1 when there is nobody to pick."""
-    reason, owner, writable = None, None, None
+    """(reason or None, the one other owner's uid or None) for ``paths`` as they are now
+    (`judge_stats`); a path that does not exist is left out, as the shell's ``stat`` does."""
+    stats = []
     for path in paths:
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        mode = st.st_mode
-        if st.st_uid not in (0, me):
-            reason = reason or f"{path} is owned by {_name(st.st_uid)} (uid {st.st_uid})"
-            owner = st.st_uid if owner in (None, st.st_uid) else -1
-        elif (mode & 0o170000) == 0o120000 or not mode & 0o022 or _sticky_root(st):
-            continue
-        else:
+        stats.append((path, st.st_uid, st.st_mode))
+    return judge_stats(stats, me)
+
+
+def judge_stats(stats, me):
+    """(reason or None, the one other owner's uid or None) for ``(path, uid, mode)`` items:
+    each judged by the one rule (`deploy.remote.trust_rule.verdict`, whose table
+    ``deploy/hostsh/judge.sh`` renders for the shell), the reasons worded as there: the first
+    path writable by group or others, else the first owned by another user. The uid is -1
+    when there is nobody to pick (two other owners, or a path anyone may write)."""
+    reason, owner, writable = None, None, None
+    for path, uid, mode in stats:
+        found = verdict(uid, mode, me)
+        if found == OTHER_OWNER:
+            reason = reason or f"{path} is owned by {_name(uid)} (uid {uid})"
+            owner = uid if owner in (None, uid) else -1
+        elif found == WRITABLE:
             if writable is None:  # anyone may change it: the reason to give
-                writable = f"{path} is writable by group or others (mode {mode & 0o7777:o})"
+                writable = (
+                    f"{path} is writable by group or others"
+                    f" (mode {mode & 0o7777:o}, owner {_name(uid)})"
+                )
             owner = -1
     return writable or reason, owner
 
@@ -202,11 +218,6 @@ def start_problem(python, argv, env, cwd, uid):
         paths.append(script)
     reason, _ = judge(paths, uid)
     return reason
-
-
-def _sticky_root(st):
-    """A root-owned sticky directory (``/tmp``): nobody else can rename what is in it."""
-    return bool(st.st_mode & 0o1000) and st.st_uid == 0 and (st.st_mode & 0o170000) == 0o040000
 
 
 def _name(uid):

@@ -1,7 +1,7 @@
 """The per-host lock: ``state_dir/lock``, held with flock(1) by a process tied to our session.
 
 One exec both takes the lock and reports what the engine must know before doing anything: the
-state records of every run kept on the host (`deploy.statedir.layout.scan_script`, so
+state records of every run kept on the host (``deploy/hostsh/scan.sh``, so
 unfinished runs are found without further round trips), and the status and bytes of the files the run's leading file steps will read
 (``prefetch``: no round trip of their own). The flock is held by that shell, which then serves
 the run's commands over the same channel (`deploy.remote.session`: one login shell per host per
@@ -14,7 +14,7 @@ Round trips: taking the lock waits for the channel's open and the lock's answer,
 the prefetched files and the speculated commands sent with it; releasing it waits for nothing
 (`HostLock.release`). What is sent ahead travels in the exec's command line, not on stdin:
 OpenSSH's sshd opens a session channel with a zero window and grants one only with the exec's
-reply, so stdin would wait a round trip more (``$_dZ`` in `deploy.remote.loop.LOOP`).
+reply, so stdin would wait a round trip more (``$_dZ`` in ``deploy/hostsh/loop.sh``).
 Only paths and check code travel so (`CARRIED_OPS`): other users of the host can read a
 command line (``ps``), so while a run holds the lock they can see which files it reads
 first, never their contents.
@@ -34,7 +34,7 @@ from typing import Any
 
 import paramiko
 
-from deploy import trace
+from deploy import hostsh, trace
 from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
 from deploy.errors import (
     HostUnreachable,
@@ -46,33 +46,39 @@ from deploy.errors import (
 )
 from deploy.remote.api import Host
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.host import quote
 from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
-from deploy.remote.loop import LOOP
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel, rest_after_exit
-from deploy.statedir.layout import parse_scan, scan_script
+from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
-from deploy.statedir.trust import TRUST_CHECK
 
-_SCRIPT = r"""_dU=$(umask); umask 077
-_dS={state}
-_dA={agent}
-_dB={boot}
-_dW={helper_python}
-{trust}command -v flock >/dev/null 2>&1 || {{ echo "NOFLOCK"; exit 71; }}
-exec 9>>"$_dS/lock" || {{ _dM=$( (: >>"$_dS/lock") 2>&1); echo "NOSTATE cannot open $_dS/lock: ${{_dM##*: }}"; exit 72; }}
-if flock -w 1 9; then
-  _dP=; IFS= read -r _dP 2>/dev/null <"$_dS/lock"
-  printf '%s\n' {holder} > "$_dS/lock"
-  printf 'LOCKED\t%s\n' "$_dP"
-{scan}  _dZ={ahead}
-{loop}else
-  printf 'BUSY\t%s\n' "$(cat "$_dS/lock" 2>/dev/null)"
-  exit 75
-fi
-"""
+
+def lock_script(
+    state_dir: str,
+    holder: str,
+    *,
+    python: str = "",
+    ahead: str = "",
+    agent: str = "",
+    boot: str = "",
+) -> str:
+    """The lock's exec: ``deploy/hostsh/lock.sh`` (its trust check, scan and loop in place)
+    after the quoted assignments of what varies: state_dir, the holder's JSON, the compile
+    check's interpreter (``python``, may be empty), the requests carried in the command line
+    (``ahead``, may be empty) and the file helper's source and boot program."""
+    return hostsh.program(
+        "lock.sh",
+        {
+            "_dS": state_dir,
+            "_dA": agent,
+            "_dB": boot,
+            "_dW": python,
+            "_dH": holder,
+            "_dZ": ahead,
+        },
+    )
+
 
 #: What may travel in the lock's command line, which any local user of the host can read
 #: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
@@ -88,11 +94,11 @@ MAX_COMMAND = 96 * 1024
 
 
 def _carriable(held: bytes) -> str:
-    """``held`` as a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
+    """``held`` as text for a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
     if b"\0" in held:
         return ""
     try:
-        return quote(held.decode()) if held else ""
+        return held.decode()
     except UnicodeDecodeError:
         return ""
 
@@ -219,19 +225,16 @@ def acquire(
     held = session.held()
 
     def script_with(ahead: str) -> str:
-        return _SCRIPT.format(
-            state=quote(state_dir),
-            trust=TRUST_CHECK,
-            agent=quote(HELPER_SOURCE),
-            boot=quote(HELPER_BOOT),
-            helper_python=quote(pythons[0] if pythons else ""),
-            scan=scan_script("_dS"),
-            ahead=ahead or "''",
-            holder=quote(json.dumps(holder, sort_keys=True)),
-            loop=LOOP,
+        return lock_script(
+            state_dir,
+            json.dumps(holder, sort_keys=True),
+            python=pythons[0] if pythons else "",
+            ahead=ahead,
+            agent=HELPER_SOURCE,
+            boot=HELPER_BOOT,
         )
 
-    # Carried in the command line: no round trip of their own (`deploy.remote.loop.LOOP`:
+    # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
     # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
     # is written to stdin leaves a round trip after the exec (issue 17).
     paths_only = all(

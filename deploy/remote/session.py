@@ -3,7 +3,7 @@
 Every exec starts the user's login shell on the host (``.bashrc`` included: ~60-100 ms where it
 runs ``pyenv init``, and CPU the host's other work competes for). The lock already needs one
 such shell for the whole run — it holds the flock — so after taking the lock that shell becomes
-a small command loop (`deploy.remote.loop.LOOP`) and every later command of the run is sent to
+a small command loop (``deploy/hostsh/loop.sh``) and every later command of the run is sent to
 it instead of to a new exec: the compile check, the service agent, systemctl. A run then pays
 one login shell per host, the same as the bare ``connect + true`` floor in docs/performance.md.
 

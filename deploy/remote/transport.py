@@ -8,7 +8,7 @@ same height (``BaseTransport`` and a ``MockTransport``): the client logic above 
 Faking at the `Host` level instead would mean a second implementation of the lock's shell, the
 session framing and the fd-based file helper — and fast tests of a reimplementation prove
 nothing about the code a real host runs. With the seam here, `deploy.remote.local`'s
-`LocalTransport` runs the very same lock script, `deploy.remote.loop.LOOP` and
+`LocalTransport` runs the very same lock script, ``deploy/hostsh/loop.sh`` and
 `deploy.remote.fileagent` in local processes; only SSH itself (authentication, host keys,
 direct-tcpip, sudo over a pty-less channel) is left to the integration suite.
 

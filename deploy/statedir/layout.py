@@ -9,8 +9,8 @@
     validate.XXXXXXXX             a step's new content while its ``validate`` command runs
                                   (mktemp; removed when the command ends, safe to delete)
 
-Paths are built here and nowhere else. `scan_script` is the only shell that reads journals
-(the lock's exec and ``deploy status`` both embed it); `parse_scan` turns its output into
+Paths are built here and nowhere else. ``deploy/hostsh/scan.sh`` is the only shell that reads
+journals (the lock's exec and ``deploy status`` both run it); `parse_scan` turns its output into
 `RunInfo` values with the same fold the engine uses. `trust_paths` lists what a trust check of
 the state directory must look at (owner and mode of state_dir and its parents).
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from deploy.statedir.records import Record, decode_line
 from deploy.statedir.runs import RunInfo, summarize
 
-#: The records that decide a run's state (`deploy.statedir.runs.advance`); the scan reads
-#: only these lines, so a service intent's large environment never crosses the wire for it.
+#: The records that decide a run's state (`deploy.statedir.runs.advance`); the scan
+#: (``deploy/hostsh/scan.sh``, whose awk pattern lists them) reads only these lines, so a service intent's large environment never crosses the wire for it.
 STATE_EVENTS = ("begin", "end", "rollback_begin", "rollback_end", "rollback_failed", "resolved")
 
 
@@ -86,35 +86,12 @@ class Layout:
         return paths
 
 
-def scan_script(state_var: str) -> str:
-    """Shell that prints every run's state lines; ``state_var`` names a variable holding
-    state_dir. One awk for all journals however many runs are kept; symbolic links skipped.
-
-    Output: ``RUN\\t<journal path>`` for every journal, then per file ``L\\t<n>\\t<line>`` for
-    each state line (`STATE_EVENTS`) and ``N\\t<lines>`` at its end.
-    """
-    events = "|".join(STATE_EVENTS)
-    return (
-        # A run whose directory or journal is a symbolic link is not read (it was planted:
-        # nothing of ours makes links there; `deploy.remote.lock` checks state_dir itself).
-        "set --\n"
-        f'for _dj in "${state_var}"/runs/*/journal.jsonl; do\n'
-        '  [ -h "$_dj" ] || [ -h "${_dj%/journal.jsonl}" ] || set -- "$@" "$_dj"\n'
-        "done\n"
-        '[ -f "$1" ] && { printf \'RUN\\t%s\\n\' "$@"; '
-        "awk -v OFS='\\t' "
-        '\'FNR==1 && NR>1 {print "N", n} FNR==1 {print "F", FILENAME} {n=FNR} '
-        f'/"event": ?"({events})"/ {{print "L", FNR, $0}} '
-        'END {if (NR) print "N", n}\' "$@"; }\n'
-    )
-
-
 def _run_id(path: str) -> str:
     return path.rsplit("/journal.jsonl", 1)[0].rsplit("/", 1)[-1]
 
 
 def parse_scan(lines: Iterable[str]) -> list[RunInfo]:
-    """`scan_script`'s output to one `RunInfo` per run (pure; for tests too).
+    """``scan.sh``'s output to one `RunInfo` per run (pure; for tests too).
 
     A state line that does not decode is tolerated only as the journal's last line (torn by a
     crash); elsewhere the run is marked damaged, naming file and line.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy import hostsh
 from tests.integration.conftest import REPO, Deploy, KimiHost
 
 pytestmark = pytest.mark.ssh
@@ -117,6 +118,9 @@ def test_wheel_runs_check_from_any_directory(
     names = zipfile.ZipFile(wheel).namelist()
     # The host programs `deploy.remote.hostprogram` assembles from their sources.
     assert {f"deploy/remote/{n}.py" for n in ("agent", "fileagent", "helperboot")} <= set(names)
+    # The shell programs the host runs (`deploy.hostsh`): the lock, status and check scripts.
+    host_shell = {f"deploy/hostsh/{p.name}" for p in hostsh.DIRECTORY.glob("*.sh")}
+    assert len(host_shell) > 10 and host_shell <= set(names)
     assert "deploy/demo.py" in names and "deploy/sandbox/sshd.py" in names  # `deploy demo`'s
     shipped = [n for n in names if n.startswith(("tools/", "tests/"))]
     shipped += [n for n in names if "docgen" in n or n.endswith(("/reliability.py", "/proxy.py"))]

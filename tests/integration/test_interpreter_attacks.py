@@ -5,7 +5,7 @@ A compile check whose interpreter another user (``ml``, a real user made with us
 `deploy.checks.interpreter.RUN_AS`). Their code runs then, by design; it must get the bytes to
 compile and nothing of root's: not root's environment (an ``HF_TOKEN`` in root's ``.bashrc``),
 and not the files root opened for the command's answer (``state_dir/.session.N.out``/``.err``
-in the lock's loop, `deploy.remote.loop.LOOP`), where a process the owner leaves behind
+in the lock's loop, ``deploy/hostsh/loop.sh``), where a process the owner leaves behind
 could write after the command ended — into the next answer's frame. The command runs here as
 the loop runs it, as root, in bash and dash, with its output in root's files.
 """

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from deploy import hostsh
 from deploy.checks.compile import (
     AHEAD_STATUS,
     AHEAD_VARIABLE,
@@ -232,15 +233,22 @@ def test_check_tail_decodes_only_the_tail_and_says_what_decoding_all_said() -> N
 
 
 def test_compile_command_quotes_every_argument() -> None:
-    command = compile_command("/opt/my venv/bin/python", "/srv/it's here.py")
-    assert command.startswith("case '/opt/my venv/bin/python' in /*) _tP='/opt/my venv/bin/python'")
+    python, path = "/opt/my venv/bin/python", "/srv/it's here.py"
+    command = compile_command(python, path)
+    # What varies is quoted assignments before ``deploy/hostsh/compile.sh``'s text.
+    preamble = command.removesuffix(hostsh.text("compile.sh"))
+    assert preamble != command
+    shown = subprocess.run(
+        ["sh", "-c", preamble + 'printf "%s\\n" "$_tY" "$_tD" "$_tF"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.splitlines() == [python, path, path]
     # what a trusted interpreter runs (deploy.checks.interpreter: the host checks it first)
     # (by the resolved path the check judged, else the one found, else the name: exit 127)
-    assert "[ -n \"$_tE\" ] || _tE='/opt/my venv/bin/python'\n" in command
-    words = shlex.split(command.partition("|| exec ")[2].partition("\n_tS=")[0])
-    assert words[0] == "$_tE"
-    assert words[-1] == "/srv/it's here.py"
-    assert words[1:5] == ["-B", "-I", "-S", "-c"]
+    assert '[ -n "$_tE" ] || _tE=$_tY\n' in command
+    assert '|| exec "$_tE" -B -I -S -c "$_tC" "$_tD"\n' in command
 
 
 @pytest.mark.parametrize(

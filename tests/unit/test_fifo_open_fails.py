@@ -19,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy import hostsh
 from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
-from deploy.remote.lock import _SCRIPT
-from deploy.remote.loop import LOOP
-from deploy.statedir.layout import scan_script
-from deploy.statedir.trust import TRUST_CHECK
+from deploy.remote.lock import lock_script
 
 CASES = {
     "go anchor": ('3<>"$1"', "3<>/nonexistent/go"),
@@ -31,10 +29,6 @@ CASES = {
     "relay anchor": ('4<>"$3"', "4<>/nonexistent/relay"),
     "relay's own open": ('exec >"$3" 4<&-', "exec >/nonexistent/relay 4<&-"),
 }
-
-
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _holders(path: Path) -> list[int]:
@@ -60,22 +54,14 @@ def _holders(path: Path) -> list[int]:
 @pytest.mark.parametrize("shell", ["/bin/bash", "/bin/dash"])
 def test_a_fifo_that_cannot_be_opened_frees_the_lock(shell: str, case: str, tmp_path: Path) -> None:
     old, new = CASES[case]
-    assert LOOP.count(old) == 1
+    assert hostsh.text("loop.sh").count(old) == 1
     state, read = tmp_path / "state", tmp_path / "a"
     read.write_text("a\n")
     head = json.dumps({"op": "read", "path": str(read)}).encode()
     ahead = (b"CALL %d 0 0\n" % len(head) + head).decode()
-    script = _SCRIPT.format(
-        state=_q(str(state)),
-        trust=TRUST_CHECK,
-        agent=_q(HELPER_SOURCE),
-        boot=_q(HELPER_BOOT),
-        helper_python="''",
-        scan=scan_script("_dS"),
-        ahead=_q(ahead),
-        holder="h",
-        loop=LOOP.replace(old, new),
-    )
+    script = lock_script(
+        str(state), "h", ahead=ahead, agent=HELPER_SOURCE, boot=HELPER_BOOT
+    ).replace(old, new)
     proc = subprocess.Popen(
         [shell, "-c", script],
         stdin=subprocess.PIPE,

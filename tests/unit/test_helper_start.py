@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
-from deploy.remote.lock import _SCRIPT
-from deploy.remote.loop import LOOP
-from deploy.statedir.layout import scan_script
-from deploy.statedir.trust import TRUST_CHECK
+from deploy.remote.lock import lock_script
 
 PYTHON = os.path.realpath(sys.executable)
 
@@ -25,17 +22,7 @@ def _lookup(tmp_path: Path, preferred: str, shell: str) -> dict[str, object]:
     """Take the lock with ``preferred`` as the compile check's interpreter and send the
     helper one ``compiled`` lookup naming this interpreter; its answer."""
     state = tmp_path / "state"
-    script = _SCRIPT.format(
-        state=state,
-        trust=TRUST_CHECK,
-        agent="'" + HELPER_SOURCE.replace("'", "'\\''") + "'",
-        boot="'" + HELPER_BOOT.replace("'", "'\\''") + "'",
-        helper_python="'" + preferred + "'",
-        scan=scan_script("_dS"),
-        ahead="''",
-        holder="h",
-        loop=LOOP,
-    )
+    script = lock_script(str(state), "h", python=preferred, agent=HELPER_SOURCE, boot=HELPER_BOOT)
     target = tmp_path / "m.py"
     target.write_text("x = 1\n")
     head = json.dumps(

@@ -201,8 +201,8 @@ def test_the_lookup_judges_what_the_dynamic_linker_loads_from(
 def test_the_lock_starts_the_file_helper_on_the_interpreter_it_checked(
     tmp_path: Path, shell: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lock's trust check (`deploy.statedir.trust.TRUST_CHECK`) and the helper's start
-    (`deploy.remote.loop.LOOP`): the same swap after the check's ``stat`` put the user's
+    """The lock's trust check (``deploy/hostsh/trust.sh``) and the helper's start
+    (``deploy/hostsh/loop.sh``): the same swap after the check's ``stat`` put the user's
     binary (a copy of the system's python3, ELF: started as the helper) where root's venv was,
     and the helper ran on it as root: its answer said it was not the interpreter checked."""
     from tests.unit.test_helper_start import _lookup

@@ -1,6 +1,6 @@
 """The host's trust check of an interpreter before root runs it (`deploy.checks.interpreter`),
 in a local bash and dash: the rule's own text, and the lock's choice of the file helper's
-interpreter (`deploy.statedir.trust.TRUST_CHECK`, `deploy.remote.loop.LOOP`).
+interpreter (``deploy/hostsh/trust.sh``, ``deploy/hostsh/loop.sh``).
 
 Other users' files are made with ``chown`` to a uid nobody has (no user is needed to own a
 file), so these need root; they skip elsewhere. Running the interpreter as its owner needs a
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.checks.interpreter import CHECK, REFUSED, RUN_AS, ran_as, root_only_if_trusted
+from deploy import hostsh
+from deploy.checks.interpreter import REFUSED, ran_as, root_only_if_trusted
 from tests.unit.test_helper_start import _lookup
 
 OTHER = 4321
@@ -29,7 +30,11 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid 
 
 def _judge(shell: str, python: Path | str) -> dict[str, str]:
     """`CHECK` of ``python`` in ``shell``: its verdict variables."""
-    script = f"_tP='{python}'\n{CHECK}" + 'printf "%s\\n%s\\n%s\\n" "$_tX" "$_tU" "$_tN"\n'
+    script = (
+        f"_tP='{python}'\n"
+        + hostsh.text("check.sh")
+        + 'printf "%s\\n%s\\n%s\\n" "$_tX" "$_tU" "$_tN"\n'
+    )
     done = subprocess.run([shell, "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     reason, uid, name = done.stdout.split("\n")[:3]
@@ -202,7 +207,12 @@ def test_with_no_way_to_run_it_as_its_owner_root_refuses_in_one_line(
             assert found
             (bin_dir / tool).symlink_to(found)
         path = str(bin_dir)
-    script = f"_tP='{python}'\n{CHECK}{RUN_AS}" + 'exec $_tS "$_tP"\n'
+    script = (
+        f"_tP='{python}'\n"
+        + hostsh.text("check.sh")
+        + hostsh.text("run_as.sh")
+        + 'exec $_tS "$_tP"\n'
+    )
     done = subprocess.run(
         [shutil.which(shell) or shell, "-c", script],
         capture_output=True,

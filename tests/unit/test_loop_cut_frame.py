@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.loop import LOOP
+from deploy import hostsh
 
 
 def _loop(shell: str, state: Path, stdin: bytes) -> bytes:
-    script = f"_dS={state}; _dU=022; _dZ=; _dW=; _dA=; _dB=\n" + LOOP
+    script = f"_dS={state}; _dU=022; _dZ=; _dW=; _dA=; _dB=\n" + hostsh.text("loop.sh")
     return subprocess.run(
         [shell, "-c", script], input=stdin, capture_output=True, check=False, timeout=30
     ).stdout

@@ -1,6 +1,6 @@
 """Whatever dies while the lock shell wires its fifos, no process is left holding the lock.
 
-The lock shell (`deploy.remote.loop.LOOP`) talks to two processes through fifos: the relay
+The lock shell (``deploy/hostsh/loop.sh``) talks to two processes through fifos: the relay
 (``$_dZ``, a ``cat`` feeding the loop) and the file helper. Opening a fifo blocks until its
 other end is opened too, so a shell that opened its end first and then lost the process of
 the other end (killed by the OOM killer, a redirection that failed) used to wait there forever
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy import hostsh
 from deploy.errors import DeployError
 from deploy.remote import lock as lockmod
 from deploy.remote.local import LocalHost
@@ -54,8 +55,9 @@ def test_a_process_dying_at_the_fifos_frees_the_lock(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     old, new = CASES[case]
-    assert old in lockmod.LOOP
-    monkeypatch.setattr(lockmod, "LOOP", lockmod.LOOP.replace(old, new))
+    assert old in hostsh.text("loop.sh")
+    script = lockmod.lock_script
+    monkeypatch.setattr(lockmod, "lock_script", lambda *a, **k: script(*a, **k).replace(old, new))
     home, state, read = tmp_path / "home", tmp_path / "state", tmp_path / "a"
     home.mkdir(mode=0o700)
     read.write_text("a\n")

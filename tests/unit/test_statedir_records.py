@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy import hostsh
 from deploy.statedir import records as r
-from deploy.statedir.layout import Layout, parse_scan, scan_script
+from deploy.statedir.layout import STATE_EVENTS, Layout, parse_scan
 from deploy.statedir.runs import RunState
 
 
@@ -116,7 +117,7 @@ def test_the_scan_script_reads_state_lines_with_real_awk(tmp_path: Path) -> None
     ]:
         Path(layout.run_dir(run_id)).mkdir(parents=True)
         Path(layout.journal(run_id)).write_bytes(data)
-    script = f"_dS={tmp_path}\n" + scan_script("_dS")
+    script = hostsh.program("scan.sh", {"_dS": str(tmp_path)})
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     runs = {run.run_id: run for run in parse_scan(out.splitlines())}
     assert runs["R1"].state is RunState.CHANGED and runs["R1"].host_seq == 1
@@ -126,7 +127,9 @@ def test_the_scan_script_reads_state_lines_with_real_awk(tmp_path: Path) -> None
     assert runs["R5"].state is RunState.UNFINISHED and not runs["R5"].damaged
     assert runs["R6"].state is RunState.UNFINISHED
     empty = subprocess.run(
-        ["sh", "-c", f"_dS={tmp_path}/none\n" + scan_script("_dS")], capture_output=True, text=True
+        ["sh", "-c", hostsh.program("scan.sh", {"_dS": f"{tmp_path}/none"})],
+        capture_output=True,
+        text=True,
     ).stdout
     assert parse_scan(empty.splitlines()) == []
 
@@ -138,3 +141,9 @@ def test_layout_paths_and_trust_paths() -> None:
     assert Layout("/").lock == "/lock" and Layout("/").trust_paths() == ["/"]
     with pytest.raises(ValueError):
         layout.run_dir("../x")
+
+
+def test_the_scan_reads_exactly_the_state_events() -> None:
+    """``scan.sh``'s awk pattern lists `STATE_EVENTS`, no more, no fewer (it is static text)."""
+    pattern = '/"event": ?"(' + "|".join(STATE_EVENTS) + ')"/'
+    assert hostsh.text("scan.sh").count(pattern) == 1

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.lock import _SCRIPT
-from deploy.statedir.layout import scan_script
-from deploy.statedir.trust import TRUST_CHECK
+from deploy import hostsh
+from deploy.remote.lock import lock_script
 
 NOBODY = 65534
 #: The shell every check here runs in: bash (a login shell), and POSIX sh (Debian's dash, as
@@ -29,16 +28,8 @@ def shell(request: pytest.FixtureRequest) -> None:
 
 
 def run(state: Path | str, env: dict[str, str] | None = None) -> str:
-    script = _SCRIPT.format(
-        state="'" + str(state) + "'",
-        trust=TRUST_CHECK,
-        agent="x",
-        boot="x",
-        helper_python="''",
-        scan=scan_script("_dS"),
-        ahead="''",
-        holder="h",
-        loop="echo LOOP\n",
+    script = lock_script(str(state), "h", agent="x", boot="x").replace(
+        hostsh.text("loop.sh"), "echo LOOP\n"
     )
     proc = subprocess.run(
         [SHELL[0], "-c", script],

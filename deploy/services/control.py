@@ -33,6 +33,7 @@ class ServiceControl:
 
     def __init__(self, remote: Host, state_dir: str, name: str, spec: ServiceSpec) -> None:
         self.remote = remote
+        self.state_dir = state_dir
         self.name = name
         self.spec = spec
         base = Layout(state_dir).services
@@ -47,6 +48,40 @@ class ServiceControl:
         #: Where probes go and the key they send (`deploy.services.endpoint`): the service's
         #: ``address`` and ``api_key`` until a server's own sockets and flags are known.
         self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
+
+    def needs_detection(self) -> bool:
+        """Whether the manager is still to be told by the server's cgroup (``auto``, or
+        ``systemd`` without a unit)."""
+        return self.spec.manager == "auto" or (
+            self.spec.manager == "systemd" and not self.spec.unit
+        )
+
+    def detect_unit(self) -> str | None:
+        """The system unit the server on the port belongs to (its /proc/PID/cgroup, read by
+        the process helper's probe), or None: no server, or one not run by a unit."""
+        return identity.unit_of(self.process.current().cgroup)
+
+    def use_unit(self, unit: str | None) -> None:
+        """Settle the manager from `detect_unit`'s answer: a unit's server is systemd's (the
+        spec becomes ``manager: systemd, unit: UNIT`` — what the journal keeps for the undo),
+        anything else the process manager's.
+
+        Raises:
+            ServerRefused: ``manager: systemd`` without a unit and no unit runs the server.
+        """
+        if unit is None and self.spec.manager == "systemd":
+            raise ServerRefused(
+                f"{self.remote.name}: {self.name}: manager systemd names no unit and the server "
+                f"on port {self.spec.port} belongs to none; name it (kimi-eagle3: sglang_unit)"
+            )
+        if unit is None:
+            self.spec = self.spec.model_copy(update={"manager": "process"})
+            self.process.spec = self.spec
+            self.manager = self.process
+            return
+        self.spec = self.spec.model_copy(update={"manager": "systemd", "unit": unit})
+        self.process.spec = self.spec
+        self.manager = SystemdManager(self.remote, self.spec)
 
     @property
     def helper_ids(self) -> tuple[int, ...] | None:

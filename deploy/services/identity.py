@@ -221,9 +221,30 @@ def unit_of(cgroup: str) -> str | None:
         if not parts or parts[0] == "user.slice" or container_of(f"0::{path}"):
             continue
         units = [part for part in parts if part.endswith(".service")]
-        if units:
+        if units and units[-1] not in _LOGIN_UNITS:
             return units[-1]
     return None
+
+
+#: Units whose cgroup holds what a login started when PAM gives it no session scope
+#: (``UsePAM no``): the server is a login's process, not the unit's.
+_LOGIN_UNITS = ("ssh.service", "sshd.service")
+
+
+def managed_by_unit(state: ServiceState, spec: ServiceSpec) -> str | None:
+    """Why a ``manager: process`` service must not touch this server, or None: it belongs to a
+    systemd unit (its cgroup says which), and signalling it would fight systemd (it restarts
+    the unit behind us, or records a failure)."""
+    if not state.running or spec.manager != "process":
+        return None
+    unit = unit_of(state.cgroup)
+    if unit is None:
+        return None
+    return (
+        f"the {spec.match} server on port {spec.port} (pid {state.pid}) belongs to the systemd "
+        f"unit {unit}, which deploy does not signal behind systemd's back: set the service's "
+        f"manager to systemd or auto (kimi-eagle3: sglang_manager=systemd sglang_unit={unit})"
+    )
 
 
 def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
@@ -231,6 +252,9 @@ def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
     (its cgroup, or a ``docker-proxy`` holding the port) or on several nodes (``--nnodes``)."""
     if not state.running:
         return None
+    by_unit = managed_by_unit(state, spec)
+    if by_unit is not None:
+        return by_unit
     program = (state.argv[0] if state.argv else "").rsplit("/", 1)[-1]
     runtime = "docker" if program == "docker-proxy" else container_of(state.cgroup)
     if runtime is not None:

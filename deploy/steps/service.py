@@ -201,7 +201,7 @@ class RestartArgs(ServiceArgs):
 def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
     """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
     spec = ctx.services.get(name)
-    return getattr(spec, "manager", "process") == "systemd"
+    return getattr(spec, "manager", "process") == "systemd" and bool(getattr(spec, "unit", None))
 
 
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:

@@ -31,6 +31,7 @@ def cgroup(name: str) -> str:
         ("docker-v1.txt", None, "docker"),
         ("containerd-k8s.txt", None, "Kubernetes"),
         ("podman.txt", None, "podman"),
+        ("sshd-nopam.txt", None, None),
     ],
 )
 def test_unit_and_container_from_real_cgroup_contents(
@@ -54,5 +55,18 @@ def test_containers_and_multi_node_servers_are_refused_in_one_line() -> None:
     nodes = unsupported(running([*SERVER, "--nnodes", "2", "--node-rank", "0"]), spec)
     assert nodes is not None and "one of 2 nodes (--nnodes 2)" in nodes
     assert unsupported(running([*SERVER, "--nnodes", "1"], cgroup("session-v2.txt")), spec) is None
-    assert unsupported(running(SERVER, cgroup("unit-v2.txt")), spec) is None
+    assert unsupported(running(SERVER, cgroup("session-v2.txt")), spec) is None
     assert unsupported(ServiceState(running=False), spec) is None
+
+
+@pytest.mark.parametrize("fixture", ["unit-v2.txt", "unit-v1.txt"])
+def test_a_units_server_is_never_signalled_by_the_process_manager(fixture: str) -> None:
+    """A process manager would kill the unit's process behind systemd's back: refused (exit 4)
+    in one line naming the unit; systemd or auto take it through systemctl instead."""
+    state = running(SERVER, cgroup(fixture))
+    problem = unsupported(state, ServiceSpec())
+    assert problem is not None and "\n" not in problem
+    assert "belongs to the systemd unit sglang.service" in problem
+    assert "sglang_manager=systemd" in problem
+    assert unsupported(state, ServiceSpec(manager="systemd", unit="sglang.service")) is None
+    assert unsupported(state, ServiceSpec(manager="auto")) is None

@@ -196,13 +196,14 @@ def shown(content: bytes) -> bytes:
     out = []
     for line in content.decode("utf-8", "replace").splitlines(keepends=True):
         if line.startswith("Environment="):
-            masked = masked_env(
-                parse_env([("Environment", line[len("Environment=") :].strip())])[0]
-            )
-            line = "Environment=" + " ".join(f"{k}={v}" for k, v in masked.items()) + "\n"
+            env = parse_env([("Environment", line[len("Environment=") :].strip())])[0]
+            if masked_env(env) != env:  # else as written
+                masked = masked_env(env)
+                line = "Environment=" + " ".join(f"{k}={v}" for k, v in masked.items()) + "\n"
         elif line.startswith("ExecStart=") and line.strip() != "ExecStart=":
             prefix, words = split_exec(line[len("ExecStart=") :].strip())
-            line = "ExecStart=" + prefix + " ".join(masked_argv(words)) + "\n"
+            if masked_argv(words) != words:  # else as written
+                line = "ExecStart=" + prefix + " ".join(masked_argv(words)) + "\n"
         out.append(line)
     return "".join(out).encode()
 

@@ -167,6 +167,14 @@ def test_rollback_removes_a_dropin_that_did_not_exist(unit: Unit) -> None:
     result = unit.deploy("apply", "kimi-eagle3", "--yes")
     assert result.exit_code == 0, result.output
     assert (unit.dropins / DROPIN).exists()
+    # A crash loop's worth of starts: systemd's start limit now refuses a plain start.
+    env = {**os.environ, "FAKE_SYSTEMD_DIR": str(unit.units)}
+    systemctl = [str(unit.root / "bin" / "systemctl")]
+    for _ in range(5):
+        subprocess.run([*systemctl, "restart", UNIT], env=env, check=False)
+    limited = subprocess.run([*systemctl, "restart", UNIT], env=env, capture_output=True, text=True)
+    assert limited.returncode != 0 and "start-limit-hit" in limited.stderr
+    # The undo's `reset-failed` before its start: the limit cannot block the rollback.
     back = unit.deploy("rollback", "--yes")
     assert back.exit_code == 0, back.output
     assert not (unit.dropins / DROPIN).exists()

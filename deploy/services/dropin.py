@@ -28,6 +28,36 @@ from typing import Any
 
 from deploy.edits.cmdline import derive_argv, derive_env, masked_argv, masked_env
 
+#: How a systemd unit's server is restarted (docs/operations.md shows this text).
+SYSTEMD_RULE = """
+A server whose process belongs to a systemd system unit — its ``/proc/PID/cgroup`` names a
+``.service`` outside ``user.slice`` (``0::/system.slice/sglang.service``) — is systemd's: it is
+stopped and started with ``systemctl``, never signalled by deploy. ``manager: auto``
+(kimi-eagle3's default, ``sglang_manager``) finds the unit that way; ``manager: systemd`` names
+it (``unit``, kimi-eagle3's ``sglang_unit``) or detects it too; ``manager: process`` refuses a
+unit's server before anything is touched (exit 4), in one line naming the unit.
+
+A restart's declared ``args``/``env`` changes go into one drop-in deploy owns,
+``UNIT_DIR/UNIT.d/90-deploy.conf`` (``unit_dir``, default ``/etc/systemd/system``; it sorts
+after an operator's ``override.conf``): ``ExecStart=`` (a reset), then the unit's effective
+ExecStart — read with ``systemctl cat``, never from ``/proc`` argv, which holds ``$VAR``
+already expanded — with the changes applied as SGLang's argparse reads flags, and
+``Environment=``/``UnsetEnvironment=`` for the environment. Changes accumulate in that file
+across runs and playbooks; the unit file and other drop-ins are never written. The plan shows
+the drop-in as a diff (secret-looking values as ``***``). The file is written like every file
+change (journaled, a saved copy, atomic), then ``systemctl daemon-reload``, stop and start, so
+the change survives a later ``systemctl restart``. Undo puts the drop-in back byte for byte
+(or removes it, and ``UNIT.d`` if deploy created it), runs ``daemon-reload``, then
+``reset-failed`` (a crash loop's start limit cannot block it) and ``start``.
+
+Refused before anything is touched (exit 4): a unit with edits systemd has not loaded
+(``NeedDaemonReload=yes``), since deploy's ``daemon-reload`` would deploy them unreviewed.
+Said as a note in the plan and the report: a ``TimeoutStopSec`` shorter than the service's
+``drain_timeout`` (systemd's stop is then the drain, and kills the server at its end). Not yet
+for a unit: the checks before the stop that run the new command line (draft model, argparse),
+and a unit's ``User=`` as the named user.
+"""
+
 #: deploy's drop-in, in ``UNIT.d/``: after an operator's ``override.conf`` and ``50-*.conf``.
 DROPIN_NAME = "90-deploy.conf"
 

@@ -112,11 +112,17 @@ class ServiceControl:
     def identity_problem(self, *, restart: bool) -> str | None:
         """Why the last probe's holder of the port may not be adopted, stopped or (with
         ``restart``) started again as it runs (`deploy.services.identity`); None when it may.
-        Only for a server deploy signals itself: systemd stops its own unit."""
+        For a unit's server, the unit's ``User=`` names its user too (systemd, not deploy,
+        starts it again, as that user)."""
         probe = self.process.last_probe
-        if probe is None or self.spec.manager != "process":
+        if probe is None or self.spec.manager == "auto":
             return None
         named = [self.spec.user] if self.spec.user else []
+        if isinstance(self.manager, SystemdManager):
+            # systemd starts it again, as the unit says: whom it runs as is the unit's User=,
+            # which names the server's user as the service's ``user`` does.
+            unit_user = self.manager.show("User").get("User")
+            return identity.identity_problem(probe, [*named, *([unit_user] if unit_user else [])])
         problem = identity.identity_problem(probe, named)
         if problem is None and restart:
             problem = identity.start_problem(probe, self.spec.process_prefix)

@@ -53,9 +53,10 @@ the change survives a later ``systemctl restart``. Undo puts the drop-in back by
 Refused before anything is touched (exit 4): a unit with edits systemd has not loaded
 (``NeedDaemonReload=yes``), since deploy's ``daemon-reload`` would deploy them unreviewed.
 Said as a note in the plan and the report: a ``TimeoutStopSec`` shorter than the service's
-``drain_timeout`` (systemd's stop is then the drain, and kills the server at its end). Not yet
-for a unit: the checks before the stop that run the new command line (draft model, argparse),
-and a unit's ``User=`` as the named user.
+``drain_timeout`` (systemd's stop is then the drain, and kills the server at its end). Who
+holds the port is judged as for any server (the rule above), with the unit's ``User=``
+counting as the service naming that user: systemd starts the server again as it. Not yet for a
+unit: the checks before the stop that run the new command line (draft model, argparse).
 """
 
 #: deploy's drop-in, in ``UNIT.d/``: after an operator's ``override.conf`` and ``50-*.conf``.

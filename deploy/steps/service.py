@@ -375,8 +375,9 @@ class ServiceStep(Step[ServiceArgsT]):
         else:
             state = svc.current()
             self._refuse_unsupported(ctx, svc, state)
-            if svc.spec.manager == "process":
-                svc.refuse_stranger(restart=isinstance(args, RestartArgs))
+            if svc.spec.manager == "systemd" and state.running:
+                svc.process.probe()  # who holds the port: the unit's server, as its User=
+            svc.refuse_stranger(restart=isinstance(args, RestartArgs))
             self._systemd_preflight(ctx, svc)
             if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
                 return

@@ -27,7 +27,9 @@ import pytest
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline, listener_pid
 from deploy.sandbox.sshd import SshdSandbox
+from tests.faults.attacker import ATTACKER_PYTHON, Attacker
 from tests.integration.conftest import QUICK_HEALTH, REPO, Deploy
+from tests.integration.test_service_runas import as_user
 
 FAKE = REPO / "deploy" / "sandbox" / "fake_systemd"
 CGROUP_ROOT = Path("/sys/fs/cgroup/systemd")
@@ -203,3 +205,55 @@ def test_the_process_manager_never_signals_a_units_server(unit: Unit) -> None:
     assert result.exit_code == 4, result.output
     assert f"belongs to the systemd unit {UNIT}" in result.output
     assert listener_pid(unit.gpu.port) == pid
+
+
+UNIT_USER = """
+name: unit-user
+hosts: all
+services:
+  sglang:
+    manager: auto
+    unit_dir: "{{ sglang_unit_dir }}"
+    port: "{{ sglang_port }}"
+steps:
+  - restart:
+      service: sglang
+      args: {set: {--mem-fraction-static: 0.8}}
+  - wait_healthy: {service: sglang, timeout: 60}
+"""
+
+
+def test_a_units_user_counts_as_naming_the_servers_user(
+    unit: Unit, attacker: Attacker, arena: Path, tmp_path: Path
+) -> None:
+    """As root, another user's server is adopted only when named: the unit's ``User=`` names
+    it (the service names nobody). The restarted unit runs as that user, as systemd starts it."""
+    if unit.slice is None:
+        pytest.skip("the cgroup hierarchy is not writable here: no real unit cgroup to detect")
+    gpu, home = as_user(unit.gpu, attacker, arena)
+    (unit.units / UNIT).write_text(
+        "[Service]\n"
+        f"User={attacker.name}\n"
+        f'Environment="PYTHONPATH={gpu.python_path}"\n'
+        f"WorkingDirectory={home}\n"
+        f"ExecStart={ATTACKER_PYTHON} -m sglang.launch_server --model-path m "
+        f"--port {gpu.port}\n"
+        f"StandardOutput=append:{arena / 'unit.log'}\n"
+    )
+    unit.systemctl("start", UNIT)
+    gpu_host.wait_healthy(gpu.port)
+    old = listener_pid(gpu.port)
+    assert old is not None and Path(f"/proc/{old}").stat().st_uid == attacker.uid
+    playbook = tmp_path / "unit-user.yaml"
+    playbook.write_text(UNIT_USER)
+    result = unit.deploy("apply", str(playbook), "--yes")
+    assert result.exit_code == 0, result.output
+    new = listener_pid(gpu.port)
+    assert new is not None and new != old
+    assert Path(f"/proc/{new}").stat().st_uid == attacker.uid
+    assert "--mem-fraction-static" in (listener_cmdline(gpu.port) or [])
+    back = unit.deploy("rollback", "--yes")
+    assert back.exit_code == 0, back.output
+    again = listener_pid(gpu.port)
+    assert again is not None and Path(f"/proc/{again}").stat().st_uid == attacker.uid
+    assert "--mem-fraction-static" not in (listener_cmdline(gpu.port) or [])

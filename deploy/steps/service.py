@@ -209,8 +209,13 @@ def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
     environment (its ``--host``, ``--api-key``), as `deploy.services.endpoint` reads them."""
     from deploy.services.endpoint import endpoint_of
 
-    if want is not None and want.source in ("running server", "systemd unit") and want.argv:
+    if want is not None and want.source == "running server":
         return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+    if want is not None and want.source == "systemd unit":
+        # The unit's words: ``--host ${HOST}`` is systemd's to expand, not an address.
+        if want.argv and not any("$" in word or "%" in word for word in want.argv):
+            return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+        return svc.endpoint
     if want is not None and want.command:
         return endpoint_of(svc.spec, argv=shlex.split(want.command), env=want.env)
     command = shlex.split(svc.spec.command or "")

@@ -8,11 +8,13 @@ killed run can be rolled back. Ctrl-C at the confirmation prompt changes nothing
 
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
 from typing import Any
 
 import click
+
+from deploy.masking import mask
 
 
 def interruptible(cancel: Any, run_id: str, playbook: str, *, undoing: str | None = None) -> None:
@@ -42,9 +44,7 @@ def interruptible(cancel: Any, run_id: str, playbook: str, *, undoing: str | Non
                 "being rolled back, except where the commit was already sent behind its "
                 "last check"
             )
-            click.echo(
-                f"\ndeploy: {name}: {first} (send it again to abandon them at once)", err=True
-            )
+            _say(f"\ndeploy: {name}: {first} (send it again to abandon them at once)")
             return
         busy = ", ".join(sorted(cancel.busy)) or "none"
         if undoing:
@@ -59,13 +59,26 @@ def interruptible(cancel: Any, run_id: str, playbook: str, *, undoing: str | Non
                 f"changed: `deploy rollback {run_id}` undoes it (or the next `deploy apply "
                 f"{playbook}` recovers it first); `deploy status` shows them"
             )
-        click.echo(f"\ndeploy: {message}", err=True)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _say(f"\ndeploy: {message}")
         os._exit(3)
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
+
+
+def _say(line: str) -> None:
+    """One line to stderr from a signal handler: straight to the fd, no Python buffer.
+
+    The handler runs in the main thread between two bytecodes, possibly in the middle of a
+    write to ``sys.stderr`` (a nested call: the buffer refuses it), or while a host's thread
+    holds the buffer's lock in a write; a second signal may even arrive inside the first
+    handler. ``os.write`` takes no lock, so the handler always gets to its end (and a second
+    signal always to its exit), whatever the other threads are doing.
+    """
+    data = (mask(line) + "\n").encode("utf-8", "replace")
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(2, data) :]
 
 
 def confirmed(question: str) -> bool:

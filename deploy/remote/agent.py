@@ -59,6 +59,7 @@ from deploy.remote.agent_proc import (
     _listening_inodes,
     _pid_from_file,
     _pids,
+    _read,
     _stat_fields,
     _titled,
     judge_start,
@@ -81,6 +82,8 @@ def probe(args):
             item for item in (_describe(pid) for pid in _titled(args.get("prefix"))) if item
         ],
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
+        # our own cgroup: a server in the same one was started from a login like ours
+        "helper_cgroup": (_read("/proc/self/cgroup") or "")[:4096],
     }
     for info in [answer["pid_file_process"], *answer["listeners"]]:
         if info and not _titled_by(info, args.get("prefix")):

@@ -1,7 +1,8 @@
 """Programs that run ON THE HOST, each sent as the text of one ``python3 -I -S -c`` program.
 
 The host has no `deploy` package, so what runs there (the file helper,
-`deploy.remote.fileagent`; the process agent, `deploy.remote.agent`) must arrive as one
+`deploy.remote.fileagent`; the process agent, `deploy.remote.agent`; the gate's load
+generator, `deploy.remote.loadgen`) must arrive as one
 self-contained program. Kept under ~400 lines a file, such a program is a main module plus
 parts it imports: in the main module, the import of a part follows the comment line
 `PART_MARKER`. On the workstation (unit tests, mypy) that is an ordinary import; `program`
@@ -21,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: The programs that run on hosts.
-NAMES = ("agent", "fileagent", "helperboot")
+NAMES = ("agent", "fileagent", "helperboot", "loadgen")
 #: The comment line that marks the next import as a part to inline.
 PART_MARKER = "# host-program: part (deploy.remote.hostprogram)"
 _PART = re.compile(

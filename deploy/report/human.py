@@ -122,7 +122,9 @@ _LEVEL = re.compile(r"tokens_per_s_c(\d+)")
 
 
 def gate_headline(step: StepResult) -> str | None:
-    """A gate's figures per concurrency level: ``c1 95.5 tok/s (x1.77 of 53.9), c4 ...``.
+    """A gate's figures per concurrency level: ``c1 95.5 tok/s (x1.77 of 53.9) ttft 41 ms
+    accept 2.31, c32 ...`` (decode tok/s, its ratio to before, time to first token, EAGLE-3's
+    acceptance length; the rest is in ``-v``).
 
     What the operator waited minutes for; None for a step that measured no level.
     """
@@ -134,6 +136,12 @@ def gate_headline(step: StepResult) -> str | None:
         ratio = step.figures.get(f"ratio_c{c}")
         if before is not None and ratio is not None:
             part += f" (x{ratio:.2f} of {before:.1f})"
+        ttft = step.figures.get(f"ttft_s_c{c}")
+        if ttft is not None:
+            part += f" ttft {ttft * 1000:.0f} ms"
+        accept = step.figures.get(f"accept_length_c{c}")
+        if accept is not None:
+            part += f" accept {accept:.2f}"
         parts.append(part)
     return ", ".join(parts) or None
 

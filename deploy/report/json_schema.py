@@ -81,18 +81,64 @@ FIGURES: dict[str, tuple[str, str]] = {
     "smoke_tokens": ("smoke", "Completion tokens of the smoke generation."),
     "tokens_per_s_cN": (
         "gate_throughput",
-        "Median output tokens/s of the new server at concurrency N (>= 3 samples, "
-        "ignore_eos, tokens from meta_info.completion_tokens, after an uncounted warm-up).",
+        "Median decode tok/s of the new server at concurrency N: per wave, each request's "
+        "tokens after its first streamed event over the time after it, summed over the wave's "
+        "requests (at N = 1 one user's decode speed; under load the server's). Load generated "
+        "on the host, >= 5 waves, ignore_eos, tokens from meta_info.completion_tokens, after an "
+        "uncounted warm-up. What the gate decides on.",
+    ),
+    "samples_cN": ("gate_throughput", "Waves (samples) measured at concurrency N."),
+    "ttft_s_cN": ("gate_throughput", "Median time to first token at concurrency N, seconds."),
+    "e2e_tokens_per_s_cN": (
+        "gate_throughput",
+        "Median end-to-end tok/s at concurrency N: a wave's completion tokens over its wall time.",
+    ),
+    "accept_length_cN": (
+        "gate_throughput",
+        "Mean meta_info.spec_accept_length at concurrency N (EAGLE-3's accepted tokens per "
+        "verify step; absent without speculative decoding).",
     ),
     "before_tokens_per_s_cN": (
         "gate_throughput",
         "The same, measured on the old server before the run's first change (`baseline: before`; "
-        "absent when there was none).",
+        "absent when there was none); likewise before_samples_cN, before_ttft_s_cN, "
+        "before_e2e_tokens_per_s_cN, before_accept_length_cN.",
     ),
-    "ratio_cN": ("gate_throughput", "tokens_per_s_cN / before_tokens_per_s_cN."),
-    "tokens_per_s": ("gate_throughput", "tokens_per_s_c1 (the headline figure)."),
-    "before_tokens_per_s": ("gate_throughput", "before_tokens_per_s_c1."),
-    "ratio": ("gate_throughput", "ratio_c1."),
+    "ratio_cN": (
+        "gate_throughput",
+        "New / before decode tok/s at concurrency N: the Hodges-Lehmann estimate (median of "
+        "the pairwise ratios of the samples).",
+    ),
+    "ratio_low_cN": (
+        "gate_throughput",
+        "Low end of ratio_cN's 95 % interval (exact Mann-Whitney on the logs of the samples); "
+        "the level passes when it reaches min_ratio_cN * (1 - tolerance).",
+    ),
+    "ratio_high_cN": (
+        "gate_throughput",
+        "High end of that interval (absent when too few samples give one); the level "
+        "regressed when it is below min_ratio_cN * (1 - tolerance).",
+    ),
+    "min_ratio_cN": ("gate_throughput", "The ratio the level had to reach (its min_ratio)."),
+    "tokens_per_s": ("gate_throughput", "tokens_per_s_cN of the lowest level (the headline)."),
+    "before_tokens_per_s": ("gate_throughput", "before_tokens_per_s_cN of the lowest level."),
+    "ratio": ("gate_throughput", "ratio_cN of the lowest level."),
+    "avg_spec_accept_length": (
+        "gate_throughput",
+        "The new server's internal_states[].avg_spec_accept_length from /server_info after the "
+        "load (EAGLE-3; absent without it).",
+    ),
+    "before_avg_spec_accept_length": ("gate_throughput", "The same on the old server."),
+    "busy_requests": (
+        "gate_throughput",
+        "Most requests of other clients running at the start of a wave on the new server "
+        "(/v1/loads or /metrics; absent when it could not say).",
+    ),
+    "before_busy_requests": (
+        "gate_throughput",
+        "The same during the baseline: above 0, the baseline was measured under load (the "
+        "summary says so).",
+    ),
 }
 
 STEP: dict[str, Any] = {
@@ -132,7 +178,8 @@ STEP: dict[str, Any] = {
                 if "N" not in name
             },
             "patternProperties": {
-                "^(before_)?tokens_per_s_c[0-9]+$|^ratio_c[0-9]+$": {"type": "number"}
+                "^(before_)?(tokens_per_s|samples|ttft_s|e2e_tokens_per_s|accept_length)"
+                "_c[0-9]+$|^(ratio|ratio_low|ratio_high|min_ratio)_c[0-9]+$": {"type": "number"}
             },
         },
     },

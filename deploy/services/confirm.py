@@ -9,7 +9,8 @@ its value, one it removed must show none — or the step fails and the host is r
 
 The report records what the EAGLE-3 result turns on: the SGLang version (``/server_info``'s
 ``version``), torch and its CUDA (read from the server interpreter's installed metadata by the
-restart's module lookup, without importing torch) and the GPU driver (``nvidia-smi``).
+restart's module lookup, without importing torch) and the GPU driver (``nvidia-smi``, asked in
+the same exec as the GPU release wait after the stop: no command of its own).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 from deploy.edits.cmdline import canonical
 from deploy.errors import CheckFailed
 from deploy.remote import http
-from deploy.remote.host import quote
 from deploy.services.control import ServiceControl
 from deploy.services.probes import get
 
@@ -99,18 +99,6 @@ def settings_problem(name: str, info: Mapping[str, Any], expected: Mapping[str, 
         + "; ".join(wrong)
         + " (the restart lost them: is the server started through a launcher that drops flags?)"
     )
-
-
-def driver_version(svc: ServiceControl) -> str | None:
-    """The GPU driver nvidia-smi reports (first GPU); None without nvidia-smi or an answer."""
-    smi = quote(svc.spec.nvidia_smi)
-    result = svc.remote.run(
-        f"command -v {smi} >/dev/null 2>&1 && {smi} --query-gpu=driver_version "
-        "--format=csv,noheader",
-        timeout=30,
-    )
-    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-    return lines[0] if result.ok and lines else None
 
 
 def stack(

@@ -48,6 +48,8 @@ class ServiceControl:
         #: Where probes go and the key they send (`deploy.services.endpoint`): the service's
         #: ``address`` and ``api_key`` until a server's own sockets and flags are known.
         self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
+        #: The GPU driver nvidia-smi reported during the last GPU release wait (or none).
+        self.driver: list[str] = []
 
     def needs_detection(self) -> bool:
         """Whether the manager is still to be told by the server's cgroup (``auto``, or
@@ -59,7 +61,7 @@ class ServiceControl:
     def detect_unit(self) -> str | None:
         """The system unit the server on the port belongs to (its /proc/PID/cgroup, read by
         the process helper's probe), or None: no server, or one not run by a unit."""
-        return identity.unit_of(self.process.current().cgroup)
+        return identity.server_unit(self.process.current())
 
     def use_unit(self, unit: str | None) -> None:
         """Settle the manager from `detect_unit`'s answer: a unit's server is systemd's (the
@@ -193,7 +195,7 @@ class ServiceControl:
 
     def wait_gpus_released(self) -> str:
         """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
-        return wait_gpus_released(self.remote, self.spec)
+        return wait_gpus_released(self.remote, self.spec, self.driver)
 
     # -- logs ----------------------------------------------------------------------------------
 

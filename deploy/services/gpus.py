@@ -20,15 +20,18 @@ from deploy.remote.api import Host
 from deploy.remote.host import quote
 
 
-def wait_gpus_released(remote: Host, spec: ServiceSpec) -> str:
-    """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
+def wait_gpus_released(remote: Host, spec: ServiceSpec, driver: list[str] | None = None) -> str:
+    """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked. The
+    GPU driver's version, asked in the same exec, is appended to ``driver`` (for the report:
+    no command of its own after the restart)."""
     if spec.gpus is None:
         return ""
     smi = quote(spec.nvidia_smi)
     command = (
         f"command -v {smi} >/dev/null 2>&1 || {{ echo NO_NVIDIA_SMI; exit 0; }}; "
         f"{smi} --query-compute-apps={','.join(COMPUTE_APP_FIELDS)} --format=csv,noheader,nounits; "
-        f"echo ---; {smi} --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
+        f"echo ---; {smi} --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits; "
+        f"echo ---; {smi} --query-gpu=driver_version --format=csv,noheader"
     )
     deadline = time.monotonic() + spec.gpu_timeout
     why = ""
@@ -36,7 +39,11 @@ def wait_gpus_released(remote: Host, spec: ServiceSpec) -> str:
         result = remote.run(command, timeout=60)
         if "NO_NVIDIA_SMI" in result.stdout:
             return "; no nvidia-smi on the host: GPU check skipped"
-        apps_text, _, gpu_text = result.stdout.partition("---")
+        apps_text, _, rest = result.stdout.partition("---")
+        gpu_text, _, driver_text = rest.partition("---")
+        versions = [line.strip() for line in driver_text.splitlines() if line.strip()]
+        if driver is not None and versions and not driver:
+            driver.append(versions[0])
         try:
             released, why = gpus_released(
                 parse_compute_apps(apps_text),

@@ -67,6 +67,7 @@ def state_from_probe(probe: dict[str, Any], prefix: str) -> ServiceState:
         # Only a dead server's orphans hold the port: not running, but they must be reaped.
         return ServiceState(running=False, leftover_pgids=sorted({p["pgid"] for p in orphans}))
     return ServiceState(
+        helper_cgroup=str(probe.get("helper_cgroup") or ""),
         running=True,
         pid=info["pid"],
         pgid=info["pgid"],
@@ -221,29 +222,34 @@ def unit_of(cgroup: str) -> str | None:
         if not parts or parts[0] == "user.slice" or container_of(f"0::{path}"):
             continue
         units = [part for part in parts if part.endswith(".service")]
-        if units and units[-1] not in _LOGIN_UNITS:
+        if units:
             return units[-1]
     return None
 
 
-#: Units whose cgroup holds what a login started when PAM gives it no session scope
-#: (``UsePAM no``): the server is a login's process, not the unit's.
-_LOGIN_UNITS = ("ssh.service", "sshd.service")
+def server_unit(state: ServiceState) -> str | None:
+    """The system unit that runs the server (`unit_of` its cgroup), or None: none, or the
+    unit deploy's own login is in too (a host without pam_systemd keeps a login's processes
+    in ``ssh.service``: a server started from one is no unit's)."""
+    unit = unit_of(state.cgroup)
+    return None if unit is None or unit == unit_of(state.helper_cgroup) else unit
 
 
-def managed_by_unit(state: ServiceState, spec: ServiceSpec) -> str | None:
-    """Why a ``manager: process`` service must not touch this server, or None: it belongs to a
-    systemd unit (its cgroup says which), and signalling it would fight systemd (it restarts
-    the unit behind us, or records a failure)."""
+def unit_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
+    """Why the ``process`` manager must not stop this server: systemd runs it (its cgroup
+    names a system unit that deploy's own login is not in — on a host without pam_systemd a
+    login stays in ``ssh.service``, and a server started from it is no unit's), so a signal
+    behind systemd's back would be undone by its ``Restart=`` or leave the unit failed."""
     if not state.running or spec.manager != "process":
         return None
-    unit = unit_of(state.cgroup)
+    unit = server_unit(state)
     if unit is None:
         return None
     return (
-        f"the {spec.match} server on port {spec.port} (pid {state.pid}) belongs to the systemd "
-        f"unit {unit}, which deploy does not signal behind systemd's back: set the service's "
-        f"manager to systemd or auto (kimi-eagle3: sglang_manager=systemd sglang_unit={unit})"
+        f"the {spec.match} server on port {spec.port} (pid {state.pid}) is run by the systemd "
+        f"unit {unit}; deploy does not signal a unit's process behind systemd's back: set the "
+        f"service's manager: systemd and unit: {unit}, or auto (kimi-eagle3: "
+        f"sglang_manager=systemd sglang_unit={unit}, or its default auto)"
     )
 
 
@@ -252,9 +258,6 @@ def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
     (its cgroup, or a ``docker-proxy`` holding the port) or on several nodes (``--nnodes``)."""
     if not state.running:
         return None
-    by_unit = managed_by_unit(state, spec)
-    if by_unit is not None:
-        return by_unit
     program = (state.argv[0] if state.argv else "").rsplit("/", 1)[-1]
     runtime = "docker" if program == "docker-proxy" else container_of(state.cgroup)
     if runtime is not None:
@@ -263,6 +266,9 @@ def unsupported(state: ServiceState, spec: ServiceSpec) -> str | None:
             "container, which deploy does not restart: change the image or the container's "
             "command with its own tooling, or run the server on the host"
         )
+    managed = unit_problem(state, spec)
+    if managed:
+        return managed
     nodes = parse(state.argv, spec.match).values("--nnodes")
     if nodes and nodes[-1].isdigit() and int(nodes[-1]) > 1:
         return (

@@ -60,6 +60,9 @@ class ServiceState:
     user: str | None = None
     #: /proc/PID/cgroup of the server: which systemd unit, container or login session it is in.
     cgroup: str = ""
+    #: The helper's own cgroup at the probe (the login deploy runs in), to tell a server a
+    #: systemd unit runs from one started in a login (`deploy.services.identity.unit_problem`).
+    helper_cgroup: str = ""
     #: /proc/PID/stat's start time (clock ticks after boot): with ``pid``, which process this
     #: is. None: not known (systemd, a record from before it was kept).
     start_time: int | None = None

@@ -495,6 +495,8 @@ class ServiceStep(Step[ServiceArgsT]):
             svc.endpoint = endpoint_of_state(svc.spec, state)  # ask the old server its load
             parts.append(drain.stop(svc, state, timeout=self.args.timeout, note=ctx.note))
             svc.endpoint = old
+            if svc.driver:  # asked with the GPU release wait: for the report
+                runtime(ctx, self.service)["driver_version"] = svc.driver[0]
         if self.starts:
             ctx.note(f"starting {self.service}")
             if want is not None and want.source == "running server":

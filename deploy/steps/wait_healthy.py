@@ -77,7 +77,8 @@ def _confirm_settings(svc: ServiceControl, facts: dict[str, object], planned: Pl
     if problem:
         raise CheckFailed(problem)
     versions = dict(facts.get("interpreter_versions") or {})  # type: ignore[call-overload]
-    figures = confirm.stack(info, versions, confirm.driver_version(svc))
+    driver = facts.get("driver_version")
+    figures = confirm.stack(info, versions, str(driver) if driver else None)
     planned.figures.update(figures)
     if expected:
         planned.summary += "; /server_info confirms " + ", ".join(

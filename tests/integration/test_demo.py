@@ -48,7 +48,7 @@ def test_demo_runs_end_to_end_keeps_the_host_and_cleans_up() -> None:
     assert "+    def set_eagle3_layers_to_capture(" in out
     assert "healthy after" in out
     assert re.search(r"concurrency 1: [0-9.]+ tok/s vs [0-9.]+ before \(x", out), out
-    assert re.search(r"concurrency 4: [0-9.]+ tok/s vs [0-9.]+ before \(x", out), out
+    assert re.search(r"concurrency 32: [0-9.]+ tok/s vs [0-9.]+ before \(x", out), out
     # Act 3: the classic mistake is caught and undone; the server never stopped.
     assert "defined at module level" in out
     assert "file byte-identical to before the mistake: True; server untouched: True" in out

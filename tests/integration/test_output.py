@@ -8,6 +8,7 @@ that says what it is doing while the old server loads.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -172,7 +173,10 @@ def test_eighty_columns_with_real_host_names(
         assert "kimi_k25.py" in lines[row]
         headline = lines[row + 1]
         assert headline.startswith("  gate: c1 ") and " tok/s (x" in headline
-        assert ", c4 " in headline, "every level the gate measured"
+        more = itertools.takewhile(lambda line: line.startswith("    "), lines[row + 2 :])
+        whole = " ".join([headline, *[line.strip() for line in more]])
+        assert ", c32 " in whole, "every level the gate measured"
+        assert " ttft " in whole and " accept " in whole, "time to first token, acceptance"
         assert str(gpu.model_file) not in output, "the path is for -v, show and --json"
     assert "tokens_per_s" not in output
     run_id = re.search(r"^run (\S+): exit 0", applied.stdout, re.M)

@@ -142,13 +142,18 @@ def test_the_rollbacks_wait_uses_the_playbooks_timeout(make_gpu_hosts: Any) -> N
 
 
 def _fake_torch(site: Path) -> None:
-    """torch 2.9.1 built for CUDA 12.9, as pip installs it (metadata and torch/version.py
-    only: the lookup reads them as text and never imports torch)."""
+    """torch 2.9.1 built for CUDA 12.9, as pip installs it: metadata and torch/version.py,
+    which the version lookup reads as text. Importing the patched module before the stop
+    (issue 30) imports torch for real, so its ``__init__`` is the stand-in's stub module
+    (torch.nn and the rest resolve to stubs), not the real torch."""
     dist = site / "torch-2.9.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
     (site / "torch").mkdir()
-    (site / "torch" / "__init__.py").write_text("raise SystemExit('torch must not be imported')\n")
+    (site / "torch" / "__init__.py").write_text(
+        "import sys\nfrom sglang.standin_stubs import _StubModule\n"
+        "_stub = _StubModule(__name__)\n_stub.__path__ = []\nsys.modules[__name__] = _stub\n"
+    )
     (site / "torch" / "version.py").write_text(
         "from typing import Optional\n\n__version__ = '2.9.1'\ncuda: Optional[str] = '12.9'\n"
     )

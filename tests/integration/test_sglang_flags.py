@@ -63,15 +63,19 @@ def test_flags_change_rerun_and_rollback(make_gpu_hosts: Any) -> None:
     assert listener_cmdline(gpu.port) == old, "the old server, with its old command line"
 
 
-def test_a_bad_flag_value_rolls_back_to_the_old_server(make_gpu_hosts: Any) -> None:
+def test_a_bad_flag_value_is_refused_before_the_stop(make_gpu_hosts: Any) -> None:
+    """0.5.9's argparse refuses the value: the new command line is parsed by the server's own
+    argparse before the stop (issue 30), so the operator's server is never stopped for it."""
     (gpu,), deploy = make_gpu_hosts(["0.5.9"])
-    serve_by_hand(gpu, extra_args=OPERATOR_ARGS)
+    old_pid = serve_by_hand(gpu, extra_args=OPERATOR_ARGS)
     old = listener_cmdline(gpu.port)
-    # 0.5.9's argparse refuses it: the new server exits at once; the old one must come back.
     failed = deploy("apply", "sglang-flags", "-e", "set_flags=--mem-fraction-static lots",
                     "--yes", "--json")  # fmt: skip
-    assert failed.exit_code == 1, failed.output
-    assert json.loads(failed.stdout)["hosts"][0]["outcome"] == "rolled back"
+    assert failed.exit_code == 4, failed.output
+    host = json.loads(failed.stdout)["hosts"][0]
+    assert host["outcome"] == "not attempted", host
+    assert "mem-fraction-static" in host["error"] and "nothing was stopped" in host["error"]
+    assert listener_pid(gpu.port) == old_pid, "the same process: never stopped"
     assert listener_cmdline(gpu.port) == old
 
 

@@ -203,7 +203,7 @@ def test_the_process_manager_never_signals_a_units_server(unit: Unit) -> None:
     pid = listener_pid(unit.gpu.port)
     result = unit.deploy("apply", "kimi-eagle3", "--yes", "-e", "sglang_manager=process")
     assert result.exit_code == 4, result.output
-    assert f"belongs to the systemd unit {UNIT}" in result.output
+    assert f"run by the systemd unit {UNIT}" in result.output
     assert listener_pid(unit.gpu.port) == pid
 
 

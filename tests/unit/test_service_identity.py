@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deploy.config.services import ServiceSpec
-from deploy.services.identity import container_of, unit_of, unsupported
+from deploy.services.identity import container_of, server_unit, unit_of, unsupported
 from deploy.services.state import ServiceState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
@@ -31,7 +31,6 @@ def cgroup(name: str) -> str:
         ("docker-v1.txt", None, "docker"),
         ("containerd-k8s.txt", None, "Kubernetes"),
         ("podman.txt", None, "podman"),
-        ("sshd-nopam.txt", None, None),
     ],
 )
 def test_unit_and_container_from_real_cgroup_contents(
@@ -55,18 +54,40 @@ def test_containers_and_multi_node_servers_are_refused_in_one_line() -> None:
     nodes = unsupported(running([*SERVER, "--nnodes", "2", "--node-rank", "0"]), spec)
     assert nodes is not None and "one of 2 nodes (--nnodes 2)" in nodes
     assert unsupported(running([*SERVER, "--nnodes", "1"], cgroup("session-v2.txt")), spec) is None
-    assert unsupported(running(SERVER, cgroup("session-v2.txt")), spec) is None
+    in_unit = unsupported(running(SERVER, cgroup("unit-v2.txt")), spec)
+    assert in_unit is not None and "systemd unit sglang.service" in in_unit
     assert unsupported(ServiceState(running=False), spec) is None
 
 
+def test_a_units_server_is_not_signalled_by_the_process_manager() -> None:
+    """systemd runs it (the unit's real cgroup): refused, naming the unit to set. A server in
+    the same unit as deploy's own login (a host without pam_systemd keeps logins in
+    ssh.service) was started from a login, and is the process manager's."""
+    spec = ServiceSpec()
+    unit = ServiceState(running=True, pid=7, argv=SERVER, cgroup=cgroup("unit-v2.txt"))
+    unit.helper_cgroup = cgroup("session-v2.txt")
+    problem = unsupported(unit, spec)
+    assert problem is not None and "run by the systemd unit sglang.service" in problem
+    assert "manager: systemd and unit: sglang.service" in problem
+    same = ServiceState(
+        running=True,
+        pid=7,
+        argv=SERVER,
+        cgroup="0::/system.slice/ssh.service\n",
+        helper_cgroup="0::/system.slice/ssh.service\n",
+    )
+    assert unsupported(same, spec) is None
+    systemd = ServiceSpec(manager="systemd", unit="sglang.service")
+    assert unsupported(unit, systemd) is None
+    assert unsupported(unit, ServiceSpec(manager="auto")) is None
+    assert "sglang_manager=systemd" in problem and "\n" not in problem
+
+
 @pytest.mark.parametrize("fixture", ["unit-v2.txt", "unit-v1.txt"])
-def test_a_units_server_is_never_signalled_by_the_process_manager(fixture: str) -> None:
-    """A process manager would kill the unit's process behind systemd's back: refused (exit 4)
-    in one line naming the unit; systemd or auto take it through systemctl instead."""
+def test_the_unit_is_found_from_real_cgroups_of_both_layouts(fixture: str) -> None:
+    """What `manager: auto` switches on (`ServiceControl.detect_unit`)."""
     state = running(SERVER, cgroup(fixture))
-    problem = unsupported(state, ServiceSpec())
-    assert problem is not None and "\n" not in problem
-    assert "belongs to the systemd unit sglang.service" in problem
-    assert "sglang_manager=systemd" in problem
-    assert unsupported(state, ServiceSpec(manager="systemd", unit="sglang.service")) is None
-    assert unsupported(state, ServiceSpec(manager="auto")) is None
+    state.helper_cgroup = cgroup("session-v1.txt")
+    assert server_unit(state) == "sglang.service"
+    assert server_unit(running(SERVER, cgroup("session-v2.txt"))) is None
+    assert server_unit(running(SERVER, cgroup("docker-v2.txt"))) is None

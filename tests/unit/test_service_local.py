@@ -123,9 +123,10 @@ def test_a_failure_after_the_restart_restores_file_and_old_server(
 
 
 def kimi_with_gate(rig: LocalRig, *, max_new_tokens: int = 32) -> Path:
-    """kimi-eagle3 as shipped, its throughput gate included (baseline: before, min_ratio 1.0,
-    concurrency 4, 3 samples), with ``max_new_tokens`` short enough for seconds of measuring
-    (32 tokens: 0.2 s at the stand-in's plain 160 tok/s) and health polled every 0.5 s."""
+    """kimi-eagle3 as shipped, its throughput gate included (baseline: before, concurrency 1
+    and 32, min_ratio 1.0 and 0.9, 10 samples before, 5 or more after), with
+    ``max_new_tokens`` short enough for seconds of measuring (32 tokens: 0.2 s at the
+    stand-in's plain 160 tok/s) and health polled every 0.5 s."""
     document = yaml.safe_load(KIMI.read_text())
     for entry in document["steps"]:
         if "wait_healthy" in entry:
@@ -159,21 +160,32 @@ def test_the_throughput_gate_against_the_server_it_replaced(
     (host,) = run.hosts
     gate = next(s for s in host.steps if s.kind == "gate_throughput")
     figures = gate.figures
-    # Both servers measured through Host.http: the old one before the restart (plain decoding,
-    # 160 tok/s), the new one after it; 4 requests at once take about as long as one. At 4
-    # the figure is the client's 4 concurrent streams on a loaded 2-core CI machine (1081 for
-    # 1280 seen there), so it is held to more than twice the single stream's, the proof that
-    # they ran concurrently; the gate's own verdict, below, is what the test is about. The
-    # single stream is wall time too: a loaded machine only slows the stand-in (132.8 for 160
-    # seen in a clean-clone CI run), never speeds it up, so it is held to at most its rate
-    # +10 % and at least 60 % of it; the ratio of the two, measured alike, stays within 10 %.
+    # Both servers measured by the load generator on the host (here: this machine): the old
+    # one before the restart (plain decoding, 160 tok/s a request however many run), the new
+    # one after it. Decode tok/s is streamed timing, after the first token: a loaded machine
+    # only slows the stand-in, never speeds it up, so one stream is held to at most its rate
+    # +10 % and at least 60 % of it; 32 at once (their decode speeds summed) to more than
+    # half of 32 streams', the proof that they ran at once. The ratio of two figures measured
+    # alike stays within 10 %. The gate's own verdict, below, is what the test is about.
     assert 0.6 * 160.0 <= figures["before_tokens_per_s_c1"] <= 1.1 * 160.0
     assert 0.6 * eagle3_speed <= figures["tokens_per_s_c1"] <= 1.1 * eagle3_speed
-    assert 2 * 160.0 < figures["before_tokens_per_s_c4"] <= 4 * 160.0 * 1.15
-    assert 2 * eagle3_speed < figures["tokens_per_s_c4"] <= 4 * eagle3_speed * 1.15
+    assert 16 * 160.0 < figures["before_tokens_per_s_c32"] <= 32 * 160.0 * 1.1
+    assert 16 * eagle3_speed < figures["tokens_per_s_c32"] <= 32 * eagle3_speed * 1.1
     assert figures["ratio_c1"] == pytest.approx(eagle3_speed / 160.0, rel=0.1)
-    # The old server answered 2 warm-up requests, then 3 samples of 1 and 3 of 4.
-    assert generations(rig.files / "manual-sglang.log") == 2 + 3 * 1 + 3 * 4
+    assert (figures["min_ratio_c1"], figures["min_ratio_c32"]) == (1.0, 0.9)
+    # Time to first token and end-to-end tok/s per level; EAGLE-3's acceptance length from
+    # the new server's meta_info and /server_info (the stand-in's: its speed-up), not the old's.
+    assert 0 < figures["before_ttft_s_c1"] < 1 and 0 < figures["ttft_s_c32"] < 1
+    assert figures["before_e2e_tokens_per_s_c1"] <= figures["before_tokens_per_s_c1"] * 1.1
+    accepted = max(1.0, eagle3_speed / 160)  # the stand-in's: its speed-up, at least 1
+    assert figures["accept_length_c1"] == figures["avg_spec_accept_length"] == accepted
+    assert "before_accept_length_c1" not in figures
+    assert "before_avg_spec_accept_length" not in figures
+    assert figures["before_busy_requests"] == 0  # the old server was idle (its /v1/loads)
+    # The old server answered a warm-up wave of 32, then 10 samples of 1 and 10 of 32.
+    assert generations(rig.files / "manual-sglang.log") == 32 + 10 * 1 + 10 * 32
+    assert (figures["before_samples_c1"], figures["before_samples_c32"]) == (10, 10)
+    assert 5 <= figures["samples_c1"] <= 15 and 5 <= figures["samples_c32"] <= 15
     (run_id,) = rig.runs()
     journal = rig.journal(run_id)
     if passes:
@@ -182,8 +194,8 @@ def test_the_throughput_gate_against_the_server_it_replaced(
         argv = listener_cmdline(gpu.port) or []
         assert "EAGLE3" in argv and listener_pid(gpu.port) not in (None, old_pid)
         assert b"def set_eagle3_layers_to_capture" in gpu.model_file.read_bytes()
-        # The new server: the smoke request, then the gate's 2 + 3 * 1 + 3 * 4.
-        assert generations(rig.state_dir / "services" / "sglang.log") == 1 + 2 + 3 * 1 + 3 * 4
+        # The new server: the smoke request, then the gate's 32 + 5 * 1 + 5 * 32 (at least).
+        assert generations(rig.state_dir / "services" / "sglang.log") >= 1 + 32 + 5 + 5 * 32
         assert not [e for e in journal if e["event"] == "undone"]
     else:
         assert run.exit_code == 1, [(s.kind, s.status, s.summary) for s in host.steps]

@@ -37,6 +37,8 @@ request, concurrently, like a batching server, and reports those tokens in
 and the request has no ``ignore_eos`` (the "model" then stops at an end-of-sequence token). ``speed`` is ``tokens_per_s``, or
 ``eagle3_tokens_per_s`` with EAGLE-3, so a test sets each configuration's throughput and a
 client measures it (e.g. 75 and 54.1 tok/s, the EAGLE-3 regression the gate must catch).
+A speed that depends on how many requests run, ``"stream": true``, ``spec_accept_length``
+and ``/v1/loads``: `standin_load`.
 
 Configuration, which SGLang's command line cannot carry: `standin_config.DEFAULTS`, overridden by
 ``standin.json`` beside this file, overridden by ``$SGLANG_STANDIN_<KEY>`` (for instance

@@ -32,6 +32,13 @@ DEFAULTS: dict[str, Any] = {
     "eos_after_tokens": None,
     "tokens_per_s": 50.0,
     "eagle3_tokens_per_s": 90.0,
+    # Each request's tokens/s by how many run, "1:96.1,32:40" (standin_load); "": flat.
+    "tokens_per_s_at": "",
+    "eagle3_tokens_per_s_at": "",
+    # EAGLE-3's accepted tokens per verify step; None: eagle3_tokens_per_s / tokens_per_s.
+    "eagle3_accept_length": None,
+    # A streamed answer sends an event at most this often (seconds).
+    "stream_interval_s": 0.05,
     "orphan_scheduler": False,
     "die_after_ready_seconds": None,
     "gpu_state_dir": str(HERE.parent.parent / ".standin-gpu"),

@@ -11,6 +11,7 @@ KEY`` and answers 401 ``{"error": "Unauthorized"}`` without it, as 0.5.9's auth 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import socket
@@ -22,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .standin_config import MODEL_CLASS, VERSION, log
+from .standin_load import accept_length, loads, spec_meta, speed_at, speed_table, stream
 
 _WORDS = (
     "the",
@@ -47,6 +49,8 @@ class Standin(ThreadingHTTPServer):
     """The HTTP server plus what its handlers share: phase, in-flight count, throughput."""
 
     daemon_threads = True
+    #: uvicorn's backlog is 2048; socketserver's default of 5 resets a wave of 32 connects.
+    request_queue_size = 256
 
     def __init__(self, args: argparse.Namespace, config: dict[str, Any]) -> None:
         self.args, self.config = args, config
@@ -56,16 +60,23 @@ class Standin(ThreadingHTTPServer):
         self.last_gen_throughput = 0.0
         self.eagle3 = args.speculative_algorithm == "EAGLE3"  # choices are case-sensitive
         self.speed = float(config["eagle3_tokens_per_s" if self.eagle3 else "tokens_per_s"])
+        #: Each request's speed by how many run (`standin_load`); empty: always `speed`.
+        self.speeds = speed_table(
+            config["eagle3_tokens_per_s_at" if self.eagle3 else "tokens_per_s_at"]
+        )
         host = config.get("bind_host") or args.host
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, args.port), Handler)
 
+    def speed_now(self) -> float:
+        """Each request's tokens/s with as many running as now."""
+        return speed_at(self.speeds, self.speed, max(1, self.inflight))
+
     def internal_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"last_gen_throughput": self.last_gen_throughput}
-        if self.eagle3:  # the EAGLE-3 speed-up, reported as the accepted tokens per step
-            ratio = self.config["eagle3_tokens_per_s"] / self.config["tokens_per_s"]
-            state["avg_spec_accept_length"] = round(ratio, 2)
+        if self.eagle3:  # accepted tokens per verify step (by default the EAGLE-3 speed-up)
+            state["avg_spec_accept_length"] = accept_length(self.config)
         return state
 
 
@@ -158,6 +169,8 @@ class Handler(BaseHTTPRequestHandler):
                     "version": VERSION,
                 },
             )
+        elif path == "/v1/loads":
+            self.reply(200, loads(server.inflight))
         else:
             self.reply(404, {"detail": "Not Found"})
 
@@ -189,11 +202,19 @@ class Handler(BaseHTTPRequestHandler):
         elif type(max_new) is not int or max_new < 0:
             self.error(400, "sampling_params.max_new_tokens must be a non-negative integer.")
         else:  # admitted while draining too: 0.5.9's /generate does not look at the flag
-            self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos)
+            streamed = bool(request.get("stream")) and not batch
+            self.generate(prompt if batch else [prompt], max_new, batch, ignore_eos, streamed)
 
     do_PUT = do_POST
 
-    def generate(self, prompts: list[Any], max_new: int, batch: bool, ignore_eos: bool) -> None:
+    def generate(
+        self,
+        prompts: list[Any],
+        max_new: int,
+        batch: bool,
+        ignore_eos: bool,
+        streamed: bool = False,
+    ) -> None:
         """Answer after ``tokens / speed`` seconds, however many requests run meanwhile.
 
         With ``eos_after_tokens`` set, the "model" emits an end-of-sequence token after that
@@ -213,9 +234,15 @@ class Handler(BaseHTTPRequestHandler):
             f"#running-req: {server.inflight - 1}, #queue-req: 0",
             "TP0",
         )
-        time.sleep(max(lengths, default=0) / server.speed)
+        if streamed:  # the tokens as they come (`standin_load.stream`), then the same ending
+            words = [_WORDS[(seeds[0] + 7 * i) % len(_WORDS)] for i in range(length)]
+            meta = {"id": uuid.uuid4().hex, "prompt_tokens": 1, "cached_tokens": 0}
+            with contextlib.suppress(OSError):
+                stream(self, lambda n: " ".join(words[:n]), length, meta)
+        else:
+            time.sleep(max(lengths, default=0) / server.speed_now())
         with server.lock:  # like SGLang's: tokens/s of the whole running batch
-            server.last_gen_throughput = round(server.speed * server.peak, 2)
+            server.last_gen_throughput = round(server.speed_now() * server.peak, 2)
             server.inflight -= 1
             server.peak = server.peak if server.inflight else 0
         outputs = []
@@ -236,7 +263,9 @@ class Handler(BaseHTTPRequestHandler):
                         "completion_tokens": length,
                         "cached_tokens": 0,
                         "e2e_latency": round(time.monotonic() - started, 4),
+                        **spec_meta(server.eagle3, server.config, length),
                     },
                 }
             )
-        self.reply(200, outputs if batch else outputs[0])
+        if not streamed:
+            self.reply(200, outputs if batch else outputs[0])

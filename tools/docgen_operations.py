@@ -23,6 +23,7 @@ from deploy.engine import (
 from deploy.engine import resolve as resolve_engine
 from deploy.engine import status as host_status
 from deploy.remote import become, hostfiles, lock
+from deploy.services import dropin as service_dropin
 from deploy.services import identity as service_identity
 from deploy.services import prechecks
 from deploy.services import state as service_state
@@ -314,6 +315,10 @@ def render_operations() -> str:
         "### Which process is the server, and where it may start from",
         "",
         markdown(service_identity.IDENTITY_RULE),
+        "",
+        "### A server systemd runs: deploy's drop-in",
+        "",
+        markdown(service_dropin.SYSTEMD_RULE),
         "",
         "### The user a restarted server runs as",
         "",

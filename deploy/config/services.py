@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from deploy.config.steps import _Strict
 
@@ -21,15 +21,26 @@ POLL_INTERVAL = 0.6
 class ServiceSpec(_Strict):
     """One service: how to start it, find it, stop it and ask whether it is healthy."""
 
-    manager: Literal["process", "systemd"] = Field(
+    manager: Literal["process", "systemd", "auto"] = Field(
         default="process",
         description="'process': deploy starts it (setsid, nohup, pid and log under state_dir); "
-        "'systemd': systemctl on `unit`.",
+        "'systemd': systemctl on `unit`, the declared changes in deploy's drop-in; 'auto': "
+        "systemd when the running server's /proc/PID/cgroup names a system unit, else process. "
+        "A server that belongs to a unit is never signalled directly: 'process' refuses it.",
     )
     command: str | None = Field(
         default=None, description="Shell command line that starts the server (manager: process)."
     )
-    unit: str | None = Field(default=None, description="systemd unit name (manager: systemd).")
+    unit: str | None = Field(
+        default=None,
+        description="systemd unit name (manager: systemd); empty: the unit the running "
+        "server's cgroup names.",
+    )
+    unit_dir: str = Field(
+        default="/etc/systemd/system",
+        description="Where deploy's drop-in goes: `UNIT_DIR/UNIT.d/90-deploy.conf` (manager: "
+        "systemd).",
+    )
     cwd: str = Field(default="/", description="Working directory of the started process.")
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -118,8 +129,13 @@ class ServiceSpec(_Strict):
         except ValueError:
             return value
 
-    @model_validator(mode="after")
-    def _manager_fields(self) -> ServiceSpec:
-        if self.manager == "systemd" and not self.unit:
-            raise ValueError("manager 'systemd' needs 'unit'")
-        return self
+    @field_validator("unit", mode="before")
+    @classmethod
+    def _empty_unit(cls, value: Any) -> Any:
+        """A template left at "" (kimi-eagle3's ``sglang_unit``) means: detect the unit."""
+        return None if value == "" else value
+
+    @field_validator("manager", mode="before")
+    @classmethod
+    def _empty_manager(cls, value: Any) -> Any:
+        return "auto" if value == "" else value

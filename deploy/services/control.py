@@ -33,6 +33,7 @@ class ServiceControl:
 
     def __init__(self, remote: Host, state_dir: str, name: str, spec: ServiceSpec) -> None:
         self.remote = remote
+        self.state_dir = state_dir
         self.name = name
         self.spec = spec
         base = Layout(state_dir).services
@@ -49,6 +50,40 @@ class ServiceControl:
         self.endpoint = Endpoint(spec.address, spec.port, spec.api_key or None)
         #: The GPU driver nvidia-smi reported during the last GPU release wait (or none).
         self.driver: list[str] = []
+
+    def needs_detection(self) -> bool:
+        """Whether the manager is still to be told by the server's cgroup (``auto``, or
+        ``systemd`` without a unit)."""
+        return self.spec.manager == "auto" or (
+            self.spec.manager == "systemd" and not self.spec.unit
+        )
+
+    def detect_unit(self) -> str | None:
+        """The system unit the server on the port belongs to (its /proc/PID/cgroup, read by
+        the process helper's probe), or None: no server, or one not run by a unit."""
+        return identity.server_unit(self.process.current())
+
+    def use_unit(self, unit: str | None) -> None:
+        """Settle the manager from `detect_unit`'s answer: a unit's server is systemd's (the
+        spec becomes ``manager: systemd, unit: UNIT`` — what the journal keeps for the undo),
+        anything else the process manager's.
+
+        Raises:
+            ServerRefused: ``manager: systemd`` without a unit and no unit runs the server.
+        """
+        if unit is None and self.spec.manager == "systemd":
+            raise ServerRefused(
+                f"{self.remote.name}: {self.name}: manager systemd names no unit and the server "
+                f"on port {self.spec.port} belongs to none; name it (kimi-eagle3: sglang_unit)"
+            )
+        if unit is None:
+            self.spec = self.spec.model_copy(update={"manager": "process"})
+            self.process.spec = self.spec
+            self.manager = self.process
+            return
+        self.spec = self.spec.model_copy(update={"manager": "systemd", "unit": unit})
+        self.process.spec = self.spec
+        self.manager = SystemdManager(self.remote, self.spec)
 
     @property
     def helper_ids(self) -> tuple[int, ...] | None:
@@ -79,11 +114,17 @@ class ServiceControl:
     def identity_problem(self, *, restart: bool) -> str | None:
         """Why the last probe's holder of the port may not be adopted, stopped or (with
         ``restart``) started again as it runs (`deploy.services.identity`); None when it may.
-        Only for a server deploy signals itself: systemd stops its own unit."""
+        For a unit's server, the unit's ``User=`` names its user too (systemd, not deploy,
+        starts it again, as that user)."""
         probe = self.process.last_probe
-        if probe is None or self.spec.manager != "process":
+        if probe is None or self.spec.manager == "auto":
             return None
         named = [self.spec.user] if self.spec.user else []
+        if isinstance(self.manager, SystemdManager):
+            # systemd starts it again, as the unit says: whom it runs as is the unit's User=,
+            # which names the server's user as the service's ``user`` does.
+            unit_user = self.manager.show("User").get("User")
+            return identity.identity_problem(probe, [*named, *([unit_user] if unit_user else [])])
         problem = identity.identity_problem(probe, named)
         if problem is None and restart:
             problem = identity.start_problem(probe, self.spec.process_prefix)

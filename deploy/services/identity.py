@@ -227,6 +227,14 @@ def unit_of(cgroup: str) -> str | None:
     return None
 
 
+def server_unit(state: ServiceState) -> str | None:
+    """The system unit that runs the server (`unit_of` its cgroup), or None: none, or the
+    unit deploy's own login is in too (a host without pam_systemd keeps a login's processes
+    in ``ssh.service``: a server started from one is no unit's)."""
+    unit = unit_of(state.cgroup)
+    return None if unit is None or unit == unit_of(state.helper_cgroup) else unit
+
+
 def unit_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
     """Why the ``process`` manager must not stop this server: systemd runs it (its cgroup
     names a system unit that deploy's own login is not in — on a host without pam_systemd a
@@ -234,13 +242,14 @@ def unit_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
     behind systemd's back would be undone by its ``Restart=`` or leave the unit failed."""
     if not state.running or spec.manager != "process":
         return None
-    unit = unit_of(state.cgroup)
-    if unit is None or unit == unit_of(state.helper_cgroup):
+    unit = server_unit(state)
+    if unit is None:
         return None
     return (
         f"the {spec.match} server on port {spec.port} (pid {state.pid}) is run by the systemd "
         f"unit {unit}; deploy does not signal a unit's process behind systemd's back: set the "
-        f"service's manager: systemd and unit: {unit}"
+        f"service's manager: systemd and unit: {unit}, or auto (kimi-eagle3: "
+        f"sglang_manager=systemd sglang_unit={unit}, or its default auto)"
     )
 
 

@@ -5,8 +5,9 @@
   process alone), reaps orphaned ``sglang::`` children, and starts it detached in its own
   session with a pid file and a log under ``state_dir/services``.
 - `SystemdManager` (``manager: systemd``): systemctl on the service's ``unit``; the unit says
-  how the server runs, so the declared changes are not applied here (a seam: a drop-in owned
-  by deploy is where they would go).
+  how the server runs, and the declared changes go into deploy's drop-in
+  (`deploy.services.dropin`, written by the restart step) before ``daemon-reload``; the server
+  is never signalled directly.
 
 `deploy.services.control.ServiceControl` picks one (`manager_for`) and adds what is the same
 for both: the GPU release wait after a stop, the readiness wait.
@@ -199,6 +200,33 @@ class SystemdManager:
             raise StepFailed(f"{self.remote.name}: `{command}` failed: {result.tail(3)}")
         return result.stdout
 
+    def cat(self) -> str:
+        """``systemctl cat UNIT``: the unit file and its drop-ins, in the order systemd
+        applies them (what `deploy.services.dropin.parse_cat` reads)."""
+        return self.systemctl("cat", self.unit, timeout=30)
+
+    def show(self, *props: str) -> dict[str, str]:
+        """``systemctl show -p A -p B UNIT`` as a dict."""
+        from deploy.services.dropin import parse_show
+
+        args = [word for prop in props for word in ("-p", prop)]
+        return parse_show(self.systemctl("show", *args, self.unit, timeout=30))
+
+    def reload_problem(self) -> str | None:
+        """Why a ``daemon-reload`` now would do more than load deploy's drop-in: the unit has
+        edits systemd has not loaded (``NeedDaemonReload=yes``) — someone's unreviewed change
+        our reload would deploy. None when it has none."""
+        if self.show("NeedDaemonReload").get("NeedDaemonReload") != "yes":
+            return None
+        return (
+            f"{self.unit} has changes systemd has not loaded (NeedDaemonReload=yes): deploy's "
+            "daemon-reload would deploy them unreviewed; review them and run `systemctl "
+            "daemon-reload` (or undo them) first"
+        )
+
+    def daemon_reload(self) -> None:
+        self.systemctl("daemon-reload")
+
     def current(self) -> ServiceState:
         active = self.systemctl("is-active", self.unit, check=False).strip() == "active"
         if not active:
@@ -223,10 +251,13 @@ class SystemdManager:
         env_unset: list[str] | None = None,
         user: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        # The unit says how the server runs: what a process manager would start it with does
-        # not apply (a drop-in owned by deploy is where declared changes would go).
+        # The unit says how the server runs (with deploy's drop-in): what a process manager
+        # would start it with does not apply. ``reset-failed`` first: a crash loop's start
+        # limit must not block the start (the undo's above all).
+        self.systemctl("reset-failed", self.unit, check=False)
         self.systemctl("start", self.unit)
-        return {"pid": None, "log_offset": 0}
+        main = self.systemctl("show", "-p", "MainPID", "--value", self.unit, check=False).strip()
+        return {"pid": int(main) if main.isdigit() and main != "0" else None, "log_offset": 0}
 
     def log_tail(self, offset: int = 0, lines: int = 40) -> list[str]:
         out = self.remote.run(f"journalctl -u {quote(self.unit)} -n {lines} --no-pager", timeout=30)

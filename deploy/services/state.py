@@ -82,7 +82,7 @@ class ServiceState:
                 " (orphaned children hold the port)" if self.leftover_pgids else ""
             )
         command = " ".join(masked_argv(self.argv))[:160]
-        return f"pid {self.pid} ({self.origin}): {command}"
+        return f"pid {self.pid} ({self.origin})" + (f": {command}" if command else "")
 
     def run_as(self) -> dict[str, Any] | None:
         """Whom a server started to replace this one runs as (the helper's ``start``'s

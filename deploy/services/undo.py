@@ -18,6 +18,7 @@ from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.services.control import ServiceControl
 from deploy.services.endpoint import endpoint_of_state
+from deploy.services.managers import SystemdManager
 from deploy.services.probes import POLL_INTERVAL, wait_healthy
 from deploy.services.state import ServiceState, describe_user
 
@@ -116,6 +117,10 @@ def restore_previous(
     began = time.monotonic()
     try:
         if svc.spec.manager == "systemd":
+            # deploy's drop-in is back as it was (the file undo ran): load it, then start.
+            manager = svc.manager
+            assert isinstance(manager, SystemdManager)
+            manager.daemon_reload()
             started = svc.start()
         else:
             started = svc.start(

@@ -201,7 +201,7 @@ class RestartArgs(ServiceArgs):
 def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
     """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
     spec = ctx.services.get(name)
-    return getattr(spec, "manager", "process") == "systemd"
+    return getattr(spec, "manager", "process") == "systemd" and bool(getattr(spec, "unit", None))
 
 
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
@@ -211,6 +211,11 @@ def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
 
     if want is not None and want.source == "running server":
         return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+    if want is not None and want.source == "systemd unit":
+        # The unit's words: ``--host ${HOST}`` is systemd's to expand, not an address.
+        if want.argv and not any("$" in word or "%" in word for word in want.argv):
+            return endpoint_of(svc.spec, argv=want.argv, env=want.env)
+        return svc.endpoint
     if want is not None and want.command:
         return endpoint_of(svc.spec, argv=shlex.split(want.command), env=want.env)
     command = shlex.split(svc.spec.command or "")
@@ -254,6 +259,13 @@ class ServiceStep(Step[ServiceArgsT]):
             from deploy.services.desired import desired
 
             want = desired(state, self.args.changes(), svc.spec)
+            drop = None
+            if svc.spec.manager == "systemd":  # the changes go into deploy's drop-in
+                from deploy.steps import service_systemd
+
+                drop = service_systemd.plan_dropin(ctx, svc, self.args.changes())
+                want.satisfied = state.running and not drop.changed
+                want.argv = list(drop.argv)
             if self.args.only_if_changed and not ctx.anything_changed():
                 if not state.running:
                     return Planned(
@@ -291,6 +303,9 @@ class ServiceStep(Step[ServiceArgsT]):
         if isinstance(self.args, RestartArgs):
             planned.data["desired"] = want
             planned.diff = want.diff
+            if drop is not None:
+                planned.data["dropin"] = drop
+                planned.diff = service_systemd.diff(drop) if drop.changed else ""
             planned.data["why"] = (
                 "a file changed"
                 if ctx.anything_changed()
@@ -298,7 +313,17 @@ class ServiceStep(Step[ServiceArgsT]):
                 if state.running and not want.satisfied
                 else "only_if_changed is false"
             )
-            if want.source == "running server":
+            if drop is not None:
+                planned.summary += (
+                    f"; new server: the unit with the declared changes in {drop.path}"
+                    if drop.changed
+                    else "; new server: the unit as it is (its drop-in already holds them)"
+                )
+                note = service_systemd.stop_note(svc)
+                if note:
+                    planned.data["stop_note"] = note
+                    planned.summary += f"; note: {note}"
+            elif want.source == "running server":
                 planned.summary += "; new server: the running one plus the declared changes"
                 if want.user:
                     planned.summary += "; start" + run_as_note(want.user)
@@ -324,7 +349,8 @@ class ServiceStep(Step[ServiceArgsT]):
         """
         args = self.args
         has_imports = isinstance(args, RestartArgs) and bool(args.imports)
-        if not self.stops or (svc_spec_is_systemd(ctx, self.service) and not has_imports):
+        systemd = svc_spec_is_systemd(ctx, self.service)
+        if not self.stops or (systemd and not has_imports and not isinstance(args, RestartArgs)):
             return
         svc = control(ctx, self.service)
         if isinstance(args, RestartArgs) and args.imports:
@@ -342,6 +368,7 @@ class ServiceStep(Step[ServiceArgsT]):
             problem = imports_problem(answer)
             if problem:
                 raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
+            self._systemd_preflight(ctx, svc)
             versions: dict[str, str] = next(
                 (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
             )
@@ -353,8 +380,10 @@ class ServiceStep(Step[ServiceArgsT]):
         else:
             state = svc.current()
             self._refuse_unsupported(ctx, svc, state)
-            if svc.spec.manager == "process":
-                svc.refuse_stranger(restart=isinstance(args, RestartArgs))
+            if svc.spec.manager == "systemd" and state.running:
+                svc.process.probe()  # who holds the port: the unit's server, as its User=
+            svc.refuse_stranger(restart=isinstance(args, RestartArgs))
+            self._systemd_preflight(ctx, svc)
             if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
                 return
         if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
@@ -395,6 +424,14 @@ class ServiceStep(Step[ServiceArgsT]):
             raise NothingTouched(
                 f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
             )
+
+    def _systemd_preflight(self, ctx: StepContext, svc: ServiceControl) -> None:
+        """A restart of a unit: its unloaded edits refused, a short stop timeout noted
+        (`deploy.steps.service_systemd.preflight`)."""
+        if isinstance(self.args, RestartArgs) and svc.spec.manager == "systemd":
+            from deploy.steps import service_systemd
+
+            service_systemd.preflight(ctx, svc, self.service)
 
     @staticmethod
     def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
@@ -439,6 +476,11 @@ class ServiceStep(Step[ServiceArgsT]):
         )
         ctx.changed = True
         parts = []
+        drop = planned.data.get("dropin")
+        if drop is not None and drop.changed:  # before the stop: the unit runs on meanwhile
+            from deploy.steps import service_systemd
+
+            parts.append(service_systemd.write_dropin(ctx, svc, drop))
         if self.stops:
             if state.running and svc.spec.manager == "process":
                 ctx.note(
@@ -498,6 +540,8 @@ class ServiceStep(Step[ServiceArgsT]):
         if self.starts:  # who the undo may stop: this run's server and no other
             done["started"] = {k: started.get(k) for k in ("pid", "start", "argv")}
         ctx.journal.write(done)
+        if planned.data.get("stop_note"):
+            parts.append(f"note: {planned.data['stop_note']}")
         planned.summary = "; ".join(parts)
         if planned.data.get("why"):
             planned.summary = f"{planned.data['why']}: {planned.summary}"

@@ -30,6 +30,11 @@ def control(ctx: StepContext, name: str) -> ServiceControl:
     if not isinstance(spec, ServiceSpec):
         raise StepFailed(f"service {name!r} is not defined in the playbook's services")
     svc = ServiceControl(ctx.remote, ctx.state_dir, name, spec)
+    if svc.needs_detection():  # once per run and host: the unit the server's cgroup names
+        facts = runtime(ctx, name)
+        if "unit" not in facts:
+            facts["unit"] = svc.detect_unit()
+        svc.use_unit(facts["unit"])  # type: ignore[arg-type]
     started = runtime(ctx, name).get("endpoint")
     if started is not None:  # the server this run started: where it listens, its key
         svc.endpoint = started  # type: ignore[assignment]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deploy.config.services import ServiceSpec
-from deploy.services.identity import container_of, unit_of, unsupported
+from deploy.services.identity import container_of, server_unit, unit_of, unsupported
 from deploy.services.state import ServiceState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
@@ -79,3 +79,15 @@ def test_a_units_server_is_not_signalled_by_the_process_manager() -> None:
     assert unsupported(same, spec) is None
     systemd = ServiceSpec(manager="systemd", unit="sglang.service")
     assert unsupported(unit, systemd) is None
+    assert unsupported(unit, ServiceSpec(manager="auto")) is None
+    assert "sglang_manager=systemd" in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize("fixture", ["unit-v2.txt", "unit-v1.txt"])
+def test_the_unit_is_found_from_real_cgroups_of_both_layouts(fixture: str) -> None:
+    """What `manager: auto` switches on (`ServiceControl.detect_unit`)."""
+    state = running(SERVER, cgroup(fixture))
+    state.helper_cgroup = cgroup("session-v1.txt")
+    assert server_unit(state) == "sglang.service"
+    assert server_unit(running(SERVER, cgroup("session-v2.txt"))) is None
+    assert server_unit(running(SERVER, cgroup("docker-v2.txt"))) is None

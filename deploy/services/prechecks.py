@@ -102,29 +102,53 @@ def drift_problem(
 
 
 def _deploy_writes(remote: Host, state_dir: str) -> dict[str, set[str]]:
-    """Per path, the contents (sha256) deploy runs left there: their manifests' ``after``."""
+    """Per path, the contents (sha256) deploy itself left there: what a committed run wrote
+    (its manifest's ``after``) and what an undo put back (a write intent's ``before`` in a
+    run whose journal records that path ``undone`` — a rollback's, or the recovery of a run
+    killed mid-change)."""
     layout = Layout(state_dir)
+    runs = quote(layout.runs)
     command = (
-        f"for m in {quote(layout.runs)}/*/manifest.json; do "
-        '[ -f "$m" ] && [ ! -h "$m" ] && cat "$m" && echo; done; true'
+        f"for m in {runs}/*/manifest.json; do "
+        '[ -f "$m" ] && [ ! -h "$m" ] && cat "$m" && echo; done; echo; echo "#journals"; '
+        f"for j in {runs}/*/journal.jsonl; do "
+        '[ -f "$j" ] && [ ! -h "$j" ] && echo "#run" && cat "$j" && echo; done; true'
     )
-    result = remote.run(command, timeout=60)
+    manifests, _, journals = remote.run(command, timeout=60).stdout.partition("\n#journals\n")
     written: dict[str, set[str]] = {}
+    for document in _documents(manifests):
+        for entry in document.get("files", []):
+            if isinstance(entry, dict) and entry.get("path") and entry.get("sha256_after"):
+                written.setdefault(str(entry["path"]), set()).add(str(entry["sha256_after"]))
+    for journal in journals.split("#run\n"):
+        befores: dict[str, set[str]] = {}
+        undone: set[str] = set()
+        for record in _documents(journal):
+            if record.get("event") == "intent" and record.get("op") == "write":
+                befores.setdefault(str(record.get("path")), set()).add(str(record.get("before")))
+            elif record.get("event") == "undone" and record.get("path"):
+                undone.add(str(record["path"]))
+        for path in undone:
+            written.setdefault(path, set()).update(befores.get(path, set()))
+    return written
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    """The JSON objects in ``text``, one after another (a torn last one is left out)."""
+    found: list[dict[str, Any]] = []
     decoder = json.JSONDecoder()
-    text, position = result.stdout, 0
+    position = 0
     while True:
         while position < len(text) and text[position].isspace():
             position += 1
         if position >= len(text):
-            break
+            return found
         try:
             document, position = decoder.raw_decode(text, position)
         except ValueError:
-            break
-        for entry in document.get("files", []) if isinstance(document, dict) else []:
-            if isinstance(entry, dict) and entry.get("path") and entry.get("sha256_after"):
-                written.setdefault(str(entry["path"]), set()).add(str(entry["sha256_after"]))
-    return written
+            return found
+        if isinstance(document, dict):
+            found.append(document)
 
 
 def server_gpus(state: ServiceState, spec: ServiceSpec) -> Literal["all"] | list[int] | None:

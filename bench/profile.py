@@ -149,7 +149,7 @@ def count(owner: Any, attribute: str, keys: tuple[str, ...]) -> None:
 
 #: The SFTPClient methods that each send one request and wait for its answer (paramiko's
 #: public API). Writes and reads of file contents go through the host's file helper
-#: (`deploy.remote.fileagent`), which the ``helper: wait for answers`` span times.
+#: (`deploy.hostpy.fileagent`), which the ``helper: wait for answers`` span times.
 SFTP_REQUESTS = (
     "stat",
     "lstat",

@@ -71,7 +71,7 @@ def round_trips(results: Results) -> list[str]:
         "check, and reading a file a command may have changed. The files the first steps "
         "read (status and bytes) come with the lock's own exec. Writes, saved copies and "
         "journal records go to the host's file helper in the lock's shell "
-        "(`deploy/remote/fileagent.py`), sent without waiting, and so do the compile check of "
+        "(`deploy/hostpy/fileagent.py`), sent without waiting, and so do the compile check of "
         "the new bytes and the commit behind it, which the host writes only if everything "
         "before it succeeded (`deploy/engine/verdicts.py`): a change run waits once after the "
         "lock's answer. SFTP serves only what takes no lock (the reads of "

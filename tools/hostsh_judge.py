@@ -1,17 +1,17 @@
 """``python -m tools.hostsh_judge``: write ``deploy/hostsh/judge.sh`` from the trust rule's table.
 
-`deploy.remote.trust_rule.RULE` is the rule written once; the process agent runs it in
-Python (`deploy.remote.trust_rule.verdict`) and the host's shell runs this rendering of it
+`deploy.hostpy.trust_rule.RULE` is the rule written once; the process agent runs it in
+Python (`deploy.hostpy.trust_rule.verdict`) and the host's shell runs this rendering of it
 (issue 32: 2). tests/unit/test_trust_rule.py fails when the file differs from `render`.
 """
 
 from __future__ import annotations
 
+from deploy.hostpy.trust_rule import OTHER_OWNER, RULE, TRUSTED, WRITABLE
 from deploy.hostsh import DIRECTORY
-from deploy.remote.trust_rule import OTHER_OWNER, RULE, TRUSTED, WRITABLE
 
 HEADER = """# shellcheck shell=sh
-# GENERATED from deploy.remote.trust_rule.RULE by `python -m tools.hostsh_judge`: edit the
+# GENERATED from deploy.hostpy.trust_rule.RULE by `python -m tools.hostsh_judge`: edit the
 # table there, not this file (tests/unit/test_trust_rule.py holds the two to the same cases).
 # Part of the interpreter trust check (deploy.checks.interpreter; check.sh, trust.sh).
 #

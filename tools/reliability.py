@@ -66,7 +66,7 @@ NOTES = """\
 - **`..` in a path** is resolved by the host's filesystem: the file changed is the one the
   path names after resolution, and nothing else (checked by hashing the whole sandbox tree).
 - **Shell input**: every path, variable and host name reaches the host as data (a field of a
-  JSON request to the host-side file helper, `deploy/remote/fileagent.py`) or quoted
+  JSON request to the host-side file helper, `deploy/hostpy/fileagent.py`) or quoted
   (`shlex.quote`); only `verify_command.run` and a service's `command` are shell
   text by definition. A canary that any unquoted `touch` would create is checked each time.
 - **Undo is all or nothing**: every file is checked against what deploy wrote *before*

@@ -83,7 +83,7 @@ CACHE_DAYS = 30
 #: list: a shell's glob listed names in its locale's order. A reused pass prints `CACHED` and
 #: the key; a compile that passes prints the key, then records it. Recording is best effort
 #: and silent, and never makes a failed compile pass. The same rule answers the check sent
-#: ahead in the file helper (`deploy.remote.fileagent_compiled`, tests/unit/test_compile_lookup.py
+#: ahead in the file helper (`deploy.hostpy.fileagent_compiled`, tests/unit/test_compile_lookup.py
 #: holds the two and the shell to the same answers).
 _CACHING_SCRIPT = """import os, stat, sys, time
 p, c, i = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -233,7 +233,7 @@ def ahead_lookup(command: str) -> dict[str, str] | None:
     ``command`` must be exactly `compile_command` (python, path, cache=...) for an absolute
     ``python``: sent ahead (`AHEAD_VARIABLE`) such a check only looks its record up, and the
     helper the run starts anyway does that by the same rule with no process of its own
-    (`deploy.remote.fileagent_compiled`; issue 17: ~10 processes on the host per run). Any
+    (`deploy.hostpy.fileagent_compiled`; issue 17: ~10 processes on the host per run). Any
     other command — a relative interpreter, which the shell finds on its PATH, or a check
     without a cache — is None and runs as a command, as before.
     """

@@ -2,7 +2,7 @@
 
 deploy runs configured interpreters on the host — the file helper on the compile check's
 interpreter (``deploy/hostsh/loop.sh``), the compile check itself (`deploy.checks.compile`),
-the restart's module lookup (`deploy.remote.agent_trust`, the same rule in Python). On a GPU
+the restart's module lookup (`deploy.hostpy.agent_trust`, the same rule in Python). On a GPU
 host that interpreter is often a venv or conda env owned by an unprivileged user (``ml``).
 Whoever can change the interpreter, its ``pyvenv.cfg`` or the standard library it loads at
 start-up (``encodings`` is imported even under ``-I -S``) runs code as whoever starts it: root,

@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# GENERATED from deploy.remote.trust_rule.RULE by `python -m tools.hostsh_judge`: edit the
+# GENERATED from deploy.hostpy.trust_rule.RULE by `python -m tools.hostsh_judge`: edit the
 # table there, not this file (tests/unit/test_trust_rule.py holds the two to the same cases).
 # Part of the interpreter trust check (deploy.checks.interpreter; check.sh, trust.sh).
 #

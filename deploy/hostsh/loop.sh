@@ -7,12 +7,12 @@
 # The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 # exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
 # login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
-# it (`deploy.remote.helperboot`: the exit statuses the fallback below reads). ``$_dW``:
+# it (`deploy.hostpy.helperboot`: the exit statuses the fallback below reads). ``$_dW``:
 # the interpreter the run's compile check names, if any, and only if the lock's trust check
 # found no other user able to change it (`deploy.checks.interpreter`; else it is empty here),
 # resolved: the path that check judged, never one through a directory it did not see;
 # the helper runs on it when it can
-# (so that it can compile in its place: `deploy.remote.fileagent_compiled.compile_here`), and
+# (so that it can compile in its place: `deploy.hostpy.fileagent_compiled.compile_here`), and
 # on python3 when it cannot start there (exit 1 or 2: too old, not Python 3) or is a script
 # (a pyenv shim or wrapper: its own start-up would cost more than it saves). Each command
 # gets its own scratch files in the 0700 state directory (numbered; all removed when the

@@ -27,7 +27,7 @@ class CallFailed(Exception):
 
 
 class NoHelper(Exception):
-    """The host has no python3 to run the file helper (`deploy.remote.fileagent`)."""
+    """The host has no python3 to run the file helper (`deploy.hostpy.fileagent`)."""
 
 
 @dataclass

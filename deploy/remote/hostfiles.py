@@ -6,7 +6,7 @@ modules. What `HostFiles` needs from its host — the lock's shell, the round-tr
 the SFTP client — is the small `FileLink` protocol.
 
 While the lock is held (every run), files are read and written by the host-side helper
-(`deploy.remote.fileagent`, started once per run in the lock's shell) through file
+(`deploy.hostpy.fileagent`, started once per run in the lock's shell) through file
 descriptors: no check by path followed by a change by path, which another user who can write
 in the directory could redirect with a symlink (issue 14). Writes, saved copies and journal
 records are sent without waiting (the helper serves them in order, so an intent is fsynced
@@ -33,7 +33,7 @@ from deploy.remote.sftpfile import FileStat
 from deploy.remote.sftpfiles import SftpFiles
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's
-#: operations are `deploy.remote.fileagent_ops`).
+#: operations are `deploy.hostpy.fileagent_ops`).
 FILES_RULE = """Every read and write on a host goes through file descriptors, in deploy's file helper:
 no check by path followed by a change by path. A path is walked from `/` one component at a
 time without following symbolic links (`O_NOFOLLOW`): a symlink on the way is followed only if
@@ -56,7 +56,7 @@ in that directory would get, then the mode deploy asks for.
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it (`deploy.remote.helperboot`).
+#: What the lock's shell runs to start it (`deploy.hostpy.helperboot`).
 HELPER_BOOT = program("helperboot")
 
 
@@ -240,7 +240,7 @@ class HostFiles:
     ) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
-        Through the helper (`deploy.remote.fileagent.write`): an ``O_EXCL`` temp file in the
+        Through the helper (`deploy.hostpy.fileagent.write`): an ``O_EXCL`` temp file in the
         target's directory, then owner, mode and xattrs — those given (undo: what the journal
         recorded), else the current target's (kept, setuid and capabilities included) — then
         fsync, rename and the directory's fsync. ``expect_sha256``: refuse when the target no

@@ -1,8 +1,8 @@
 """Programs that run ON THE HOST, each sent as the text of one ``python3 -I -S -c`` program.
 
 The host has no `deploy` package, so what runs there (the file helper,
-`deploy.remote.fileagent`; the process agent, `deploy.remote.agent`; the gate's load
-generator, `deploy.remote.loadgen`) must arrive as one
+`deploy.hostpy.fileagent`; the process agent, `deploy.hostpy.agent`; the gate's load
+generator, `deploy.hostpy.loadgen`) must arrive as one
 self-contained program. Kept under ~400 lines a file, such a program is a main module plus
 parts it imports: in the main module, the import of a part follows the comment line
 `PART_MARKER`. On the workstation (unit tests, mypy) that is an ordinary import; `program`
@@ -20,13 +20,13 @@ import functools
 import re
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "hostpy"
 #: The programs that run on hosts.
 NAMES = ("agent", "fileagent", "helperboot", "loadgen")
 #: The comment line that marks the next import as a part to inline.
 PART_MARKER = "# host-program: part (deploy.remote.hostprogram)"
 _PART = re.compile(
-    "^" + re.escape(PART_MARKER) + r"\nfrom deploy\.remote\.(\w+) import (?:\([^)]*\)|[^\n]*)\n",
+    "^" + re.escape(PART_MARKER) + r"\nfrom deploy\.hostpy\.(\w+) import (?:\([^)]*\)|[^\n]*)\n",
     re.MULTILINE,
 )
 

@@ -9,7 +9,7 @@ Faking at the `Host` level instead would mean a second implementation of the loc
 session framing and the fd-based file helper — and fast tests of a reimplementation prove
 nothing about the code a real host runs. With the seam here, `deploy.remote.local`'s
 `LocalTransport` runs the very same lock script, ``deploy/hostsh/loop.sh`` and
-`deploy.remote.fileagent` in local processes; only SSH itself (authentication, host keys,
+`deploy.hostpy.fileagent` in local processes; only SSH itself (authentication, host keys,
 direct-tcpip, sudo over a pty-less channel) is left to the integration suite.
 
 Two implementations: `deploy.remote.ssh.SshTransport` (paramiko, through Fabric) and

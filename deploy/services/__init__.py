@@ -6,7 +6,7 @@ validate`` or a file-only run; `tests/unit/test_startup_cost.py` holds that):
 - `deploy.services.state`: what runs now (`ServiceState`): pid, argv, env, cwd, listeners, user.
 - `deploy.services.identity`: which processes are the server (the helper's probe read into a
   `ServiceState`), whether they are this service's, whether the helper can start as its user.
-- `deploy.services.helper`: the host-side process helper (`deploy.remote.agent`), one exec per
+- `deploy.services.helper`: the host-side process helper (`deploy.hostpy.agent`), one exec per
   operation.
 - `deploy.services.managers`: how a server is found, stopped and started — the ``process``
   manager (the helper) and the ``systemd`` manager (systemctl) behind one interface.

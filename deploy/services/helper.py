@@ -1,4 +1,4 @@
-"""The host-side process helper (`deploy.remote.agent`), one exec per operation.
+"""The host-side process helper (`deploy.hostpy.agent`), one exec per operation.
 
 The process manager finds, stops and starts a server through it, and a restart's ``imports``
 check asks it where the server's interpreter finds a module. Its program rides on argv (code,

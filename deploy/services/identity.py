@@ -148,7 +148,7 @@ def start_problem(probe: dict[str, Any], prefix: str) -> str | None:
     """Why the server `state_from_probe` picks could not be started again as it runs: a path
     on its import path (cwd, ``PYTHONPATH``, script directory, interpreter and prefix) that a
     user other than root and the one it runs as can change (the helper judges it:
-    `deploy.remote.agent_trust.start_problem`). Asked before the stop."""
+    `deploy.hostpy.agent_trust.start_problem`). Asked before the stop."""
     info = probe.get("pid_file_process")
     if not info:
         listeners = [p for p in probe.get("listeners") or [] if p]
@@ -178,8 +178,8 @@ def ownership_problem(state: ServiceState, spec: ServiceSpec) -> str | None:
 def start_refusal(user: dict[str, Any] | None, helper_ids: tuple[int, ...] | None) -> str | None:
     """Why the helper could not start a server as ``user`` (it is not root and not that user);
     None when it can, or when no probe said whom it runs as. The helper's `start` refuses the
-    same way (`deploy.remote.agent_proc.start_ids`)."""
-    from deploy.remote.agent_proc import start_ids
+    same way (`deploy.hostpy.agent_proc.start_ids`)."""
+    from deploy.hostpy.agent_proc import start_ids
 
     if not user or helper_ids is None:
         return None

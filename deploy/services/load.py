@@ -5,7 +5,7 @@ Used twice per run: on the old server before the run's first change (the baselin
 (`deploy.steps.gate_throughput`), with the same `LoadSpec`, so the two are comparable. The
 arithmetic is `deploy.checks.throughput`.
 
-The load is generated ON THE HOST (`deploy.remote.loadgen`, one exec in the run's session per
+The load is generated ON THE HOST (`deploy.hostpy.loadgen`, one exec in the run's session per
 batch of waves): 32 streams relayed through one SSH connection would measure the workstation
 and its link, and a relayed request cannot tell when its first token came. Every request
 streams, asks for exactly ``max_new_tokens`` with ``ignore_eos`` (a model that stops early on

@@ -7,7 +7,7 @@ from typing import Any
 
 from deploy.edits.cmdline import masked_argv
 
-#: The rule `deploy.remote.agent.start` follows, for docs/operations.md.
+#: The rule `deploy.hostpy.agent.start` follows, for docs/operations.md.
 RUN_AS_RULE = """
 A server deploy starts in place of a running one (the restart, the automatic rollback's
 restart of the old server, ``deploy rollback``) runs as the user the replaced server ran as:

@@ -95,7 +95,7 @@ class WriteIntent(Record):
     gid: int
     size: int
     #: Extended attributes to restore with the bytes (POSIX ACLs and capabilities are xattrs;
-    #: names to hex values, `deploy.remote.fileagent`); None in records written before them.
+    #: names to hex values, `deploy.hostpy.fileagent`); None in records written before them.
     xattrs: dict[str, str] | None = None
 
 

@@ -224,7 +224,7 @@ class ServiceStep(Step[ServiceArgsT]):
             )
             runtime(ctx, self.service)["interpreter_versions"] = versions
             ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
-            if ran:  # not root's to run (`deploy.remote.agent_trust`): say whom it ran as
+            if ran:  # not root's to run (`deploy.hostpy.agent_trust`): say whom it ran as
                 runtime(ctx, self.service)["imports_ran_as"] = ran
                 ctx.note(f"{self.service}: the module lookup ran {ran}")
         else:

@@ -27,7 +27,7 @@ Trigger = Callable[[FaultHost], bool]
 class HelperStop:
     """A point inside the host's file helper: the ``nth`` request ``op`` on a path matching
     ``path`` (fnmatch; ``{state_dir}`` and ``{model_file}`` filled in), after ``after_bytes`` of
-    its payload reached the helper (`deploy.remote.fileagent._fault_stop`).
+    its payload reached the helper (`deploy.hostpy.fileagent._fault_stop`).
 
     Since the write path is pipelined, nothing on the host's disk marks "this request is half
     received": a request is read whole, then written in microseconds. So the helper stops

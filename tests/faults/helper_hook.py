@@ -1,6 +1,6 @@
 """The fault suite's file helper: the shipped one plus a hook that stops it inside a request.
 
-The helper that runs on hosts (`deploy.remote.fileagent`) carries no test hook (issue 32):
+The helper that runs on hosts (`deploy.hostpy.fileagent`) carries no test hook (issue 32):
 this module builds the suite's variant — the shipped program text with `HOOK` put before its
 ``__main__`` block, where it replaces ``read_payload`` — and runs ``deploy`` with it
 (``python -m tests.faults.helper_hook ARGS``, what `tests.faults.conftest` runs instead of

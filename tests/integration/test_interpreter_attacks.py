@@ -95,11 +95,11 @@ def test_the_owner_gets_neither_roots_environment_nor_its_answer_files(
 def test_the_module_lookup_run_as_the_owner_gets_only_what_decides_imports(
     user: Attacker, home: Path
 ) -> None:
-    """The restart's module lookup with no server running (`deploy.remote.agent._probe_imports`:
+    """The restart's module lookup with no server running (`deploy.hostpy.agent._probe_imports`:
     the agent's own environment, root's, plus the service's declared one) on an interpreter
     the user owns runs as them: it must not hand them root's tokens, only what decides where
     Python imports from (its answer is still right)."""
-    from deploy.remote.agent_proc import resolve_imports
+    from deploy.hostpy.agent_proc import resolve_imports
 
     python = _wrapper(user, home, linger=False)
     model = owner._model(user, home)
@@ -164,7 +164,7 @@ def test_the_module_lookup_run_as_the_owner_enters_its_cwd_as_them(
     may enter. The lookup run as the interpreter's owner was given that cwd by root (chdir,
     then the switch), so their process read files there that they cannot reach. Now it
     enters the cwd as them, and cannot: the lookup fails, saying so."""
-    from deploy.remote.agent_proc import resolve_imports
+    from deploy.hostpy.agent_proc import resolve_imports
 
     private = tmp_path / "root-only"
     (private / "sglang").mkdir(parents=True)

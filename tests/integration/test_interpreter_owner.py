@@ -176,7 +176,7 @@ def test_an_interpreter_anyone_may_change_is_refused_in_one_line(
     assert sha256(kimi.model_file) == before
 
 
-# -- the restart's module lookup (`deploy.remote.agent_proc.resolve_imports`, run by the agent
+# -- the restart's module lookup (`deploy.hostpy.agent_proc.resolve_imports`, run by the agent
 # -- as root on the host; here called as the agent calls it, as root, on this machine) ---------
 
 _SITECUSTOMIZE = (
@@ -197,7 +197,7 @@ def test_the_module_lookup_runs_another_users_interpreter_as_that_user(
 ) -> None:
     """The service's python (no server running) is the user's wrapper: looked up as them, and
     the answer is still the file that interpreter loads."""
-    from deploy.remote.agent_proc import resolve_imports
+    from deploy.hostpy.agent_proc import resolve_imports
 
     marker = _marker(user, home)
     python = _wrapper(user, home, marker)
@@ -216,7 +216,7 @@ def test_the_module_lookup_for_a_server_another_user_runs_runs_as_that_user(
 ) -> None:
     """A server running as the user, with their PYTHONPATH (a sitecustomize.py there runs at
     every start-up): the lookup with that environment runs as them, not as root."""
-    from deploy.remote.agent_proc import resolve_imports
+    from deploy.hostpy.agent_proc import resolve_imports
 
     marker = _marker(user, home)
     model = _model(user, home)

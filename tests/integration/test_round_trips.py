@@ -44,7 +44,7 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: cmd 2 -> 1: the files the leading file steps read come with the lock's own exec
 #: (``acquire(prefetch=)``), so the fetch is no round trip of its own.
 #: sftp 32 -> 0, + wait 3 (issue 17 item 3): writes, saved copies and journal records go to
-#: the host's file helper in the lock's shell (deploy/remote/fileagent.py), sent without
+#: the host's file helper in the lock's shell (deploy/hostpy/fileagent.py), sent without
 #: waiting; the run waits for their answers with the compile check and at commit. ``wait``
 #: counts the requests the client blocked on (the lock's answer included): what a real
 #: network charges one round trip each.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.agent_proc import _address, _listen_table, _listens_on, resolve_imports
+from deploy.hostpy.agent_proc import _address, _listen_table, _listens_on, resolve_imports
 
 
 @pytest.mark.parametrize(

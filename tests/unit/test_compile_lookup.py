@@ -1,4 +1,4 @@
-"""The compile record's lookup in the file helper (`deploy.remote.fileagent_compiled`) says
+"""The compile record's lookup in the file helper (`deploy.hostpy.fileagent_compiled`) says
 "reused" exactly when the shell check sent ahead would (`deploy.checks.compile`), on real
 records written by the real shell check and this interpreter."""
 
@@ -18,14 +18,14 @@ from deploy.checks.compile import (
     ahead_lookup,
     compile_command,
 )
-from deploy.remote import fileagent_compiled
-from deploy.remote.fileagent_compiled import (
+from deploy.hostpy import fileagent_compiled
+from deploy.hostpy.fileagent_compiled import (
     compile_here,
     compiled,
     interpreter_identity,
     is_this_interpreter,
 )
-from deploy.remote.fileagent_ops import sha256
+from deploy.hostpy.fileagent_ops import sha256
 
 PYTHON = sys.executable
 

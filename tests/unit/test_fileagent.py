@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote import fileagent, fileagent_ops
-from deploy.remote.fileagent import Refused
+from deploy.hostpy import fileagent, fileagent_ops
+from deploy.hostpy.fileagent import Refused
 from deploy.remote.hostprogram import program
 
 #: ``cap_net_bind_service=ep`` as the kernel stores it (VFS_CAP_REVISION_2, 20 bytes).

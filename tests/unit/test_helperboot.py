@@ -1,4 +1,4 @@
-"""The file helper's start (`deploy.remote.helperboot`): the helper's argv, and the exit
+"""The file helper's start (`deploy.hostpy.helperboot`): the helper's argv, and the exit
 statuses the lock's shell acts on (`CANNOT`: start it on python3 instead; `FAILED`: never
 mistaken for a start that failed)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote import helperboot
+from deploy.hostpy import helperboot
 from deploy.remote.hostfiles import HELPER_BOOT
 from deploy.remote.hostprogram import program
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote import agent_proc, fileagent_ops
+from deploy.hostpy import agent_proc, fileagent_ops
 from deploy.remote.hostprogram import PART_MARKER, program
 
 PARTS = {"agent": agent_proc, "fileagent": fileagent_ops}

@@ -1,5 +1,5 @@
 """Attacks on the interpreter trust check (`deploy.checks.interpreter`, and its Python twin
-`deploy.remote.agent_trust`) that need no second user: the check must judge what CPython
+`deploy.hostpy.agent_trust`) that need no second user: the check must judge what CPython
 itself reads, in bash and dash. The attacks that need a real user to run the interpreter as:
 tests/integration/test_interpreter_attacks.py.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from deploy.checks.compile import compile_command
 from deploy.checks.interpreter import root_only_if_trusted
-from deploy.remote.agent_trust import lookup_paths  # type: ignore[attr-defined]
+from deploy.hostpy.agent_trust import lookup_paths  # type: ignore[attr-defined]
 from tests.unit.test_interpreter_trust import OTHER, SHELLS, _judge
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
@@ -147,11 +147,11 @@ def test_root_runs_the_interpreter_it_checked_not_one_swapped_in_after(
 def test_the_lookup_judges_every_directory_its_interpreter_is_reached_through(
     tmp_path: Path,
 ) -> None:
-    """The module lookup (`deploy.remote.agent_trust`) starts the server's interpreter as
+    """The module lookup (`deploy.hostpy.agent_trust`) starts the server's interpreter as
     given (its venv must count), so it must judge every directory resolving that path enters:
     the user's directory above the venv root's symlink points into is theirs to swap. It
     judged the path as given and as resolved, and trusted it."""
-    from deploy.remote.agent_trust import judge  # type: ignore[attr-defined]
+    from deploy.hostpy.agent_trust import judge  # type: ignore[attr-defined]
 
     python, _, _ = _swapped_after_the_check(tmp_path)
     paths, reason = lookup_paths(str(python), {}, "/")
@@ -165,7 +165,7 @@ def test_the_lookup_judges_a_relative_pythonpath_entry_in_its_cwd(tmp_path: Path
     """``PYTHONPATH=src`` (or an empty entry: the cwd) is found from the cwd: the lookup must
     judge ``cwd/src``, a directory another user owns in root's cwd. It judged only absolute
     entries."""
-    from deploy.remote.agent_trust import judge
+    from deploy.hostpy.agent_trust import judge
 
     (tmp_path / "src").mkdir()
     os.chown(tmp_path / "src", OTHER, OTHER)
@@ -184,7 +184,7 @@ def test_the_lookup_judges_what_the_dynamic_linker_loads_from(
     linker loads ``libc.so.6`` itself from an ``LD_LIBRARY_PATH`` directory, and any
     ``LD_PRELOAD`` object, before Python starts. One another user owns must not be loaded as
     root. Neither was judged."""
-    from deploy.remote.agent_trust import judge
+    from deploy.hostpy.agent_trust import judge
 
     theirs = tmp_path / "cuda" / "lib64"
     theirs.mkdir(parents=True)

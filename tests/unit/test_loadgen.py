@@ -1,4 +1,4 @@
-"""The gate's load generator (`deploy.remote.loadgen`) against small HTTP servers on loopback.
+"""The gate's load generator (`deploy.hostpy.loadgen`) against small HTTP servers on loopback.
 
 Its happy path against the stand-in SGLang is in tests/unit/test_service_local.py and
 tests/integration/test_service_gate.py; here: how it reads a server's load (``/v1/loads``,
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from deploy.remote import loadgen
+from deploy.hostpy import loadgen
 from deploy.remote.hostprogram import program
 
 Route = Callable[[BaseHTTPRequestHandler], None]

@@ -67,7 +67,7 @@ def test_our_pid_file_process_counts_as_a_tree() -> None:
 def test_a_root_start_from_a_directory_another_user_owns_is_refused(tmp_path: Path) -> None:
     """Issue 32 point 2: ``python -m`` puts the cwd first on sys.path; a root server whose
     cwd another user owns would import a module they plant there, as root."""
-    from deploy.remote.agent_trust import start_problem
+    from deploy.hostpy.agent_trust import start_problem
 
     tmp_path.chmod(0o755)
     work = tmp_path / "work"
@@ -91,7 +91,7 @@ def test_a_root_start_from_a_directory_another_user_owns_is_refused(tmp_path: Pa
 
 
 def test_a_program_that_is_not_python_is_judged_by_its_own_path(tmp_path: Path) -> None:
-    from deploy.remote.agent_trust import start_problem
+    from deploy.hostpy.agent_trust import start_problem
 
     assert start_problem(None, ["/bin/sh", "-c", "exec x"], {}, "/", 0) is None
     tmp_path.chmod(0o755)

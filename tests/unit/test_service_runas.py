@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from deploy.config.services import ServiceSpec
-from deploy.remote.agent_proc import parse_status, start_ids
+from deploy.hostpy.agent_proc import parse_status, start_ids
 from deploy.services.control import ServiceControl
 from deploy.services.desired import desired
 from deploy.services.state import ServiceState, describe_user
@@ -153,7 +153,7 @@ def test_the_helper_starts_the_child_as_the_user_writing_to_its_own_log(tmp_path
     ids asked for, and it writes to the log deploy opened in a directory only root may enter."""
     if os.geteuid() != 0:
         pytest.skip("switching users needs root")
-    from deploy.remote import agent
+    from deploy.hostpy import agent
 
     log = tmp_path / "services" / "x.log"
     answer = agent.start(  # type: ignore[no-untyped-call]

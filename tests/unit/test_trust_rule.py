@@ -1,5 +1,5 @@
-"""One trust rule, two renderings (issue 32: 2): `deploy.remote.trust_rule.RULE` is the rule;
-the process agent judges by it in Python (`deploy.remote.agent_trust.judge_stats`) and the
+"""One trust rule, two renderings (issue 32: 2): `deploy.hostpy.trust_rule.RULE` is the rule;
+the process agent judges by it in Python (`deploy.hostpy.agent_trust.judge_stats`) and the
 host's shell by ``deploy/hostsh/judge.sh``, generated from the same table. Held here to the
 same verdicts, reasons and owner picked, on the same owner/mode cases, in dash and bash."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deploy import hostsh
-from deploy.remote import trust_rule
-from deploy.remote.agent_trust import _name, judge_stats
+from deploy.hostpy import trust_rule
+from deploy.hostpy.agent_trust import _name, judge_stats
 from tools.hostsh_judge import render
 
 UIDS = (0, 1000, 1001, 1002)

@@ -8,9 +8,9 @@ before the write that follows it). Standard library only, and no syntax newer th
 replaced by the part's text before it is sent).
 
 The operations themselves, and why each goes through file descriptors (issue 14), are
-`deploy.remote.fileagent_ops`, a part of this program: the text sent is this module with that
+`deploy.hostpy.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-One more part: `deploy.remote.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
+One more part: `deploy.hostpy.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
 sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
@@ -29,10 +29,10 @@ import sys
 from json import dumps, loads
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.fileagent_compiled import compile_here, compiled
+from deploy.hostpy.fileagent_compiled import compile_here, compiled
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.fileagent_ops import (
+from deploy.hostpy.fileagent_ops import (
     _APPENDS,
     Refused,
     append,

@@ -1,4 +1,4 @@
-"""What ``/proc`` says, for the process agent (`deploy.remote.agent`): a part of its program.
+"""What ``/proc`` says, for the process agent (`deploy.hostpy.agent`): a part of its program.
 
 Processes (state, group, session, command line, environment, working directory, interpreter),
 who listens on a port (``/proc/net/tcp{,6}`` matched to each process's socket inodes), and
@@ -16,7 +16,7 @@ import subprocess
 import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_trust import lookup_env, run_as, start_problem, switcher
+from deploy.hostpy.agent_trust import lookup_env, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -243,7 +243,7 @@ def _interpreter(info):
 
 
 def judge_start(python, argv, env, cwd, uid):
-    """`deploy.remote.agent_trust.start_problem`, for the agent's probe and start."""
+    """`deploy.hostpy.agent_trust.start_problem`, for the agent's probe and start."""
     return start_problem(python, argv, env, cwd, uid)
 
 
@@ -251,7 +251,7 @@ def resolve_imports(imports, python, env, cwd, pid=None):
     """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file.
 
     ``pid``: the running server this stands for. Run as root only when nobody else could
-    change what it runs (`deploy.remote.agent_trust.run_as`); else as the server's user or the
+    change what it runs (`deploy.hostpy.agent_trust.run_as`); else as the server's user or the
     interpreter's owner (each entry's ``ran_as`` says so), or not at all (its ``error``)."""
     results = []
     ids, note, refused = run_as(python, env, cwd or "/", pid)

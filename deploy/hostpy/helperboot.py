@@ -1,6 +1,6 @@
 """Starts the file helper ON THE HOST, with the exit statuses the lock's shell acts on.
 
-The lock's shell starts the file helper (`deploy.remote.fileagent`) once per run as
+The lock's shell starts the file helper (`deploy.hostpy.fileagent`) once per run as
 ``PYTHON -I -S -c BOOT SOURCE 3 4 STATE_DIR`` (``deploy/hostsh/loop.sh``), PYTHON being the
 interpreter the run's compile check names when the lock found it trusted, else python3. That
 interpreter may be unable to run the helper (too old, not Python 3): this program then exits

@@ -1,7 +1,7 @@
 """The trust rule for one path, written once: the table both renderings come from (issue 32: 2).
 
 Every host-side interpreter start judges the paths it depends on by this rule: the server's
-start and its module lookup in Python (`deploy.remote.agent_trust.judge`, in the process
+start and its module lookup in Python (`deploy.hostpy.agent_trust.judge`, in the process
 agent), and — in POSIX sh, because they must be judged before any Python of theirs starts —
 the compile check, the process agent's and load generator's ``agent_python``
 (``deploy/hostsh/check.sh``, ``root_only.sh``) and the interpreter the lock's shell starts

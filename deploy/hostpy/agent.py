@@ -5,7 +5,7 @@ on the command line: no size limit from argv, and nothing readable in /proc/PID/
 other users), over one command in the run's session, so that finding the
 listener on a port, stopping a process group with its orphans, or starting a detached server
 costs one round trip instead of a dozen shell commands, and behaves the same on every Linux
-host (it reads ``/proc``, `deploy.remote.agent_proc`; no ``ss``, ``lsof`` or ``pgrep``
+host (it reads ``/proc``, `deploy.hostpy.agent_proc`; no ``ss``, ``lsof`` or ``pgrep``
 needed). Standard library only: the host does not have this package, so the text sent is this
 module with its part inlined (`deploy.remote.hostprogram.program`). It prints one JSON object.
 
@@ -33,7 +33,7 @@ Operations:
     Start the server in its own session (``setsid``), stdin from /dev/null, stdout and stderr
     appended to ``log_file``, so the SSH session can end at once; record its pid. With
     ``user`` ({uid, gid, groups, name}: whom the replaced server ran as) the child takes
-    exactly those groups, gid and uid before it runs the server (`deploy.remote.agent_proc.start_ids`); a helper that
+    exactly those groups, gid and uid before it runs the server (`deploy.hostpy.agent_proc.start_ids`); a helper that
     is not root cannot, and refuses rather than start the server as itself. The log is opened
     here, in deploy's own directory, and handed to the server as its stdout: the server needs
     no right to it, and no file of ours lands in the user's directories.
@@ -49,7 +49,7 @@ import sys
 import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.agent_proc import (
+from deploy.hostpy.agent_proc import (
     _alive,
     _cmdline,
     _describe,

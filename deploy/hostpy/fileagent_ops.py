@@ -1,6 +1,6 @@
 """The file helper's operations, ON THE HOST: every read and write through file descriptors.
 
-A part of the file helper's program (`deploy.remote.fileagent`, which frames the requests and
+A part of the file helper's program (`deploy.hostpy.fileagent`, which frames the requests and
 answers; `deploy.remote.hostprogram` inlines this module into it): standard library only, no
 syntax newer than Python 3.8, no annotations.
 

@@ -1,12 +1,12 @@
 """Who may run the server's interpreter for the module lookup: a part of the process agent.
 
-`deploy.remote.agent_proc.resolve_imports` starts the server's own interpreter with the
+`deploy.hostpy.agent_proc.resolve_imports` starts the server's own interpreter with the
 server's environment and cwd to find where a module would be loaded from. That start runs code
 from wherever that interpreter looks at start-up — its standard library, ``pyvenv.cfg``'s
 ``home``, every ``.pth`` file in its site directories, the cwd (``-c`` puts it first on
 ``sys.path``), ``PYTHONPATH``/``PYTHONHOME``/``HOME`` of that environment, and ``LD_PRELOAD``
 if the environment sets one. The agent runs as root, so whoever can change any of these would
-run code as root. Rule (each path judged by `deploy.remote.trust_rule`, whose table the
+run code as root. Rule (each path judged by `deploy.hostpy.trust_rule`, whose table the
 compile check's shell renders too; the paths are the lookup's own):
 
 - a server running as another user (not root, not the login user) is looked up as that user,
@@ -30,7 +30,7 @@ import os
 import pwd
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.remote.trust_rule import OTHER_OWNER, WRITABLE, verdict
+from deploy.hostpy.trust_rule import OTHER_OWNER, WRITABLE, verdict
 
 _SITE = (
     "lib",
@@ -145,7 +145,7 @@ def judge(paths, me):
 
 def judge_stats(stats, me):
     """(reason or None, the one other owner's uid or None) for ``(path, uid, mode)`` items:
-    each judged by the one rule (`deploy.remote.trust_rule.verdict`, whose table
+    each judged by the one rule (`deploy.hostpy.trust_rule.verdict`, whose table
     ``deploy/hostsh/judge.sh`` renders for the shell), the reasons worded as there: the first
     path writable by group or others, else the first owned by another user. The uid is -1
     when there is nobody to pick (two other owners, or a path anyone may write)."""

@@ -1,6 +1,6 @@
 """The compile record's lookup, ON THE HOST, inside the file helper: no process of its own.
 
-A part of the file helper's program (`deploy.remote.fileagent`; `deploy.remote.hostprogram`
+A part of the file helper's program (`deploy.hostpy.fileagent`; `deploy.remote.hostprogram`
 inlines it): standard library only, no syntax newer than Python 3.8, no annotations, and no
 module its start-up would not load anyway.
 

@@ -54,14 +54,18 @@ def test_a_background_process_holding_the_output_costs_the_window_not_a_hang(
 
 
 def test_a_plain_command_is_not_slowed(ssh_host: SshHost) -> None:
-    """The EOF follows the last byte at once: no waiting out the window."""
+    """The EOF follows the last byte at once: no waiting out the window.
+
+    The fastest of five commands is judged: waiting out the window would put every one of them
+    past `AFTER_EXIT`, while a loaded machine only slows some of them down."""
+    times = []
     with RemoteHost(settings(ssh_host)) as remote:
         remote.run("true")  # the connection and a first shell: not what is measured
-        began = time.monotonic()
         for _ in range(5):
+            began = time.monotonic()
             assert remote.run("echo ok").stdout == "ok\n"
-        each = (time.monotonic() - began) / 5
-    assert each < AFTER_EXIT, f"{each:.2f} s per command"
+            times.append(time.monotonic() - began)
+    assert min(times) < AFTER_EXIT, f"{[round(t, 2) for t in times]} s per command"
 
 
 def test_the_locks_shell_s_last_answer_after_its_exit_status_is_read(ssh_host: SshHost) -> None:

@@ -67,8 +67,16 @@ def slow_host(ssh_host: SshHost, tmp_path: Path):  # type: ignore[no-untyped-def
 
 
 def test_the_lock_and_its_reads_take_two_round_trips(slow_host: SshHost, tmp_path: Path) -> None:
-    """The channel's open, then the exec and its answer (files included): 2 round trips, not 3."""
-    took = _take(slow_host, _files(tmp_path, 3))
+    """The channel's open, then the exec and its answer (files included): 2 round trips, not 3.
+
+    The fastest of up to three attempts is judged: a loaded machine can only add time to an
+    attempt, and a third round trip would put every attempt past 2.9 RTT."""
+    files = _files(tmp_path, 3)
+    took = _take(slow_host, files)
+    for _ in range(2):
+        if took < 2.9 * SLOW_RTT_MS / 1000:
+            break
+        took = min(took, _take(slow_host, files))
     assert took >= 1.9 * SLOW_RTT_MS / 1000, "the open and the exec are two round trips"
     assert took < 2.9 * SLOW_RTT_MS / 1000, f"took {took * 1000:.0f} ms: the reads waited"
 

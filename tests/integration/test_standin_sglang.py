@@ -427,14 +427,15 @@ def test_orphaned_scheduler_keeps_gpu_memory_and_the_port(start: Callable[..., S
 
 
 def test_crash_after_ready_kills_the_tree(start: Callable[..., Server]) -> None:
-    # ready, then 1 s for the health check that sees it (it generates a token), then the crash
-    server = start("0.5.10", "--tp", "2", die_after_ready_seconds="2.5")
+    # ready, then time for the health check that sees it (it generates a token) and for the
+    # test to see the tree on a loaded machine (2.5 s was too short at -n 8), then the crash
+    server = start("0.5.10", "--tp", "2", die_after_ready_seconds="8")
     server.wait_ready()
     assert sorted(name for _, name in gpu_holders(server.root)) == [
         "sglang::scheduler_TP0",
         "sglang::scheduler_TP1",
     ]
-    assert server.exit_status() == -signal.SIGKILL
+    assert server.exit_status(timeout=30) == -signal.SIGKILL
     assert "Scheduler hit an exception" in server.stderr()
     assert health(server.port) == "refused"
     assert gpu_holders(server.root) == []

@@ -184,22 +184,35 @@ def exit_code(statuses: list[HostStatus]) -> int:
 
 
 def sglang_health(remote: Host, name: str, spec: HostSpec) -> str:
-    """The SGLang server's health on the host's loopback: ``/health`` through the SSH connection.
+    """The SGLang server's health: ``/health`` through the SSH connection, where it listens.
 
     The port is the host's ``sglang_port`` variable (default 30000, SGLang's own default), the
-    same variable the kimi-eagle3 playbook uses. One forwarded request; no exec.
+    same variable the kimi-eagle3 playbook uses. Asked on loopback first (one forwarded
+    request, no exec: a server on a wildcard or 127.0.0.1); refused there, one exec reads the
+    host's listening sockets and asks where a server bound to one address (``--host
+    10.0.0.5``) listens, so such a server is not reported as down. ``/health`` wants no key.
     """
     from deploy.remote.http import ServerUnavailable
+    from deploy.services.endpoint import Endpoint, listen_address, listening
 
     raw = spec.vars.get("sglang_port", 30000)
     try:
         port = int(raw)
     except (TypeError, ValueError):
         return f"sglang: port {raw!r} is a template; not probed"
+    where = str(port)
     try:
         response = remote.http("127.0.0.1", port, "GET", "/health", timeout=10)
     except ServerUnavailable:
-        return f"sglang: nothing listening on {port}"
+        tables = remote.run("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", timeout=10).stdout
+        address = listen_address(listening(tables), port)
+        if address is None or address == "127.0.0.1":
+            return f"sglang: nothing listening on {port}"
+        where = Endpoint(address, port).where()
+        try:
+            response = remote.http(address, port, "GET", "/health", timeout=10)
+        except ServerUnavailable:
+            return f"sglang: nothing answering on {where}"
     if response.status == 200:
-        return f"sglang: healthy on {port}"
-    return f"sglang: HTTP {response.status} on {port} (starting or draining)"
+        return f"sglang: healthy on {where}"
+    return f"sglang: HTTP {response.status} on {where} (starting or draining)"

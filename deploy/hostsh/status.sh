@@ -4,7 +4,7 @@
 # (/proc/locks, matched by the lock file's inode) and every run's state lines (scan.sh),
 # without taking the lock. Input: _dS, state_dir.
 
-[ -d "$_dS" ] || { echo NOSTATE; exit 0; }
+[ -d "$_dS" ] || { printf "NOSTATE\nEND\n"; exit 0; }
 held=0
 if [ -f "$_dS/lock" ]; then
   ino=$(stat -c %i "$_dS/lock" 2>/dev/null)

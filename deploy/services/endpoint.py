@@ -16,6 +16,7 @@ Every key found is registered with `deploy.masking`, so it shows as ``***`` in t
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,28 @@ def listen_address(listen: Sequence[str], port: int) -> str | None:
         return probe_address(sorted(wildcard)[0])  # "0.0.0.0" before "::"
     ipv4 = [h for h in found if ":" not in h]
     return sorted(ipv4 or found)[0]
+
+
+def listening(tables: str) -> list[str]:
+    """Every listening TCP socket in the text of ``/proc/net/tcp`` and ``/proc/net/tcp6``, as
+    `listen_address` takes them (``127.0.0.7:30000``, ``[::]:30000``): for a look that has no
+    server process to start from (``deploy status``)."""
+    found = []
+    for line in tables.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or cols[3] != "0A" or ":" not in cols[1]:  # 0A: TCP_LISTEN
+            continue
+        hex_host, _, hex_port = cols[1].partition(":")
+        try:
+            raw, port = bytes.fromhex(hex_host), int(hex_port, 16)
+        except ValueError:
+            continue
+        if len(raw) == 4:
+            found.append(f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{port}")
+        elif len(raw) == 16:  # four host-order 32-bit words
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+            found.append(f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{port}")
+    return found
 
 
 def api_key_of(argv: Sequence[str], env: Mapping[str, str], match: str = "") -> str | None:

@@ -193,3 +193,13 @@ def test_a_restart_that_lost_the_eagle3_flags_fails_and_rolls_back(make_gpu_host
     assert wait["status"] == "failed"
     assert "speculative_algorithm is None, not 'EAGLE3'" in wait["summary"], wait["summary"]
     assert listener_cmdline(gpu.port) == old_command
+
+
+def test_status_finds_the_server_where_it_listens(keyed: tuple[GpuHost, Deploy]) -> None:
+    """``deploy status`` on a host whose server is bound to one address: healthy there, not
+    "nothing listening" (loopback refuses; the host's listening sockets say where to ask)."""
+    gpu, deploy = keyed
+    result = deploy("status")
+    assert result.exit_code == 0, result.output
+    assert f"sglang: healthy on {ADDRESS}:{gpu.port}" in result.output, result.output
+    assert KEY not in result.output

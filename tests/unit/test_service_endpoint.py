@@ -10,6 +10,7 @@ from deploy.services.endpoint import (
     endpoint_of,
     endpoint_of_state,
     listen_address,
+    listening,
     probe_address,
 )
 from deploy.services.state import ServiceState
@@ -53,3 +54,28 @@ def test_the_key_is_the_servers_own_else_the_inventory_secret_and_is_masked() ->
     assert "sk-running-server-own" not in repr(own)
     assert masking.mask("Bearer sk-running-server-own") == f"Bearer {masking.MASK}"
     assert endpoint_of(ServiceSpec(api_key=""), argv=SERVER).headers() == {}
+
+
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0700007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 9041361 1 0 100 0 0 10 0
+   1: 0100007F:0016 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 9034216 1 0 100 0 0 10 0
+   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 9034217 1 0 100 0 0 10 0
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:7531 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 00000000000000000000000000000000:7532 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+"""
+
+
+def test_listening_reads_both_tables_and_only_listeners() -> None:
+    """``/proc/net/tcp{,6}`` as the kernel writes them: little-endian words, state 0A only
+    (the established ssh connection on line 1 is not a listener)."""
+    assert listening(PROC_NET_TCP) == [
+        "127.0.0.7:30000",
+        "0.0.0.0:8080",
+        "[::1]:30001",
+        "[::]:30002",
+    ]
+    assert listen_address(listening(PROC_NET_TCP), 30000) == "127.0.0.7"
+    assert listen_address(listening(PROC_NET_TCP), 30002) == "::1"
+    assert listening("garbage\n 0: zz:zz 0:0 0A\n") == []

@@ -92,6 +92,21 @@ def desired(state: ServiceState, changes: Changes | None, spec: ServiceSpec) -> 
     return result
 
 
+def checked(state: ServiceState, changes: Changes | None, spec: ServiceSpec) -> Desired | None:
+    """The new server as the checks before the stop see it, or None when no server runs.
+
+    The running server's command line as the kernel shows it, with the declared changes, and
+    its environment, cwd and user. For a systemd unit's server that is the unit's ExecStart
+    with systemd's expansions done plus what deploy's drop-in changes: the server the restart
+    will start, so its draft model, its argparse and its imports are checked before the unit
+    is stopped, as for a process.
+    """
+    if spec.manager == "systemd":
+        spec = spec.model_copy(update={"manager": "process"})
+    want = desired(state, changes, spec)
+    return want if want.source == "running server" else None
+
+
 def reach_problem(name: str, before: list[str], now: list[str]) -> str | None:
     """Why the new server is not reachable where the old one was, or None."""
     missing = [address for address in before if address not in now]

@@ -234,7 +234,7 @@ class ServiceStep(Step[ServiceArgsT]):
                 svc.process.probe()  # who holds the port: the unit's server, as its User=
             svc.refuse_stranger(restart=isinstance(args, RestartArgs))
             self._systemd_preflight(ctx, svc)
-            if not isinstance(args, RestartArgs) or svc.spec.manager != "process":
+            if not isinstance(args, RestartArgs):
                 return
         if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
             from deploy.errors import NothingTouched
@@ -245,6 +245,13 @@ class ServiceStep(Step[ServiceArgsT]):
                 raise NothingTouched(
                     f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
                 )
+        if not state.argv and svc.process.last_probe is not None:
+            # A unit's server (systemd's view has no command line): the process as the kernel
+            # shows it, whose command line the checks before the stop start from.
+            from deploy.services.identity import state_from_probe
+
+            state = state_from_probe(svc.process.last_probe, svc.spec.process_prefix)
+        runtime(ctx, self.service)["server"] = state
         self._before_stop(ctx, svc, state)
 
     def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
@@ -257,11 +264,11 @@ class ServiceStep(Step[ServiceArgsT]):
         """
         from deploy.errors import NothingTouched
         from deploy.services import prechecks
-        from deploy.services.desired import desired
+        from deploy.services.desired import checked
 
         assert isinstance(self.args, RestartArgs)
-        want = desired(state, self.args.changes(), svc.spec)
-        if want.source != "running server" or want.satisfied:
+        want = checked(state, self.args.changes(), svc.spec)
+        if want is None or want.satisfied:
             return  # a template's server, or nothing to restart unless a file changes
         problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
         if problem is None:
@@ -297,21 +304,22 @@ class ServiceStep(Step[ServiceArgsT]):
         svc = control(ctx, self.service)
         state: ServiceState = planned.data["state"]
         want: Desired | None = planned.data.get("desired")
-        if (
-            isinstance(self.args, RestartArgs)
-            and self.args.imports
-            and want is not None
-            and want.source == "running server"  # a server runs: check before it is stopped
-        ):
+        if isinstance(self.args, RestartArgs) and self.args.imports and want is not None:
             # The new file is in place: the server's interpreter must import it, before the
             # stop (a NameError costs seconds, not a failed model load).
+            from deploy.services.desired import checked
             from deploy.services.prechecks import import_check
+            from deploy.services.state import ServiceState as _State
 
-            python = (want.argv or [svc.spec.python or "python3"])[0]
-            import_check(
-                svc, sorted(self.args.imports), python=python, env=want.env, cwd=want.cwd,
-                pid=state.pid, note=ctx.note,
-            )  # fmt: skip
+            server = runtime(ctx, self.service).get("server", state)
+            assert isinstance(server, _State)
+            new = checked(server, self.args.changes(), svc.spec)
+            if new is not None:  # a server runs: check before it is stopped
+                python = (new.argv or [svc.spec.python or "python3"])[0]
+                import_check(
+                    svc, sorted(self.args.imports), python=python, env=new.env, cwd=new.cwd,
+                    pid=state.pid, note=ctx.note,
+                )  # fmt: skip
         before_change(ctx)
         ctx.journal.write(
             {

@@ -263,3 +263,40 @@ def test_a_units_user_counts_as_naming_the_servers_user(
     again = listener_pid(gpu.port)
     assert again is not None and Path(f"/proc/{again}").stat().st_uid == attacker.uid
     assert "--mem-fraction-static" not in (listener_cmdline(gpu.port) or [])
+
+
+def test_sglang_flags_changes_a_units_flags_through_its_dropin(unit: Unit) -> None:
+    """The flags playbook on a unit's server: the change goes into deploy's drop-in (a later
+    `systemctl restart` keeps it), not into a hand-started process beside the unit."""
+    unit.systemctl("start", UNIT)
+    gpu_host.wait_healthy(unit.gpu.port)
+    old = listener_pid(unit.gpu.port)
+    theirs = {p.name: digest(p) for p in (unit.units / UNIT, unit.dropins / "override.conf")}
+    flags = "set_flags=--mem-fraction-static 0.88"
+    result = unit.deploy("apply", "sglang-flags", "-e", flags, "--yes")
+    assert result.exit_code == 0, result.output
+    argv = listener_cmdline(unit.gpu.port) or []
+    assert listener_pid(unit.gpu.port) != old
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.88"
+    assert "--mem-fraction-static 0.88" in (unit.dropins / DROPIN).read_text()
+    assert {
+        p.name: digest(p) for p in (unit.units / UNIT, unit.dropins / "override.conf")
+    } == theirs
+
+
+def test_a_units_bad_draft_path_is_refused_before_the_stop(unit: Unit) -> None:
+    """The pre-stop checks (issue 30, point 3) hold for a unit's server too: a draft model
+    path that does not exist is refused before the unit is stopped or its drop-in written."""
+    unit.systemctl("start", UNIT)
+    gpu_host.wait_healthy(unit.gpu.port)
+    pid = listener_pid(unit.gpu.port)
+    flags = (
+        "set_flags=--speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path /nonexistent/kimi-draft"
+    )
+    result = unit.deploy("apply", "sglang-flags", "-e", flags, "--yes")
+    assert result.exit_code == 4, result.output
+    assert "/nonexistent/kimi-draft" in result.output
+    assert "nothing was stopped or changed" in result.output
+    assert listener_pid(unit.gpu.port) == pid
+    assert not (unit.dropins / DROPIN).exists()

@@ -1,5 +1,5 @@
-"""The Python programs that run ON THE HOST: the file helper (`fileagent`, with its parts and
-its start-up `helperboot`), the process agent (`agent`, with `agent_proc` and `agent_trust`),
+"""The Python programs that run ON THE HOST: the file helper (`fileagent`, with its part
+`fileagent_ops`), the process agent (`agent`, with `agent_proc` and `agent_trust`),
 the throughput gate's load generator (`loadgen`) and the one trust rule they share
 (`trust_rule`).
 

@@ -10,8 +10,6 @@ replaced by the part's text before it is sent).
 The operations themselves, and why each goes through file descriptors (issue 14), are
 `deploy.hostpy.fileagent_ops`, a part of this program: the text sent is this module with that
 part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-One more part: `deploy.hostpy.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
-sends ahead, answered without a process).
 
 Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
 the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
@@ -29,9 +27,6 @@ import sys
 from json import dumps, loads
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.hostpy.fileagent_compiled import compile_here, compiled
-
-# host-program: part (deploy.remote.hostprogram)
 from deploy.hostpy.fileagent_ops import (
     _APPENDS,
     Refused,
@@ -40,7 +35,6 @@ from deploy.hostpy.fileagent_ops import (
     read,
     remove,
     remove_temps,
-    sha256,
     write,
 )
 
@@ -69,19 +63,7 @@ def handle(header, payload):
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
 
-def _compile(args):
-    """`compile_here`; sent as a check (``check``: the commit follows it), a failed compile
-    is a failed request for what follows, as a failed ``CHECK`` of the shell's is: everything
-    after it is skipped until the client's ``CLEAR``."""
-    answer = compile_here(args, sha256)
-    if args.get("check") and answer["status"] != 0:
-        answer["check_failed"] = True
-    return answer
-
-
 OPERATIONS = {
-    "compiled": lambda args, payload: compiled(args, sha256),
-    "compile": lambda args, payload: _compile(args),
     "write": write,
     "append": append,
     "mkdir": mkdir,
@@ -132,7 +114,7 @@ def serve(go_fd, ack_fd):
             answer, body = {"ok": False, "skipped": True, "error": "skipped"}, b""
         else:
             answer, body = handle(header, payload)
-            failed = not answer.get("ok") or bool(answer.get("check_failed"))
+            failed = not answer.get("ok")
         text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
         _write_all(ack_fd, b"1\n" if failed else b"0\n")
@@ -161,6 +143,8 @@ def once():
 
 
 if __name__ == "__main__":
+    if sys.version_info < (3, 8):  # noqa: UP036  # the host's interpreter, not ours
+        sys.exit("deploy's file helper needs Python 3.8 or later")
     if sys.argv[1] == "once":
         once()
     else:

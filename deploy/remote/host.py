@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Unpack
 import paramiko
 
 from deploy import trace
-from deploy.checks.compile import ahead_lookup
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become, become_password, handshake, sftp_command
@@ -261,13 +260,7 @@ class RemoteHost:
         if self.session is None:
             return None
         log.debug("%s: $ (check) %s", self.name, command[:400])
-        lookup = ahead_lookup(command) if self.session.compiles_here else None
         try:
-            if lookup is not None and lookup["python"] in self.session.compiles_here:
-                # As in `_run_in_session`: the helper runs the interpreter's own compile
-                # check, here as a check the commit depends on (`fileagent._compile`).
-                args = {**lookup, "op": "compile", "check": True}
-                return self.session.call(args, check=True, timeout=max(1, round(timeout)))
             return self.session.send_run(command, timeout=timeout, check=True)
         except SessionLost as exc:
             raise self.lost(exc, f"sending {command[:60]!r}") from exc
@@ -276,17 +269,8 @@ class RemoteHost:
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
         assert self.session is not None
-        lookup = ahead_lookup(command) if self.session.compiles_here and not stdin else None
         log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
         try:
-            if lookup is not None and lookup["python"] in self.session.compiles_here:
-                # The cached compile check of the interpreter the file helper runs on: the
-                # helper runs it (no command, no interpreter start: `compile_here`).
-                call = self.session.call({**lookup, "op": "compile"})
-                self.session.wait(timeout)
-                answer = call.answer or {}
-                out, err = str(answer["stdout"]).encode(), str(answer["stderr"]).encode()
-                return int(answer["status"]), out, err, False
             self.ops["cmd"] += 1
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
         except (CallFailed, NoHelper, SessionLost) as exc:

@@ -56,8 +56,6 @@ in that directory would get, then the mode deploy asks for.
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it (`deploy.hostpy.helperboot`).
-HELPER_BOOT = program("helperboot")
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:

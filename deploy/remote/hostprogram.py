@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1] / "hostpy"
 #: The programs that run on hosts.
-NAMES = ("agent", "fileagent", "helperboot", "loadgen")
+NAMES = ("agent", "fileagent", "loadgen")
 #: The comment line that marks the next import as a part to inline.
 PART_MARKER = "# host-program: part (deploy.remote.hostprogram)"
 _PART = re.compile(

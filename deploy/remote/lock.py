@@ -35,7 +35,7 @@ from typing import Any
 import paramiko
 
 from deploy import hostsh, trace
-from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
+from deploy.checks.compile import AHEAD_VARIABLE
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -46,7 +46,7 @@ from deploy.errors import (
 )
 from deploy.remote.api import Host
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
+from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel, rest_after_exit
@@ -54,37 +54,18 @@ from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
 
 
-def lock_script(
-    state_dir: str,
-    holder: str,
-    *,
-    python: str = "",
-    ahead: str = "",
-    agent: str = "",
-    boot: str = "",
-) -> str:
+def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = "") -> str:
     """The lock's exec: ``deploy/hostsh/lock.sh`` (its trust check, scan and loop in place)
-    after the quoted assignments of what varies: state_dir, the holder's JSON, the compile
-    check's interpreter (``python``, may be empty), the requests carried in the command line
-    (``ahead``, may be empty) and the file helper's source and boot program."""
-    return hostsh.program(
-        "lock.sh",
-        {
-            "_dS": state_dir,
-            "_dA": agent,
-            "_dB": boot,
-            "_dW": python,
-            "_dH": holder,
-            "_dZ": ahead,
-        },
-    )
+    after the quoted assignments of what varies: state_dir, the holder's JSON, the requests
+    carried in the command line (``ahead``, may be empty) and the file helper's source."""
+    return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
 #: What may travel in the lock's command line, which any local user of the host can read
 #: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
 #: reads first and the code of its compile checks, never data (a write's bytes, a journal
 #: record, a service's environment). Anything else held for the lock goes on stdin.
-CARRIED_OPS = frozenset({"read", "compiled"})
+CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
 #: argument at 128 KiB (MAX_ARG_STRLEN) and the script is one (``$SHELL -c``; under become,
@@ -191,9 +172,7 @@ def acquire(
     compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
     the prefetch in the same round trip, with the shell variable
     `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
-    recorded only, rather than do work a change run would throw away. A cached compile check
-    of an absolute interpreter is looked up by the file helper instead, with no process
-    (`deploy.checks.compile.ahead_lookup`); only a record found counts as its answer.
+    recorded only, rather than do work a change run would throw away.
 
     ``prefetch``: files the run will read. Their reads are sent to the host's file helper
     with the lock's exec (served once the lock is held), and their status and bytes kept for
@@ -205,22 +184,13 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
-    lookups = {command: ahead_lookup(command) for command in speculate}
-    pythons = [lookup["python"] for lookup in lookups.values() if lookup]
     # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
     # lock discards them unread), so reading costs no round trip of its own.
     session = Session(None, remote.ops)
     calls = [session.call({"op": "read", "path": path}) for path in paths]
-    # A cached compile check sent ahead only looks its record up: the file helper does that
-    # with no process of its own (`ahead_lookup`); anything else runs in the shell.
     ahead = [
-        (
-            command,
-            session.call(lookup)
-            if lookup
-            else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
-        )
-        for command, lookup in lookups.items()
+        (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
+        for command in dict.fromkeys(speculate)
     ]
     held = session.held()
 
@@ -228,10 +198,8 @@ def acquire(
         return lock_script(
             state_dir,
             json.dumps(holder, sort_keys=True),
-            python=pythons[0] if pythons else "",
             ahead=ahead,
             agent=HELPER_SOURCE,
-            boot=HELPER_BOOT,
         )
 
     # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
@@ -291,7 +259,7 @@ def acquire(
         remote.session = session
         remote.keep_read_ahead(
             _prefetched(remote, session, paths, calls, timeout),
-            _ran_ahead(session, ahead),
+            _ran_ahead(ahead),
         )
         return HostLock(remote, channel, previous, runs)
     channel.close()
@@ -336,26 +304,13 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     return None
 
 
-def _ran_ahead(
-    session: Session, ahead: list[tuple[str, Call]]
-) -> dict[str, tuple[int, bytes, str]]:
-    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered; a
-    compile record looked up by the helper counts only when it was found. An interpreter the
-    helper found to be its own is noted on the session (`Session.compiles_here`)."""
-    answers: dict[str, tuple[int, bytes, str]] = {}
-    for command, call in ahead:
-        answer = call.answer or {}
-        if not call.ok:
-            continue
-        if not call.command:
-            if answer.get("here") is True:
-                session.compiles_here.add(str(call.args["python"]))
-            found = ahead_answer(answer)
-            if found is not None:
-                answers[command] = found
-            continue
-        answers[command] = (int(answer["status"]), call.payload, str(answer["stderr"]))
-    return answers
+def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
+    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered."""
+    return {
+        command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
+        for command, call in ahead
+        if call.ok and call.answer is not None
+    }
 
 
 def _prefetched(

@@ -71,9 +71,6 @@ class Session:
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
-        #: Interpreters the host's file helper runs on itself (learnt with the lock's answer):
-        #: their compile checks are run by the helper (`deploy.remote.host`, issue 17).
-        self.compiles_here: set[str] = set()
 
     @property
     def channel(self) -> Channel:
@@ -101,24 +98,12 @@ class Session:
     def pending(self) -> int:
         return len(self._pending)
 
-    def call(
-        self,
-        args: dict[str, Any],
-        payload: bytes = b"",
-        *,
-        check: bool = False,
-        timeout: float | None = None,
-    ) -> Call:
-        """Send one request to the host's file helper; do not wait for its answer.
-
-        ``check``: a request whose answer carries a command's ``status`` (the helper's
-        ``compile``) and that the helper treats as a ``CHECK`` (``args["check"]``): a status
-        other than 0 skips what follows. ``timeout``: its time limit, as `send_run`'s.
-        """
+    def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
+        """Send one request to the host's file helper; do not wait for its answer."""
         if self.broken:
             raise SessionLost("the session was lost earlier in this run")
         head = json.dumps(args, sort_keys=True).encode()
-        call = Call(args, check=check, timeout=timeout)
+        call = Call(args)
         try:
             frame = b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload
             # a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet (32 KiB) per
@@ -317,7 +302,7 @@ class Session:
         return status, out, err, timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (a helper start that fell back, a traceback, a warning)
+        # The lock shell's own stderr (the helper's traceback or warning, say)
         # is no answer's: it is read away, since bytes left in it keep the channel's pipe
         # readable and the select below would return at once, every wait spinning.
         while self.channel.recv_stderr_ready():

@@ -1,24 +1,19 @@
 """File helper that runs ON THE HOST: every read and write through file descriptors.
 
-Started once per run by the lock's shell (`deploy.remote.session`) as ``python3 -c SOURCE``;
-it then serves framed requests for the whole run, so a request costs no process start, and
-requests sent without waiting are served in order (an intent appended and fsynced is durable
-before the write that follows it). Standard library only, and no syntax newer than Python
-3.8: it runs on the host's interpreter, which has no ``deploy`` (its one import of a part is
-replaced by the part's text before it is sent).
+Started once per run by the lock's shell (``deploy/hostsh/loop.sh``) as ``python3 -I -S -c
+SOURCE 3 4``, it serves framed requests for the whole run: a request costs no process start,
+and requests sent without waiting are served in order (an intent appended and fsynced is
+durable before the write that follows it). Standard library only, Python 3.8 syntax: it runs
+on the host's interpreter. The operations, and why each goes through fds (issue 14), are its
+part `deploy.hostpy.fileagent_ops` (inlined by `deploy.remote.hostprogram.program`).
 
-The operations themselves, and why each goes through file descriptors (issue 14), are
-`deploy.hostpy.fileagent_ops`, a part of this program: the text sent is this module with that
-part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-
-Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
-the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
-stdin, writes ``ANS <hlen> <blen>\\n`` + JSON + payload to stdout and a status line (``0``
-ok, ``1`` failed) on the ``ack`` pipe. After a failure every later request is answered
-``skipped`` until a ``CLEAR`` line comes on the ``go`` pipe: a write that failed must not be
-followed by its ``done`` record, nor by a restart the client sent before it saw the failure.
-A ``FAIL`` line on the ``go`` pipe (a ``CHECK`` command of the shell loop failed) does the same
-as a failed request: the commit record sent behind a failed check is skipped.
+Wire format (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes the two
+numbers on the ``go`` pipe; the helper reads the JSON header and the payload from stdin, writes
+``ANS <hlen> <blen>\\n`` + JSON + payload to stdout and a status line (``0`` ok, ``1`` failed)
+on the ``ack`` pipe. After a failure every later request is answered ``skipped`` until a
+``CLEAR`` line comes on ``go``: a failed write must not be followed by its ``done`` record, nor
+by a restart the client sent before it saw the failure. A ``FAIL`` line (a ``CHECK`` command of
+the shell loop failed) counts as a failed request: the commit sent behind it is skipped.
 """
 
 import errno as errnomod

@@ -1,20 +1,13 @@
-"""`RemoteHost`: the only door to a host — run, read, stat, write atomically, lock.
+"""`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
-Lifecycle: ``RemoteHost(settings)`` does nothing; ``open()`` (or entering the ``with`` block)
-makes the one SSH connection used for the whole run; SFTP is opened lazily on first use and
-shared; ``close()`` releases the lock (if held) and the connection. Every method raises our own
-exceptions (`HostUnreachable` when the connection is lost), never paramiko's.
-
-Cost model (see docs/performance.md): an exec starts the user's login shell on the host
-(``.bashrc`` included, ~100 ms on some hosts), an SFTP request does not. So a run starts one
-login shell per host, the lock's, and runs its other commands in it (`deploy.remote.session`).
-This module is the connection and the commands; the file operations are its other half,
-`deploy.remote.hostfiles.HostFiles`, held by composition (``self.files``) and exposed here so
-that callers keep one door. `RemoteHost` implements `deploy.remote.api.Host`.
-
-The connection is a `deploy.remote.transport.Transport`, made by a *connector* (by default
-`deploy.remote.ssh.SshTransport.connect`); `deploy.remote.local.LocalHost` gives a local one,
-and everything in this class runs unchanged on it.
+``RemoteHost(settings)`` does nothing until ``open()`` (or ``with``) makes the run's one
+connection, a `deploy.remote.transport.Transport` from a *connector* (by default
+`deploy.remote.ssh.SshTransport.connect`; tests give a local one, and everything here runs
+unchanged on it). SFTP opens on first use. Every method raises our exceptions
+(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
+go to its shell (`deploy.remote.session`: one login shell per host per run); the file
+operations are `deploy.remote.hostfiles.HostFiles` (``self.files``), exposed here so callers
+keep one door.
 """
 
 from __future__ import annotations

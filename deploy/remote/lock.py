@@ -1,25 +1,20 @@
 """The per-host lock: ``state_dir/lock``, held with flock(1) by a process tied to our session.
 
-One exec both takes the lock and reports what the engine must know before doing anything: the
-state records of every run kept on the host (``deploy/hostsh/scan.sh``, so
-unfinished runs are found without further round trips), and the status and bytes of the files the run's leading file steps will read
-(``prefetch``: no round trip of their own). The flock is held by that shell, which then serves
-the run's commands over the same channel (`deploy.remote.session`: one login shell per host per
-run) until its stdin ends — so the lock is released by the kernel the moment our SSH session
-ends, cleanly or because the workstation died. A lock can therefore never be left behind by a
-dead run (a command still running when the connection dropped keeps it until that command
-ends); the holder's description stays in the file for the next run to report.
+One exec takes the lock and reports what the engine needs first: every run kept on the host
+(``deploy/hostsh/scan.sh``: unfinished runs found with no round trip more) and the status and
+bytes of the files the leading file steps read (``prefetch``). The shell holding the flock then
+serves the run's commands on the same channel (`deploy.remote.session`) until its stdin ends,
+so the kernel frees the lock the moment our SSH session ends, cleanly or not: no dead run
+leaves it behind (a command still running keeps it until it ends), and the holder's
+description stays in the file for the next run to report. A run finding it held waits up to a
+second (the last run may still be ending its shell) before it reports the holder.
 
-Round trips: taking the lock waits for the channel's open and the lock's answer, which brings
-the prefetched files and the speculated commands sent with it; releasing it waits for nothing
-(`HostLock.release`). What is sent ahead travels in the exec's command line, not on stdin:
-OpenSSH's sshd opens a session channel with a zero window and grants one only with the exec's
-reply, so stdin would wait a round trip more (``$_dZ`` in ``deploy/hostsh/loop.sh``).
-Only paths and check code travel so (`CARRIED_OPS`): other users of the host can read a
-command line (``ps``), so while a run holds the lock they can see which files it reads
-first, never their contents.
-A run finding the lock held waits up to a second for it (a run that has just released it is
-still ending its shell) before it reports the holder.
+Round trips: taking it waits for the channel's open and the lock's answer, which brings the
+prefetched files and the commands sent ahead; releasing waits for nothing. What is sent ahead
+travels in the exec's command line: sshd opens a session channel with a zero window and
+grants one only with the exec's reply, so stdin would cost a round trip more (``$_dZ`` in
+``deploy/hostsh/loop.sh``). Any user of the host can read a command line, so only paths and
+check code travel so (`CARRIED_OPS`), never contents.
 """
 
 from __future__ import annotations
@@ -95,10 +90,8 @@ def _carried(script: str) -> bool:
 
 @dataclass
 class HostLock:
-    """A held lock; ``release()`` (or closing the connection) frees it.
-
-    While it is held, the remote's commands run in its shell (`RemoteHost.session`).
-    """
+    """A held lock; ``release()`` (or closing the connection) frees it. While it is held, the
+    remote's commands run in its shell (`RemoteHost.session`)."""
 
     remote: Host
     channel: Channel

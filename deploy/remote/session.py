@@ -1,32 +1,27 @@
 """Commands over the lock's channel: one login shell per host per run, however many commands.
 
-Every exec starts the user's login shell on the host (``.bashrc`` included: ~60-100 ms where it
-runs ``pyenv init``, and CPU the host's other work competes for). The lock already needs one
-such shell for the whole run — it holds the flock — so after taking the lock that shell becomes
-a small command loop (``deploy/hostsh/loop.sh``) and every later command of the run is sent to
-it instead of to a new exec: the compile check, the service agent, systemctl. A run then pays
-one login shell per host, the same as the bare ``connect + true`` floor in docs/performance.md.
+Every exec starts the user's login shell (``.bashrc`` included: ~60-100 ms where it runs
+``pyenv init``, and host CPU). The lock needs one such shell for the whole run anyway (it holds
+the flock), so once the lock is held that shell becomes a command loop
+(``deploy/hostsh/loop.sh``) and every later command goes to it — the compile check, the
+service agent, systemctl: the same one login shell as the bare ``connect + true`` floor.
 
-The protocol is framed by lengths, so a command's code, stdin and output may hold any bytes:
+The protocol is framed by lengths, so code, stdin and output may hold any bytes:
 
-- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n`` then the code, then
-  stdin, then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has
-  no ``END`` and is never run, even if its code arrived whole.
-- host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n`` then stdout, then stderr.
-- ``CHECK`` instead of ``RUN``: the same command, whose exit status is also a verdict — a
-  status other than 0 fails the session as a failed helper request does, so every request and
-  command sent after it is skipped until ``CLEAR``. A commit record sent behind the checks of a
-  run is therefore written only if they all passed, and the client waits once for all of it
-  (`deploy.engine.verdicts`).
+- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n``, the code, stdin,
+  then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has no
+  ``END`` and is never run, even if its code arrived whole.
+- host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n``, stdout, stderr.
+- ``CHECK`` instead of ``RUN``: an exit status other than 0 fails the session as a failed
+  helper request does, so everything sent after it is skipped until ``CLEAR``: a commit
+  record sent behind a run's checks is written only if they all passed, and the client waits
+  once for all of it (`deploy.engine.verdicts`).
 
-Each command runs the way an exec would run it: in a subshell of the user's shell (its
-environment from ``.bashrc`` included), in the home directory, with the umask the login shell
-had (the lock script's own ``umask 077`` is for its state files only), stdin from the bytes
-sent, and with the lock's file descriptor closed — a server started by a command must never
-hold the host's lock after the run. With a timeout the host bounds the command itself with
-``timeout(1)`` (exit 124, as a timed-out exec would be reported), and the client waits a grace
-period beyond it; a host that does not answer then is treated as lost, because the loop's
-framing can no longer be trusted.
+A command runs as an exec would: in a subshell of the user's shell, in the home directory,
+with the login shell's umask (the lock script's ``umask 077`` is for its own files), and
+without the lock's fd — a server a command starts must never hold the lock after the run. A
+timeout bounds it on the host with ``timeout(1)`` (exit 124) and the client waits `GRACE`
+beyond; a host silent after that is lost, since the loop's framing can no longer be trusted.
 """
 
 from __future__ import annotations

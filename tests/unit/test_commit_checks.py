@@ -18,8 +18,8 @@ import pytest
 
 from deploy.errors import HostUnreachable
 from deploy.remote import session as session_module
-from deploy.remote.local import LocalHost
 from deploy.remote.lock import acquire
+from tests.unit.local_host import LocalHost
 from tests.unit.local_rig import LocalRig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.remote import lock as lockmod
-from deploy.remote.local import LocalHost
+from tests.unit.local_host import LocalHost
 
 SECRET = "TOKEN=hunter2-do-not-show"
 

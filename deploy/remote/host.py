@@ -59,21 +59,14 @@ class RemoteHost:
         self._connector = connector or ssh_connector
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
-        #: The file operations (`deploy.remote.hostfiles`), exposed below as our own.
-        self.files = HostFiles(self)
-        #: While the lock is held, commands go to its shell instead of new execs (see
-        #: `deploy.remote.session`); set and cleared by `deploy.remote.lock`.
+        self.files = HostFiles(self)  # the file operations, exposed below as our own
+        #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.
         self.session: Session | None = None
-        #: Counts of round trips by kind, for the performance budget (docs/performance.md):
-        #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
-        #: ``call``: a request to the host's file helper (sent without waiting); ``wait``: a
-        #: time the client blocked for an answer — the round trips a real network charges.
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
-        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
-        self.speculated: dict[str, tuple[int, bytes, str]] = {}  # see HostFiles
-        #: Set by `open` under become: every exec and SFTP goes through sudo
-        #: (`deploy.remote.become`).
-        self.become: Become | None = None
+        self.become: Become | None = None  # set by `open` under become
+        #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once.
+        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}
+        self.speculated: dict[str, tuple[int, bytes, str]] = {}
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
 
@@ -181,10 +174,8 @@ class RemoteHost:
     # -- commands -----------------------------------------------------------------------------
 
     def start(self, command: str) -> Channel:
-        """Start ``command`` on a new exec channel and return the channel (caller reads it).
-
-        Under become the command runs through sudo, and this returns once sudo has started
-        it (`deploy.remote.become.handshake`).
+        """Start ``command`` on a new exec channel and return it (the caller reads it); under
+        become through sudo, returning once sudo started it (`deploy.remote.become.handshake`).
 
         Raises:
             BecomeFailed: sudo refused.
@@ -215,13 +206,11 @@ class RemoteHost:
         stdin: bytes | None = None,
         check: bool = False,
     ) -> CommandResult:
-        """Run a shell command (already quoted by the caller) and collect its output.
-
-        While the lock is held the command runs in the lock's shell (no new login shell);
-        otherwise on a new exec channel. Either way it sees the same environment and umask.
-        On timeout the result says ``timed_out``: in the lock's shell ``timeout(1)`` stops the
-        command on the host; on an exec channel only the channel is closed, so callers that
-        need the remote process itself killed wrap the command in ``timeout(1)``.
+        """Run a shell command (already quoted by the caller) and collect its output: in the
+        lock's shell while it is held, else on a new exec channel, with the same environment
+        and umask either way. On timeout the result says ``timed_out``: in the lock's shell
+        ``timeout(1)`` stops the command on the host; on an exec only the channel is closed, so
+        callers that need the process itself killed wrap the command in ``timeout(1)``.
 
         Raises:
             RemoteCommandFailed: ``check`` is true and the command failed or timed out.

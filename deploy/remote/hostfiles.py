@@ -18,14 +18,13 @@ import shlex
 import stat as statmod
 from typing import Any, Protocol, Unpack
 
-from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.errors import PermissionDenied, StepFailed
 from deploy.remote.api import WriteOptions
-from deploy.remote.become import Become
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.hostprogram import program
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
-from deploy.remote.sftpfiles import SftpFiles
+from deploy.remote.sftpfiles import SftpFiles, SftpLink
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's
 #: operations are `deploy.hostpy.fileagent_ops`).
@@ -73,29 +72,14 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
     return info, call.payload if answer.get("content") else None
 
 
-class FileLink(Protocol):
-    """What `HostFiles` uses of its host (`RemoteHost` provides it)."""
+class FileLink(SftpLink, Protocol):
+    """What `HostFiles` uses of its host (`RemoteHost` provides it): `SftpLink`'s, and more."""
 
-    name: str
-    #: Round trips by kind (see `RemoteHost`).
-    ops: dict[str, int]
     #: The lock's shell while the lock is held, else None (then: SFTP).
     session: Session | None
-    #: Set under become (`deploy.remote.become`); names who a refusal concerns.
-    become: Become | None
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
-
-    @property
-    def acting_user(self) -> str: ...
-
-    @property
-    def sftp(self) -> Any: ...
-
-    def connected(self) -> bool: ...
-
-    def lost(self, exc: BaseException, doing: str) -> HostUnreachable: ...
 
     def exec_collect(
         self, command: str, stdin: bytes | None, timeout: float | None
@@ -236,14 +220,11 @@ class HostFiles:
         data: bytes,
         **options: Unpack[WriteOptions],
     ) -> Call | None:
-        """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
-
-        Through the helper (`deploy.hostpy.fileagent.write`): an ``O_EXCL`` temp file in the
-        target's directory, then owner, mode and xattrs — those given (undo: what the journal
-        recorded), else the current target's (kept, setuid and capabilities included) — then
-        fsync, rename and the directory's fsync. ``expect_sha256``: refuse when the target no
-        longer holds what was read (a lost update otherwise). A directory others can write in
-        and a hard-linked target are refused unless ``unsafe_dir`` / ``hardlinks="allow"``.
+        """Replace ``path`` with ``data`` so that no reader ever sees a partial file, through
+        the helper (`FILES_RULE`; `deploy.hostpy.fileagent_ops.write`): owner, mode and xattrs
+        are those given (undo: what the journal recorded), else the current target's.
+        ``expect_sha256``: refuse when the target no longer holds what was read (a lost
+        update otherwise).
 
         Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
         command), and nothing sent after it happens on the host. Returns the request: a failed

@@ -103,12 +103,11 @@ class HostLock:
     def release(self) -> None:
         """End the command loop (EOF on its stdin) and close the channel, without waiting.
 
-        The run's outcome is already durable when this is called (a run waits for its
-        answers at commit; anything still pending is waited for here), so the shell's exit
-        status would tell nothing: waiting for it cost one round trip per host (issue 17).
-        The shell exits on the EOF, and the kernel frees the flock with it, a moment after
-        this returns; a run that takes the lock right away waits for that moment
-        (``flock -w 1`` in the lock script) rather than reporting it held.
+        The run's outcome is durable by now (a run waits for its answers at commit; anything
+        still pending is waited for here), so the shell's exit status would tell nothing, and
+        waiting for it cost a round trip per host (issue 17). The kernel frees the flock as the
+        shell exits on the EOF; a run taking the lock right away waits for that (``flock -w
+        1``) rather than reporting it held.
         """
         session = self.remote.session
         if session is not None and session.channel is self.channel:
@@ -161,15 +160,12 @@ def acquire(
 ) -> HostLock:
     """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
 
-    ``speculate``: commands whose answers the run may use if nothing changed first (the
-    compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
-    the prefetch in the same round trip, with the shell variable
-    `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
-    recorded only, rather than do work a change run would throw away.
-
-    ``prefetch``: files the run will read. Their reads are sent to the host's file helper
-    with the lock's exec (served once the lock is held), and their status and bytes kept for
-    `RemoteHost.fetch`, so reading them costs no round trip of its own.
+    ``prefetch``: files the run will read, sent to the file helper with the lock's exec and
+    kept for `RemoteHost.fetch`: no round trip of their own. ``speculate``: commands whose
+    answers the run may use if nothing changed first (the compile check of a file it may leave
+    as it is), run after them in the same round trip with
+    `deploy.checks.compile.AHEAD_VARIABLE` set, so that a command may answer from what is
+    recorded only rather than do work a change run would throw away.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).

@@ -43,13 +43,12 @@ GRACE = 15.0
 
 
 class Session:
-    """The client side of `LOOP`, on the channel that holds the host's lock.
-
-    Not thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
+    """The client side of ``loop.sh``, on the channel that holds the host's lock; not
+    thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
     answered in order; `wait` collects every answer due in one round trip, and a command
-    (`run`) collects them with its own. After a failed request the host skips every later
-    request and command until the client has seen the failure (`wait` sends ``CLEAR``): what
-    was sent after a failed write — its ``done`` record, a restart — never happens.
+    (`run`) collects them with its own. After a failed request the host skips everything
+    until the client saw it (`wait` sends ``CLEAR``): what was sent after a failed write — its
+    ``done`` record, a restart — never happens.
     """
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
@@ -84,10 +83,22 @@ class Session:
         self._channel = channel
 
     def _send(self, data: bytes | memoryview) -> None:
+        """Send (or hold) ``data``; a failure breaks the session: its framing is lost.
+
+        Large frames go as a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet
+        (32 KiB) per turn, and a bytes slice copies the rest each time (a 100 MB write copied
+        ~160 GB; tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s).
+        """
+        if self.broken:
+            raise SessionLost("the session was lost earlier in this run")
         if self._channel is None:
             self._held += data
-        else:
+            return
+        try:
             self._channel.sendall(data)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
 
     @property
     def pending(self) -> int:
@@ -95,20 +106,9 @@ class Session:
 
     def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
         """Send one request to the host's file helper; do not wait for its answer."""
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
         head = json.dumps(args, sort_keys=True).encode()
+        self._send(memoryview(b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload))
         call = Call(args)
-        try:
-            frame = b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload
-            # a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet (32 KiB) per
-            # turn, and a bytes slice copies the rest each time (a 100 MB write copied ~160 GB;
-            # tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s). A view's
-            # slice copies nothing, and paramiko packs any buffer as is.
-            self._send(memoryview(frame))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
         self._pending.append(call)
         self.ops["call"] = self.ops.get("call", 0) + 1
         return call
@@ -119,16 +119,10 @@ class Session:
         ``check``: send it as a ``CHECK`` — if it exits other than 0, the host skips every
         request and command sent after it, as after a failed request (module docstring).
         """
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
         code = command.encode()
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
-        try:
-            self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
         call = Call({"run": command}, command=True, check=check, timeout=seconds)
         self._pending.append(call)
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
@@ -215,12 +209,7 @@ class Session:
     def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
-        parts = header.split()
-        if len(parts) != 4 or parts[0] != b"DONE":
-            raise SessionLost(f"unexpected answer {header[:80]!r}")
-        status, out_len, err_len = (int(p) for p in parts[1:])
-        call.payload = self._read_exactly(out_len, deadline)
-        err = self._read_exactly(err_len, deadline)
+        status, call.payload, err = self._done(header, deadline)
         answer: dict[str, Any] = {
             "ok": True,
             "status": status,
@@ -230,13 +219,17 @@ class Session:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer
 
+    def _done(self, header: bytes, deadline: float | None) -> tuple[int, bytes, bytes]:
+        """A command's ``DONE`` line and what follows it: (exit status, stdout, stderr)."""
+        parts = header.split()
+        if len(parts) != 4 or parts[0] != b"DONE":
+            raise SessionLost(f"unexpected answer {header[:80]!r}")
+        status, out_len, err_len = (int(p) for p in parts[1:])
+        return status, self._read_exactly(out_len, deadline), self._read_exactly(err_len, deadline)
+
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
-        try:
-            self._send(b"CLEAR 0 0 0\n")
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._send(b"CLEAR 0 0 0\n")
 
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None
@@ -249,19 +242,12 @@ class Session:
             CallFailed: an earlier request failed; the command was not run.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
         """
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
         code = command.encode()
         seconds = 0 if timeout is None else max(1, round(timeout))
         began = time.monotonic()
+        head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
+        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        try:
-            head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
-            frame = b"".join((head, code, stdin, b"END\n"))  # one copy of a large stdin
-            self._send(memoryview(frame))  # a view: see `call`
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
         deadline = None if timeout is None else began + seconds + GRACE
         earlier: CallFailed | NoHelper | None = None
         try:
@@ -278,12 +264,7 @@ class Session:
                 raise earlier
             if earlier is not None:  # the failure came after CLEAR's race: cannot happen
                 raise earlier
-            parts = header.split()
-            if len(parts) != 4 or parts[0] != b"DONE":
-                raise SessionLost(f"unexpected answer {header[:80]!r}")
-            status, out_len, err_len = (int(p) for p in parts[1:])
-            out = self._read_exactly(out_len, deadline)
-            err = self._read_exactly(err_len, deadline)
+            status, out, err = self._done(header, deadline)
         except SessionLost:
             self.broken = True
             raise

@@ -61,13 +61,12 @@ class Channel(Protocol):
 def rest_after_exit(channel: Channel, within: float = AFTER_EXIT) -> tuple[bytes, bytes]:
     """What a command still sends after its exit status arrived: (stdout, stderr), to the EOF.
 
-    OpenSSH sends the exit status as soon as the command exits, and the rest of the output
-    after it when the pipe still held some (its session.c keeps reading: "there could be some
-    more data waiting in the pipe"); only the EOF comes after the last byte. So a reader that
-    stops at the exit status can lose the end of the output: `deploy status` lost its
-    script's last line so, under load. A command that left a background process holding its
-    output never sends the EOF: after ``within`` seconds what came is all there is. Both
-    streams end at the one EOF, so stderr is complete when stdout is.
+    OpenSSH sends the exit status as soon as the command exits and the rest of the pipe's
+    output after it ("there could be some more data waiting in the pipe", session.c); only the
+    EOF comes after the last byte, so a reader stopping at the exit status can lose the end
+    (`deploy status` lost its script's last line so, under load). A background process holding
+    the output never lets the EOF come: after ``within`` seconds what came is all there is.
+    Both streams end at the one EOF, so stderr is complete when stdout is.
     """
     out = bytearray()
     deadline = time.monotonic() + within

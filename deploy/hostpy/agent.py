@@ -110,12 +110,7 @@ def _probe_imports(imports, args, answer):
     """Resolve ``imports`` with the server's interpreter (the one the caller will stop)."""
     info = answer["pid_file_process"]
     if info is None:  # a listener someone started, not an orphan; the group leader first
-        prefix = args.get("prefix") or ""
-        servers = [
-            item
-            for item in answer["listeners"]
-            if not (prefix and (item.get("cmdline") or [""])[0].startswith(prefix))
-        ]
+        servers = [item for item in answer["listeners"] if not _titled_by(item, args.get("prefix"))]
         servers.sort(key=lambda item: (item["pid"] != item["pgid"], item["pid"]))
         info = servers[0] if servers else None
     if info is not None:

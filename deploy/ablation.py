@@ -15,7 +15,6 @@ import os
 MECHANISMS = {
     "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
     "compression": "no delayed zlib compression (deploy.remote.compression)",
-    "compilehelper": "the compile record looked up by the shell script, not the helper",
     "readahead": "no file reads or compile checks sent with the lock's exec",
 }
 

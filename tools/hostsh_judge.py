@@ -13,7 +13,7 @@ from deploy.hostsh import DIRECTORY
 HEADER = """# shellcheck shell=sh
 # GENERATED from deploy.hostpy.trust_rule.RULE by `python -m tools.hostsh_judge`: edit the
 # table there, not this file (tests/unit/test_trust_rule.py holds the two to the same cases).
-# Part of the interpreter trust check (deploy.checks.interpreter; check.sh, trust.sh).
+# Part of the interpreter trust check (deploy.checks.interpreter; check.sh).
 #
 # _tj UID HEXMODE OWNER NAME: one `stat -c '%u %f %U %n'` line of those paths, judged
 # against _tI (the login uid). Sets _tX (the first reason it fails: the first path writable

@@ -25,9 +25,7 @@ installed. Failures are never remembered.
 
 from __future__ import annotations
 
-import shlex
-
-from deploy import ablation, hostsh
+from deploy import hostsh
 from deploy.checks.interpreter import REFUSED
 
 #: Runs under any Python 3 (no f-strings): print one line on failure, exit 1.
@@ -82,9 +80,7 @@ CACHE_DAYS = 30
 #: or by the shell form before it) is the identity it passed with; it is compared as a sorted
 #: list: a shell's glob listed names in its locale's order. A reused pass prints `CACHED` and
 #: the key; a compile that passes prints the key, then records it. Recording is best effort
-#: and silent, and never makes a failed compile pass. The same rule answers the check sent
-#: ahead in the file helper (`deploy.hostpy.fileagent_compiled`, tests/unit/test_compile_lookup.py
-#: holds the two and the shell to the same answers).
+#: and silent, and never makes a failed compile pass.
 _CACHING_SCRIPT = """import os, stat, sys, time
 p, c, i = sys.argv[1], sys.argv[2], sys.argv[3]
 def libs(d):
@@ -181,8 +177,7 @@ _STATIC_SIZE = 1_000_000
 
 #: The shell around the interpreter is ``deploy/hostsh/compile.sh`` (no cache) and
 #: ``compile_cached.sh`` (with one), whose literals are this module's constants
-#: (tests/unit/test_shellcheck.py holds them to it). The check sent ahead for an absolute
-#: interpreter is answered by the file helper instead (`ahead_lookup`).
+#: (tests/unit/test_shellcheck.py holds them to it).
 
 #: The whole environment of an interpreter run as its owner (``deploy/hostsh/owner.sh``):
 #: ``env -i`` keeps root's (``HF_TOKEN``, cloud keys in ``.bashrc``) from a process that user
@@ -225,41 +220,6 @@ def _uncached(python: str, path: str, source: str) -> str:
     code = _SCRIPT if source else _STDIN_SCRIPT
     values = {"_tY": python, "_tD": path, "_tF": source, "_tC": code, "_tO": _STDIN_SCRIPT}
     return hostsh.program("compile.sh", values)
-
-
-def ahead_lookup(command: str) -> dict[str, str] | None:
-    """The file helper's ``compiled`` request that answers ``command`` sent ahead, or None.
-
-    ``command`` must be exactly `compile_command` (python, path, cache=...) for an absolute
-    ``python``: sent ahead (`AHEAD_VARIABLE`) such a check only looks its record up, and the
-    helper the run starts anyway does that by the same rule with no process of its own
-    (`deploy.hostpy.fileagent_compiled`; issue 17: ~10 processes on the host per run). Any
-    other command — a relative interpreter, which the shell finds on its PATH, or a check
-    without a cache — is None and runs as a command, as before.
-    """
-    if ablation.off("compilehelper"):
-        return None
-    head, sep, _ = command.partition("\n_tC=")
-    try:
-        words = shlex.split(head) if sep else []
-    except ValueError:
-        return None
-    names = ("c=", "p=", "_tY=")
-    if len(words) != len(names) or not all(map(str.startswith, words, names)):
-        return None
-    cache, path, python = (word.partition("=")[2] for word in words)
-    if not python.startswith("/") or compile_command(python, path, cache=cache) != command:
-        return None
-    return {"op": "compiled", "python": python, "path": path, "cache": cache}
-
-
-def ahead_answer(answer: dict[str, object]) -> tuple[int, bytes, str] | None:
-    """The `ahead_lookup` request's answer as the check sent ahead would have given it:
-    (exit status, stdout, stderr) for a reused pass; None for a miss (the step checks)."""
-    digest = answer.get("sha256")
-    if answer.get("reused") is not True or not isinstance(digest, str):
-        return None
-    return 0, f"{CACHED} {digest}\n".encode(), ""
 
 
 def was_reused(stdout: str) -> bool:

@@ -1,8 +1,7 @@
 """Whether root may run an interpreter on the host: the trust rule, run as POSIX sh.
 
-deploy runs configured interpreters on the host — the file helper on the compile check's
-interpreter (``deploy/hostsh/loop.sh``), the compile check itself (`deploy.checks.compile`),
-the restart's module lookup (`deploy.hostpy.agent_trust`, the same rule in Python). On a GPU
+deploy runs configured interpreters on the host — the compile check (`deploy.checks.compile`)
+and the restart's module lookup (`deploy.hostpy.agent_trust`, the same rule in Python). On a GPU
 host that interpreter is often a venv or conda env owned by an unprivileged user (``ml``).
 Whoever can change the interpreter, its ``pyvenv.cfg`` or the standard library it loads at
 start-up (``encodings`` is imported even under ``-I -S``) runs code as whoever starts it: root,
@@ -25,8 +24,8 @@ path):
 
 Not covered, on purpose: files *inside* a standard library directory that passed (only root
 could have given one to another user: a directory others cannot write keeps its entries
-theirs), ``LD_LIBRARY_PATH``/``LD_PRELOAD`` of root's own environment (root's to set), and a
-``python3`` found on root's PATH for the file helper (the host's own).
+theirs), ``LD_LIBRARY_PATH``/``LD_PRELOAD`` of root's own environment (root's to set), and the
+``python3`` found on root's PATH that runs the file helper (the host's own).
 
 The uid of the login user comes from ``[ -O / ]`` (the owner of ``/`` when that is us: root,
 the usual case) or ``id -u``, never from ``$EUID`` (review3: environment-spoofable); the caller
@@ -45,9 +44,8 @@ import shlex
 from deploy import hostsh
 
 #: How an interpreter is trusted (docs/operations.md shows this text).
-TRUST_RULE = """deploy runs interpreters on the host: the file helper (which does every root write,
-saved copy and journal record) on the compile check's interpreter, the compile check itself
-(`verify_python`'s `python`), and the restart's `imports` lookup (the server's interpreter, with
+TRUST_RULE = """deploy runs interpreters on the host: the compile check (`verify_python`'s `python`)
+and the restart's `imports` lookup (the server's interpreter, with
 its environment and cwd). Before root starts one, the host checks it by the rule state_dir
 follows: the interpreter as given and as resolved through symlinks and every directory above
 each; for a venv, its `pyvenv.cfg` and the `home` it names (as written and resolved); and the
@@ -60,17 +58,14 @@ lookup the site directories of those prefixes, the user site of the environment'
 and `LD_PRELOAD`, and every directory a symbolic link on the way leads through count too (the
 lookup runs the interpreter as given: its venv counts); a lookup run as another user gets only the
 variables that decide imports; and a server that runs as another user is always looked
-up as that user, with its groups. The check is made in the lock's own exec for the file helper
-(no extra process) and by each command for itself. Root then starts the file helper and the
-compile check by the resolved path it judged (a directory above a symlink's target, which the
+up as that user, with its groups. The check is made by each command for itself. Root then
+starts the compile check by the resolved path it judged (a directory above a symlink's target, which the
 check never saw, could be swapped between the check and the exec), and a `pyvenv.cfg` that
 path would read must be the one judged; one with a `._pth` file beside it (which replaces
 `sys.path`) is not trusted.
 
 With a trusted interpreter nothing changes. Otherwise:
 
-- the file helper runs on the host's own `python3`, as it did before the helper moved to the
-  compile check's interpreter;
 - the compile check runs THAT interpreter (its Python version is the point) as its owner
   (`setpriv --reuid --regid --init-groups`, else `runuser -u`), with the file's bytes on its
   stdin, opened by root, an empty environment but `PATH` (not root's: it may hold tokens), its
@@ -114,7 +109,7 @@ def root_only_if_trusted(python: str, command: str) -> str:
     ``python`` (``check.sh``) or the session is not root's; else one line on stderr, exit
     `REFUSED` (``deploy/hostsh/root_only.sh``, then ``command``). For what must run as root
     or not at all: deploy's process agent (``agent_python``), which stops and starts servers.
-    Its default, ``python3``, is the host's own, as the file helper's fallback is, and is run
+    Its default, ``python3``, is the host's own, as the file helper's is, and is run
     as before (no check, no process). A ``command`` that starts with ``python`` starts it by
     the resolved path the check judged (``paths.sh``: never through a directory the check
     did not see)."""

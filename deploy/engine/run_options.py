@@ -92,7 +92,7 @@ class RunOptions:
     on_start: Callable[[Any], None] | None = None
     cancel: Cancel = field(default_factory=Cancel)
     #: How each host is opened: the one place the engine chooses a `Host` implementation
-    #: (SSH by default; tests give `deploy.remote.local.LocalHost`).
+    #: (SSH by default; tests give `tests.unit.local_host.LocalHost`).
     open_host: HostOpener = ssh_host
 
 

@@ -1,42 +1,35 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as the program text of ``python3 -c SOURCE OP``, its arguments as JSON on stdin (never
-on the command line: no size limit from argv, and nothing readable in /proc/PID/cmdline by
-other users), over one command in the run's session, so that finding the
-listener on a port, stopping a process group with its orphans, or starting a detached server
-costs one round trip instead of a dozen shell commands, and behaves the same on every Linux
-host (it reads ``/proc``, `deploy.hostpy.agent_proc`; no ``ss``, ``lsof`` or ``pgrep``
-needed). Standard library only: the host does not have this package, so the text sent is this
-module with its part inlined (`deploy.remote.hostprogram.program`). It prints one JSON object.
-
-Operations:
+Sent as ``python3 -c SOURCE OP`` (its part `deploy.hostpy.agent_proc` inlined by
+`deploy.remote.hostprogram.program`) over one command of the run's session, its arguments as
+JSON on stdin (no argv size limit, nothing in /proc/PID/cmdline for other users); it prints
+one JSON object. Finding a port's listener, stopping a process group with its orphans or
+starting a detached server so costs one round trip, not a dozen shell commands, and reads
+``/proc`` the same way on every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
 ``probe {port, pid_file, prefix, imports?, fallback?}``
-    Who listens on the port (pid, process group, session, command line, working directory,
-    environment, interpreter, and every address:port each listens on, from /proc/net/tcp{,6}
-    matched to its socket inodes), the pid recorded in ``pid_file`` if alive, and every process
-    whose title starts with ``prefix`` (SGLang's ``sglang::scheduler_TP0`` and friends). With
-    ``imports`` ({module: file}): where the server's own interpreter, run with the server's own
-    environment and cwd (else ``fallback``'s python, env and cwd), finds each module, without
-    importing it or its packages, compared with the file after realpath.
+    Who listens on the port (pid, group, session, command line, cwd, environment,
+    interpreter, and every address:port each listens on: /proc/net/tcp{,6} matched to its
+    socket inodes), the pid in ``pid_file`` if alive, and every process titled ``prefix``*
+    (SGLang's ``sglang::scheduler_TP0``...). With ``imports`` ({module: file}): where the
+    server's own interpreter, environment and cwd (else ``fallback``'s) find each module,
+    without importing it or its packages, compared with the file after realpath.
 ``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
-    First SIGTERM to ``drain_pids`` only (SGLang's main process stops admitting and finishes
-    its in-flight requests while its schedulers keep working) and wait up to
-    ``drain_timeout`` for them to exit. Then SIGTERM to each process group, wait up to
-    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left; then SIGKILL
+    SIGTERM to ``drain_pids`` first (SGLang's main process finishes its in-flight requests
+    while its schedulers work) for up to ``drain_timeout``; then SIGTERM to each group, up to
+    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left, SIGKILL the
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
 ``pycheck {python, env, cwd, pid?, code, argv, timeout}``
     Run ``code`` under the server's interpreter, environment and cwd (trusted as ``probe``'s
     lookup is), bounded in time: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
-    Start the server in its own session (``setsid``), stdin from /dev/null, stdout and stderr
-    appended to ``log_file``, so the SSH session can end at once; record its pid. With
-    ``user`` ({uid, gid, groups, name}: whom the replaced server ran as) the child takes
-    exactly those groups, gid and uid before it runs the server (`deploy.hostpy.agent_proc.start_ids`); a helper that
-    is not root cannot, and refuses rather than start the server as itself. The log is opened
-    here, in deploy's own directory, and handed to the server as its stdout: the server needs
-    no right to it, and no file of ours lands in the user's directories.
+    Start the server in its own session (``setsid``), stdin /dev/null, output appended to
+    ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
+    so the SSH session can end at once; record its pid. With ``user`` ({uid, gid, groups,
+    name}: whom the replaced server ran as) the child takes exactly those ids first
+    (`deploy.hostpy.agent_proc.start_ids`); an agent that is not root refuses rather than
+    start the server as itself.
 """
 
 import contextlib
@@ -117,12 +110,7 @@ def _probe_imports(imports, args, answer):
     """Resolve ``imports`` with the server's interpreter (the one the caller will stop)."""
     info = answer["pid_file_process"]
     if info is None:  # a listener someone started, not an orphan; the group leader first
-        prefix = args.get("prefix") or ""
-        servers = [
-            item
-            for item in answer["listeners"]
-            if not (prefix and (item.get("cmdline") or [""])[0].startswith(prefix))
-        ]
+        servers = [item for item in answer["listeners"] if not _titled_by(item, args.get("prefix"))]
         servers.sort(key=lambda item: (item["pid"] != item["pgid"], item["pid"]))
         info = servers[0] if servers else None
     if info is not None:

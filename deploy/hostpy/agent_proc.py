@@ -362,24 +362,15 @@ def _listens_on(pid, table):
 
 
 def _listening_inodes(port):
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (_read(table) or "").splitlines()[1:]:
-            cols = line.split()
-            if (
-                len(cols) > 9
-                and cols[3] == TCP_LISTEN
-                and int(cols[1].rsplit(":", 1)[1], 16) == port
-            ):
-                inodes.add(cols[9])
-    return inodes
+    """The sockets (``socket:[INODE]``, as an fd's link reads) listening on ``port``."""
+    suffix = ":" + str(port)
+    return {inode for inode, address in _listen_table().items() if address.endswith(suffix)}
 
 
 def _listeners(port):
-    inodes = _listening_inodes(port)
-    if not inodes:
+    targets = _listening_inodes(port)
+    if not targets:
         return []
-    targets = {f"socket:[{inode}]" for inode in inodes}
     found = []
     for pid in _pids():
         try:

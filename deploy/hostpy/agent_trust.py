@@ -1,26 +1,24 @@
 """Who may run the server's interpreter for the module lookup: a part of the process agent.
 
-`deploy.hostpy.agent_proc.resolve_imports` starts the server's own interpreter with the
-server's environment and cwd to find where a module would be loaded from. That start runs code
-from wherever that interpreter looks at start-up — its standard library, ``pyvenv.cfg``'s
-``home``, every ``.pth`` file in its site directories, the cwd (``-c`` puts it first on
-``sys.path``), ``PYTHONPATH``/``PYTHONHOME``/``HOME`` of that environment, and ``LD_PRELOAD``
-if the environment sets one. The agent runs as root, so whoever can change any of these would
-run code as root. Rule (each path judged by `deploy.hostpy.trust_rule`, whose table the
-compile check's shell renders too; the paths are the lookup's own):
+`deploy.hostpy.agent_proc.resolve_imports` starts the server's own interpreter, with its
+environment and cwd, to find where a module would load from. That start runs code from its
+standard library, ``pyvenv.cfg``'s ``home``, every ``.pth`` in its site directories, the cwd
+(first on ``sys.path`` under ``-c``), that environment's ``PYTHONPATH``/``PYTHONHOME``/``HOME``
+and ``LD_PRELOAD``. The agent is root, so whoever can change any of these would run code as
+root. Rule (each path judged by `deploy.hostpy.trust_rule`, as written and resolved, with every
+directory above):
 
 - a server running as another user (not root, not the login user) is looked up as that user,
-  with its groups: its environment is its own, and it sees what the server sees;
+  with its groups: it sees what the server sees;
 - otherwise every path below must be owned by root or the login user and not be writable by
-  group or others (a root-owned sticky directory passes as a parent), as written and resolved,
-  with every directory above: the interpreter, its ``pyvenv.cfg`` and ``home``, the standard
-  library and site directories of its prefixes (and of ``PYTHONHOME``), the user site of the
-  environment's ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd, and
-  each ``LD_LIBRARY_PATH`` directory and ``LD_PRELOAD`` object of that environment;
-- if one does not, the lookup runs as the one other user who owns them; with none to pick (a
+  group or others (a root-owned sticky parent passes): the interpreter, its ``pyvenv.cfg`` and
+  ``home``, the standard library and site directories of its prefixes (and ``PYTHONHOME``'s),
+  the user site of ``HOME``/``PYTHONUSERBASE``, each ``PYTHONPATH`` entry and the cwd, each
+  ``LD_LIBRARY_PATH`` directory and ``LD_PRELOAD`` object;
+- if one is not, the lookup runs as the one other user who owns them; with none to pick (a
   path anyone may write, or two owners) it is refused, in one line;
-- run as another user, the lookup gets only the variables that decide imports (`lookup_env`):
-  not the agent's own (root's) nor a server's secrets.
+- run as another user, it gets only the variables that decide imports (`lookup_env`): neither
+  root's nor the server's secrets.
 
 Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
 """

@@ -1,35 +1,25 @@
 """File helper that runs ON THE HOST: every read and write through file descriptors.
 
-Started once per run by the lock's shell (`deploy.remote.session`) as ``python3 -c SOURCE``;
-it then serves framed requests for the whole run, so a request costs no process start, and
-requests sent without waiting are served in order (an intent appended and fsynced is durable
-before the write that follows it). Standard library only, and no syntax newer than Python
-3.8: it runs on the host's interpreter, which has no ``deploy`` (its one import of a part is
-replaced by the part's text before it is sent).
+Started once per run by the lock's shell (``deploy/hostsh/loop.sh``) as ``python3 -I -S -c
+SOURCE 3 4``, it serves framed requests for the whole run: a request costs no process start,
+and requests sent without waiting are served in order (an intent appended and fsynced is
+durable before the write that follows it). Standard library only, Python 3.8 syntax: it runs
+on the host's interpreter. The operations, and why each goes through fds (issue 14), are its
+part `deploy.hostpy.fileagent_ops` (inlined by `deploy.remote.hostprogram.program`).
 
-The operations themselves, and why each goes through file descriptors (issue 14), are
-`deploy.hostpy.fileagent_ops`, a part of this program: the text sent is this module with that
-part inlined (`deploy.remote.hostprogram.program`), still one ``python3 -I -S -c`` program.
-One more part: `deploy.hostpy.fileagent_compiled` (``compiled``: the compile record's lookup that the lock
-sends ahead, answered without a process).
-
-Wire format, per request (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes
-the two numbers on the ``go`` pipe; the helper reads the JSON header and the payload from
-stdin, writes ``ANS <hlen> <blen>\\n`` + JSON + payload to stdout and a status line (``0``
-ok, ``1`` failed) on the ``ack`` pipe. After a failure every later request is answered
-``skipped`` until a ``CLEAR`` line comes on the ``go`` pipe: a write that failed must not be
-followed by its ``done`` record, nor by a restart the client sent before it saw the failure.
-A ``FAIL`` line on the ``go`` pipe (a ``CHECK`` command of the shell loop failed) does the same
-as a failed request: the commit record sent behind a failed check is skipped.
+Wire format (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes the two
+numbers on the ``go`` pipe; the helper reads the JSON header and the payload from stdin, writes
+``ANS <hlen> <blen>\\n`` + JSON + payload to stdout and a status line (``0`` ok, ``1`` failed)
+on the ``ack`` pipe. After a failure every later request is answered ``skipped`` until a
+``CLEAR`` line comes on ``go``: a failed write must not be followed by its ``done`` record, nor
+by a restart the client sent before it saw the failure. A ``FAIL`` line (a ``CHECK`` command of
+the shell loop failed) counts as a failed request: the commit sent behind it is skipped.
 """
 
 import errno as errnomod
 import os
 import sys
 from json import dumps, loads
-
-# host-program: part (deploy.remote.hostprogram)
-from deploy.hostpy.fileagent_compiled import compile_here, compiled
 
 # host-program: part (deploy.remote.hostprogram)
 from deploy.hostpy.fileagent_ops import (
@@ -40,7 +30,6 @@ from deploy.hostpy.fileagent_ops import (
     read,
     remove,
     remove_temps,
-    sha256,
     write,
 )
 
@@ -69,19 +58,7 @@ def handle(header, payload):
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
 
-def _compile(args):
-    """`compile_here`; sent as a check (``check``: the commit follows it), a failed compile
-    is a failed request for what follows, as a failed ``CHECK`` of the shell's is: everything
-    after it is skipped until the client's ``CLEAR``."""
-    answer = compile_here(args, sha256)
-    if args.get("check") and answer["status"] != 0:
-        answer["check_failed"] = True
-    return answer
-
-
 OPERATIONS = {
-    "compiled": lambda args, payload: compiled(args, sha256),
-    "compile": lambda args, payload: _compile(args),
     "write": write,
     "append": append,
     "mkdir": mkdir,
@@ -132,7 +109,7 @@ def serve(go_fd, ack_fd):
             answer, body = {"ok": False, "skipped": True, "error": "skipped"}, b""
         else:
             answer, body = handle(header, payload)
-            failed = not answer.get("ok") or bool(answer.get("check_failed"))
+            failed = not answer.get("ok")
         text = dumps(answer).encode("utf-8")
         _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
         _write_all(ack_fd, b"1\n" if failed else b"0\n")
@@ -161,6 +138,8 @@ def once():
 
 
 if __name__ == "__main__":
+    if sys.version_info < (3, 8):  # noqa: UP036  # the host's interpreter, not ours
+        sys.exit("deploy's file helper needs Python 3.8 or later")
     if sys.argv[1] == "once":
         once()
     else:

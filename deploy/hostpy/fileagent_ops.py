@@ -1,31 +1,29 @@
 """The file helper's operations, ON THE HOST: every read and write through file descriptors.
 
-A part of the file helper's program (`deploy.hostpy.fileagent`, which frames the requests and
-answers; `deploy.remote.hostprogram` inlines this module into it): standard library only, no
-syntax newer than Python 3.8, no annotations.
+A part of the file helper (`deploy.hostpy.fileagent` frames requests and answers;
+`deploy.remote.hostprogram` inlines this module into it): standard library only, Python 3.8
+syntax, no annotations.
 
 Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
 can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
-binary that way). Here every check and every change of one operation use the same fd, or
-names relative to the same directory fd:
+binary that way). Here every check and change of one operation use one fd, or names relative
+to one directory fd:
 
 - reads open ``O_NOFOLLOW`` and take ``fstat`` and bytes from that fd;
-- writes create the temp file ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to the target's directory
-  fd, then ``fchown``, then ``fchmod`` (chown clears setuid/setgid, so mode comes after), then
-  the xattrs (POSIX ACLs and file capabilities are xattrs; chown clears a capability, so they
-  come after it), ``fsync``, ``renameat`` within the directory fd, ``fsync`` of the directory;
-- a directory writable by group or others, or owned by someone other than root or us, is
-  refused (as OpenSSH's StrictModes) unless the request says ``unsafe_dir``; a target with
-  other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it would split it).
+- writes create the temp file ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to the directory fd, then
+  ``fchown``, ``fchmod`` (chown clears setuid/setgid), the xattrs (POSIX ACLs and capabilities;
+  chown clears a capability), ``fsync``, ``renameat`` within the directory fd, and ``fsync`` of
+  the directory;
+- a directory writable by group or others, or owned by anyone but root or us, is refused (as
+  OpenSSH's StrictModes) unless ``unsafe_dir``; a target with other hard links is refused
+  unless ``hardlinks`` is ``allow`` (replacing it would split it).
 
-Paths are walked, never resolved by the kernel in one lookup (issue 32): `walk` opens ``/``
-and then each component relative to the last with ``O_NOFOLLOW``, so a directory above the
-target that another user swaps for a symlink mid-run is seen as a symlink. A symlink on the
-way is followed only if root or we own it (``/lib -> usr/lib``), its target walked the same
-way. For a write (and the state_dir records) every directory on the way is judged as
-OpenSSH's StrictModes judges those above a key: owned by root or us and writable by nobody
-else, a root-owned sticky directory such as ``/tmp`` passing above the last one; otherwise
-refused like the target's own directory, unless ``unsafe_dir``.
+Paths are walked, never resolved by the kernel in one lookup (issue 32): `walk` opens ``/`` and
+each component relative to the last with ``O_NOFOLLOW``, so a directory another user swaps for
+a symlink mid-run is seen as one. A symlink on the way is followed only if root or we own it
+(``/lib -> usr/lib``), its target walked the same way. For a write (and state_dir's records)
+every directory on the way is judged as StrictModes judges those above a key (a root-owned
+sticky directory such as ``/tmp`` passing above the last one), unless ``unsafe_dir``.
 """
 
 import binascii

@@ -1,29 +1,27 @@
 """Load generator that runs ON THE HOST: the throughput gate's waves of streamed requests.
 
-Sent as the program text of ``python3 -I -S -c SOURCE`` (`deploy.remote.hostprogram`), its
-arguments as JSON on stdin (the API key among them: never on the command line, which every
-local user can read in /proc/PID/cmdline), in the run's own session behind the lock. It
-prints one JSON object. Standard library only, Python 3.8 syntax.
+Sent as ``python3 -I -S -c SOURCE`` (`deploy.remote.hostprogram`) in the run's session behind
+the lock, its arguments as JSON on stdin (the API key among them: never in a command line,
+which every local user can read); it prints one JSON object. Standard library only, Python 3.8.
 
-Why on the host: 32 requests at once through one SSH connection would measure the
-workstation, its link and the connection's window, not the server; and a request relayed
-whole says nothing about when its first token came. Here each request is its own TCP
-connection to the address the server listens on, with ``"stream": true``: SGLang answers
-``data: {json}`` events (``text`` so far, ``meta_info.completion_tokens``) as tokens come,
-then ``data: [DONE]``. The first event with a token is the time to first token; the last one
-ends the request.
+Why on the host: 32 requests at once through one SSH connection would measure the workstation,
+the link and the connection's window, not the server; and a request relayed whole cannot say
+when its first token came. Here each request is its own TCP connection to the server's address
+with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`` so far,
+``meta_info.completion_tokens``) as tokens come, then ``data: [DONE]``. The first event with a
+token is the time to first token; the last one ends the request.
 
 Input: ``{address, port, headers, prompts, max_new_tokens, timeout, warmup, plan, idle_wait,
-server_info}`` where ``plan`` is ``[[concurrency, waves], ...]``. Output: ``{levels:
+server_info}``, ``plan`` being ``[[concurrency, waves], ...]``. Output: ``{levels:
 [{concurrency, waves: [{wall, busy, requests: [[ttft_s, decode_s, completion_tokens,
-spec_accept_length, first_tokens]]}]}], busy_max, busy_source, idle_waited, avg_spec_accept_length}``, or
-``{error}``.
+spec_accept_length, first_tokens]]}]}], busy_max, busy_source, idle_waited,
+avg_spec_accept_length}``, or ``{error}``.
 
-Before each wave, with ``idle_wait`` > 0, it asks the server how many requests run
-(``/v1/loads``' ``aggregate``, SGLang 0.5.9; else ``/metrics``' ``sglang:num_running_reqs``
-and ``sglang:num_queue_reqs``): other clients' traffic would be measured with ours. It waits
-while that is not 0, up to ``idle_wait`` seconds over the whole run, then measures anyway and
-reports what ran beside it (``busy``, ``busy_max``).
+Before each wave, with ``idle_wait`` > 0, it asks the server how many requests run (``/v1/loads``'
+``aggregate``, SGLang 0.5.9; else ``/metrics``' ``sglang:num_running_reqs`` and
+``num_queue_reqs``), since other clients' traffic would be measured with ours, and waits while
+that is not 0, up to ``idle_wait`` seconds over the run; then it measures anyway and reports
+what ran beside it (``busy``, ``busy_max``).
 """
 
 import http.client

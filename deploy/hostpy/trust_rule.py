@@ -2,17 +2,12 @@
 
 Every host-side interpreter start judges the paths it depends on by this rule: the server's
 start and its module lookup in Python (`deploy.hostpy.agent_trust.judge`, in the process
-agent), and — in POSIX sh, because they must be judged before any Python of theirs starts —
-the compile check, the process agent's and load generator's ``agent_python``
-(``deploy/hostsh/check.sh``, ``root_only.sh``) and the interpreter the lock's shell starts
-the file helper on (``trust.sh``). The shell rendering, ``deploy/hostsh/judge.sh``, is
-generated from `RULE` (``python -m tools.hostsh_judge``; tests/unit/test_trust_rule.py fails
-when it differs, and runs both renderings on the same owner/mode cases).
-
-Why two renderings and not one: judging in Python before those starts needs a Python process
-of its own — the lock's shell has no helper yet when it picks the helper's interpreter, and a
-compile check's verdict must gate a start in the shell (a helper request first would cost the
-change run a round trip, python3 a process start on the host per check).
+agent), and in POSIX sh the compile check and the process agent's and load generator's
+``agent_python`` (``deploy/hostsh/check.sh``, ``root_only.sh``). Those must be judged before
+any Python of theirs starts, and judging in Python would take a Python process of its own (a
+helper request first would cost the change run a round trip). The shell rendering,
+``deploy/hostsh/judge.sh``, is generated from `RULE` (``python -m tools.hostsh_judge``;
+tests/unit/test_trust_rule.py fails when it differs, and runs both on the same cases).
 
 A row: (what it is, the Python test of ``(uid, mode, me)``, the shell test of ``"$1"`` the
 uid, ``"$2"`` the mode in hex as ``stat -c %f`` prints it and ``$_tI`` the uid judged for,

@@ -5,8 +5,7 @@
 # becomes the command loop (loop.sh) for the rest of the run. One exec, one login shell.
 #
 # Inputs, quoted assignments that deploy.remote.lock puts before this text:
-#   _dS  state_dir            _dA  the file helper's source   _dB  the program starting it
-#   _dW  the compile check's interpreter (may be empty)       _dH  the holder's JSON
+#   _dS  state_dir            _dA  the file helper's source   _dH  the holder's JSON
 #   _dZ  requests sent ahead in the command line (may be empty)
 # Answers (first line): LOCKED<tab>previous holder, BUSY<tab>holder (exit 75),
 # UNTRUSTED<tab>path<tab>why (73), NOFLOCK (71), NOSTATE ... (70, 72).

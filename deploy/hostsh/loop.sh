@@ -2,19 +2,11 @@
 # shellcheck disable=SC2086,SC2094
 # The loop the lock script (lock.sh) becomes once the lock is held: it serves the run's
 # commands and the file helper's requests (deploy.remote.session speaks its protocol).
-# Inputs: _dS _dU _dA _dB _dW _dZ.
+# Inputs: _dS _dU _dA _dZ.
 #
 # The loop the lock script ``exec``s into once the lock is held (POSIX sh; ``head -c`` reads
 # exactly the bytes asked for from a pipe). ``$_dS`` is the state directory, ``$_dU`` the
-# login shell's umask, ``$_dA`` the file helper's source and ``$_dB`` the program that starts
-# it (`deploy.hostpy.helperboot`: the exit statuses the fallback below reads). ``$_dW``:
-# the interpreter the run's compile check names, if any, and only if the lock's trust check
-# found no other user able to change it (`deploy.checks.interpreter`; else it is empty here),
-# resolved: the path that check judged, never one through a directory it did not see;
-# the helper runs on it when it can
-# (so that it can compile in its place: `deploy.hostpy.fileagent_compiled.compile_here`), and
-# on python3 when it cannot start there (exit 1 or 2: too old, not Python 3) or is a script
-# (a pyenv shim or wrapper: its own start-up would cost more than it saves). Each command
+# login shell's umask, ``$_dA`` the file helper's source, run on python3. Each command
 # gets its own scratch files in the 0700 state directory (numbered; all removed when the
 # loop ends), so a process an earlier command left running
 # with its output still open writes to a file nobody reads any more, never into a later
@@ -64,14 +56,7 @@ if [ -n "$_dY" ] && { mkfifo -m 600 "$@" 2>/dev/null || { [ -p "$1" ] && [ -p "$
     exec 4<&- 5<&-; _dZ=
   fi
   exec 6<&0 3<>"$1" 4<>"$2" 7>"$1" 8<"$2" || exit 1
-  _dh=; [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ] && IFS= read -r _dh <"$_dW" 2>/dev/null
-  case $_dh in '#!'*) _dW= ;; esac
-  if [ -n "$_dW" ] && [ "$_dW" != "$_dY" ] && [ -x "$_dW" ]; then
-    { "$_dW" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" || case $? in 1|2) exec "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" ;; esac
-    } 0<&6 3<"$1" 4>"$2" 6<&- 7>&- 8<&- 9>&- &
-  else
-    "$_dY" -I -S -c "$_dB" "$_dA" 3 4 "$_dS" 0<&6 3<"$1" 4>"$2" 6<&- 7>&- 8<&- 9>&- &
-  fi
+  "$_dY" -I -S -c "$_dA" 3 4 0<&6 3<"$1" 4>"$2" 6<&- 7>&- 8<&- 9>&- &
   exec 3<&- 4<&- 6<&-; _dK=1
 fi
 [ -z "$_dZ" ] || { _dZ=; echo NORELAY; }

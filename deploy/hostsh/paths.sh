@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# Part of the interpreter trust check (deploy.checks.interpreter; check.sh, trust.sh).
+# Part of the interpreter trust check (deploy.checks.interpreter; check.sh).
 #
 # After the caller's ``realpath``: ``_tR`` and ``_tG``, ``_tP`` and ``_tH`` resolved. Root
 # starts a trusted interpreter as ``_tR`` (the path judged, with no symlink left to follow

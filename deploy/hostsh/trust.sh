@@ -1,7 +1,6 @@
 # shellcheck shell=sh
 # shellcheck source-path=SCRIPTDIR
-# Inputs: _dS (state_dir), _dW (the compile check's interpreter, or empty). Output: _dW,
-# the interpreter resolved when trusted, else empty. Rule: deploy.statedir.trust.TRUST_RULE.
+# Input: _dS (state_dir). Rule: deploy.statedir.trust.TRUST_RULE.
 #
 # The lock script's trust check (shell, run before anything in state_dir is read or written).
 # ``_dI``, the uid the shell runs as: the owner of ``/`` when ``[ -O / ]`` (test's own
@@ -15,33 +14,20 @@
 # break is resolved on its own (``_dr``: the one case with one process more).
 
 case $_dS in /*) ;; *) _dS=$PWD/$_dS ;; esac
-_tX=-; _dN='
+_dN='
 '
 _dD=$_dS; case $_dS in *"$_dN"*) _dD=/ ;; esac
-if [ -n "$_dW" ]; then _tP=$_dW
-. ./venv.sh
-fi
-if [ -z "$_tX" ]; then
-  if [ -n "$_tH" ]; then _dx=$(realpath -m -- "$_dD" "$_tP" "$_tH"); else _dx=$(realpath -m -- "$_dD" "$_tP"); fi
-  _dR=${_dx%%"$_dN"*}; _tR=${_dx#*"$_dN"}; _tG=
-  [ -n "$_tH" ] && { _tG=${_tR#*"$_dN"}; _tR=${_tR%%"$_dN"*}; }
-  case $_tR$_tG in *"$_dN"*) _tX="a resolved path holds a line break"; _dR=$(realpath -m -- "$_dD") ;; esac
-else _dR=$(realpath -m -- "$_dD")
-fi
+_dR=$(realpath -m -- "$_dD")
 _dr() { _dR=$(realpath "$1" -- "$_dS" 2>/dev/null && echo .) && _dR=${_dR%"$_dN".}; }
 [ "$_dD" = "$_dS" ] || _dr -m
 set --
 for _dp in "$_dS" "$_dR"; do while [ -n "$_dp" ]; do set -- "$@" "$_dp"; _dp=${_dp%/*}; done; done
-if [ -z "$_tX" ]; then set -- "$@" -
-. ./paths.sh
-. ./judge.sh
-fi
 _de() {
-  _dC=1; _tT=; set -- / "$@"
+  _dC=1; set -- / "$@"
   for _dp; do
     shift
-    if [ "$_dp" = - ] || [ -e "$_dp" ] || [ -h "$_dp" ]; then
-      set -- "$@" "$_dp"; [ "$_dp" = "$_dS" ] && _dC=; [ "$_dp" = "$_tR" ] && _tT=1
+    if [ -e "$_dp" ] || [ -h "$_dp" ]; then
+      set -- "$@" "$_dp"; [ "$_dp" = "$_dS" ] && _dC=
     fi
   done
   _dL=$(exec stat -c '%u %f %U' -- "$@" 2>/dev/null </dev/null)
@@ -53,9 +39,7 @@ _dk() {
     IFS=$_dJ
     [ "$#" -gt 0 ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was judged"; exit 73; }
     _dn=$1; shift; _du=${_dl%% *}; _dl=${_dl#* }; _df=${_dl%% *}; _do=${_dl#* }
-    if [ -z "$_dI" ]; then if [ -O / ]; then _dI=$_du; else _dI=$(id -u); fi; _tI=$_dI; fi
-    if [ -n "$_dm" ]; then _tj "$_du" "$_df" "$_do" "$_dn"; continue; fi
-    if [ "$_dn" = - ]; then _dm=1; continue; fi
+    if [ -z "$_dI" ]; then if [ -O / ]; then _dI=$_du; else _dI=$(id -u); fi; fi
     if [ "$_du" != 0 ] && [ "$_du" != "$_dI" ]; then _dX="is owned by $_do (uid $_du)"
     elif [ $((0x$_df & 61440)) = 40960 ] || [ $((0x$_df & 18)) = 0 ]; then continue
     elif [ $((0x$_df & 512)) != 0 ] && [ "$_du" = 0 ] && [ "$_dn" != "$_dS" ] && [ "$_dn" != "$_dR" ]; then continue
@@ -63,11 +47,10 @@ _dk() {
     fi
     printf 'UNTRUSTED\t%s\t%s\n' "$_dn" "$_dX"; exit 73
   done
-  IFS=$_dJ; set +f; _dm=
+  IFS=$_dJ; set +f
   [ "$#" = 0 ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "changed while it was judged"; exit 73; }
 }
-_dI=; _dm=; _de "$@"
-[ -n "$_tX" ] || [ -n "$_tT" ] || _tX="$_tR was not there to judge"
+_dI=; _de "$@"
 if [ -z "$_dC" ] && [ -e "$_dS" ] && ! [ "$_dR" -ef "$_dS" ]; then printf 'UNTRUSTED\t%s\t%s\n' "$_dS" "resolves to a path that cannot be named"; exit 73; fi
 _dp=$_dS/runs; set --
 while [ -n "$_dp" ] && [ ! -d "$_dp" ] && [ ! -h "$_dp" ]; do set -- "$_dp" "$@"; _dp=${_dp%/*}; done
@@ -89,4 +72,3 @@ for _dp in runs lock; do
   fi
   [ -z "$_dX" ] || { printf 'UNTRUSTED\t%s\t%s\n' "$_dS/$_dp" "$_dX"; exit 73; }
 done
-if [ -z "$_tX" ]; then _dW=$_tR; else _dW=; fi

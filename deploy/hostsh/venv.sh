@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# Part of the interpreter trust check (deploy.checks.interpreter; check.sh, trust.sh).
+# Part of the interpreter trust check (deploy.checks.interpreter; check.sh).
 #
 # Before the caller's ``realpath``: ``_tP``, the interpreter (absolute), gives ``_tV`` — the
 # ``pyvenv.cfg`` Python would read (``_tP``'s directory, else the one above) — and ``_tH``, its

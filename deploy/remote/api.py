@@ -1,17 +1,12 @@
 """`Host`: what the engine and the steps may do on a host — the only door they know.
 
-`deploy.remote.host.RemoteHost` implements it over SSH, `deploy.remote.local.LocalHost` over
-local processes (both are the same code above a `deploy.remote.transport.Transport`). Layers
-above `deploy.remote` annotate with `Host`, never with a concrete class, so no paramiko or
-Fabric type leaks out of this package; the lock (`deploy.remote.lock.acquire`) takes any
-`Host` too.
-
-Lifecycle: a host does nothing until `open`; `close` ends its connection and every command
-still running on it. One thread per host.
-
-Costs to keep in mind (docs/performance.md): while the lock is held, `run` and every file call
-go to the lock's shell and its file helper; writes, records and directories are sent without
-waiting, and their failures surface at the next `flush` or command.
+`deploy.remote.host.RemoteHost` implements it (tests' `LocalHost` is a `RemoteHost` on local
+processes). Layers above `deploy.remote` annotate with `Host`, never a concrete class, so no
+paramiko or Fabric type leaks out. A host does nothing until `open`; `close` ends its
+connection and every command still running on it; one thread per host. While the lock is
+held, `run` and the file calls go to the lock's shell and its file helper; writes, records and
+directories are sent without waiting, and their failures surface at the next `flush` or
+command (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -31,11 +26,8 @@ if TYPE_CHECKING:
 
 
 class WriteOptions(TypedDict, total=False):
-    """How `Host.write_atomic` replaces a file; every key is optional (defaults in brackets).
-
-    Spelled once here so the protocol, `RemoteHost` and `deploy.remote.hostfiles.HostFiles`
-    pass one set of options through instead of repeating eight keywords each.
-    """
+    """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets),
+    spelled once for the protocol, `RemoteHost` and `deploy.remote.hostfiles.HostFiles`."""
 
     #: Owner, mode and xattrs to give the new file (undo: what the journal recorded) [the
     #: current target's, kept: setuid and capabilities included].

@@ -1,22 +1,19 @@
 """become: every host operation of a run as another user (root by default), through sudo.
 
-A run talks to a host through few doors: the lock's exec, whose shell then serves every
-command of the run (`deploy.remote.session`), the odd exec before the lock is held (``--check``
-takes no lock), and SFTP. Under become each door is opened through sudo, so whatever goes
-through it — reads, writes, state_dir, /proc, services — runs as ``become_user``:
+A run reaches a host through few doors: the lock's exec (whose shell then serves every
+command, `deploy.remote.session`), the odd exec before the lock (``--check`` takes none), and
+SFTP. Under become each is opened through sudo, so all that goes through it runs as
+``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER -- /bin/sh
+-c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
+the host's ``sftp-server`` started the same way, never the login user's subsystem.
 
-- an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER -- /bin/sh -c 'echo NONCE
-  >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part);
-- SFTP is the host's ``sftp-server`` started the same way (never the login user's SFTP
-  subsystem, which would read and write as the login user).
-
-The password: without one (no ``-K``, no ``become_password_env``) sudo is run with ``-n`` and
-must not ask (NOPASSWD); a sudo that would ask fails at once with one line instead of hanging.
-With one, ``sudo -S -p MARKER`` prints a random marker on stderr when it asks, and the password
-is sent on stdin then, once, never on a command line and never logged. A second marker means
-the password was refused. The nonce on stderr says sudo let the command start; anything sudo
-printed before it ("not in the sudoers file", "a password is required") is its refusal, which
-`refusal` turns into one line (`BecomeFailed`, exit 4: nothing was done on the host).
+Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n`` and must not
+ask (NOPASSWD): one that would fails at once, in one line, instead of hanging. With one,
+``sudo -S -p MARKER`` prints a random marker on stderr when it asks, and the password goes on
+stdin then, once, never on a command line or in a log; a second marker means it was refused.
+The nonce on stderr says sudo started the command; whatever sudo printed before it ("not in
+the sudoers file") is its refusal, which `refusal` turns into one line (`BecomeFailed`, exit
+4: nothing was done on the host).
 """
 
 from __future__ import annotations

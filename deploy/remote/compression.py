@@ -1,27 +1,22 @@
 """SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
 
 A run's traffic is text: the lock's command line carries the host programs (~38 KB of Python
-and shell), the host answers with the files the
-run reads (the SGLang model file is 29 KB), and a change run sends the new bytes, the saved
-copy and the journal records. On a fresh TCP connection the sender may have only 10 segments
-(~14 KB) unacknowledged, and the window doubles once per round trip: a 38 KB burst costs one
-round trip more than a 14 KB one on a real link (`bench/window.py`), which loopback never
-shows. zlib brings those bursts to a third (the lock's exec goes out as ~12.5 KB),
-under the initial window, for ~1 ms of CPU per 100 KB.
+and shell), the host answers with the files read (the SGLang model file is 29 KB), a change
+run sends the new bytes, the saved copy and journal records. A fresh TCP connection may have
+only 10 segments (~14 KB) in flight, doubling once per round trip, so a 38 KB burst costs one
+round trip more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it).
+zlib brings the lock's exec to ~12.5 KB, under that window, for ~1 ms of CPU per 100 KB.
 
-Only the delayed method is offered: compression starts after authentication, as OpenSSH
-has done since 7.4 (sshd's default ``Compression yes`` offers nothing else), so nothing an
-unauthenticated peer sends is decompressed. A server that offers no compression is used
-without it, as before. ``compression: false`` in the inventory offers none (a link where
-CPU matters more than bytes).
+Only the delayed method is offered (as OpenSSH since 7.4): nothing an unauthenticated peer
+sends is decompressed. A server offering no compression is used without it;
+``compression: false`` in the inventory offers none.
 
-What compression changes for security (attack review, issue 17): paramiko compresses each
-packet on its own (``Z_FULL_FLUSH``), so a packet's length can reveal only how its own content
-compresses; a file that mixes a secret with text someone else controls, rendered and written
-by one step, is the case where that is conceivable (CRIME-style), and ``compression: false``
-is the answer for such a host. The sudo password travels in a packet of its own. And a
-compromised host can send a packet that inflates ~1000-fold in the workstation's memory; it can
-already send unbounded data in a channel, so this adds no new kind of harm.
+Security (attack review, issue 17): paramiko compresses each packet on its own
+(``Z_FULL_FLUSH``), so a length can only reveal how that packet's content compresses — a
+CRIME-style risk only for a file that mixes a secret with text someone else controls, for
+which ``compression: false`` is the answer; the sudo password travels in a packet of its own.
+A compromised host's packet may inflate ~1000-fold, but it can already send unbounded data in
+a channel.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""`RemoteHost`: the only door to a host — run, read, stat, write atomically, lock.
+"""`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
-Lifecycle: ``RemoteHost(settings)`` does nothing; ``open()`` (or entering the ``with`` block)
-makes the one SSH connection used for the whole run; SFTP is opened lazily on first use and
-shared; ``close()`` releases the lock (if held) and the connection. Every method raises our own
-exceptions (`HostUnreachable` when the connection is lost), never paramiko's.
-
-Cost model (see docs/performance.md): an exec starts the user's login shell on the host
-(``.bashrc`` included, ~100 ms on some hosts), an SFTP request does not. So a run starts one
-login shell per host, the lock's, and runs its other commands in it (`deploy.remote.session`).
-This module is the connection and the commands; the file operations are its other half,
-`deploy.remote.hostfiles.HostFiles`, held by composition (``self.files``) and exposed here so
-that callers keep one door. `RemoteHost` implements `deploy.remote.api.Host`.
-
-The connection is a `deploy.remote.transport.Transport`, made by a *connector* (by default
-`deploy.remote.ssh.SshTransport.connect`); `deploy.remote.local.LocalHost` gives a local one,
-and everything in this class runs unchanged on it.
+``RemoteHost(settings)`` does nothing until ``open()`` (or ``with``) makes the run's one
+connection, a `deploy.remote.transport.Transport` from a *connector* (by default
+`deploy.remote.ssh.SshTransport.connect`; tests give a local one, and everything here runs
+unchanged on it). SFTP opens on first use. Every method raises our exceptions
+(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
+go to its shell (`deploy.remote.session`: one login shell per host per run); the file
+operations are `deploy.remote.hostfiles.HostFiles` (``self.files``), exposed here so callers
+keep one door.
 """
 
 from __future__ import annotations
@@ -30,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Unpack
 import paramiko
 
 from deploy import trace
-from deploy.checks.compile import ahead_lookup
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become, become_password, handshake, sftp_command
@@ -67,21 +59,14 @@ class RemoteHost:
         self._connector = connector or ssh_connector
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
-        #: The file operations (`deploy.remote.hostfiles`), exposed below as our own.
-        self.files = HostFiles(self)
-        #: While the lock is held, commands go to its shell instead of new execs (see
-        #: `deploy.remote.session`); set and cleared by `deploy.remote.lock`.
+        self.files = HostFiles(self)  # the file operations, exposed below as our own
+        #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.
         self.session: Session | None = None
-        #: Counts of round trips by kind, for the performance budget (docs/performance.md):
-        #: ``exec`` starts a login shell, ``cmd`` is a command run in the lock's shell.
-        #: ``call``: a request to the host's file helper (sent without waiting); ``wait``: a
-        #: time the client blocked for an answer — the round trips a real network charges.
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
-        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}  # see HostFiles
-        self.speculated: dict[str, tuple[int, bytes, str]] = {}  # see HostFiles
-        #: Set by `open` under become: every exec and SFTP goes through sudo
-        #: (`deploy.remote.become`).
-        self.become: Become | None = None
+        self.become: Become | None = None  # set by `open` under become
+        #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once.
+        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}
+        self.speculated: dict[str, tuple[int, bytes, str]] = {}
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
 
@@ -189,10 +174,8 @@ class RemoteHost:
     # -- commands -----------------------------------------------------------------------------
 
     def start(self, command: str) -> Channel:
-        """Start ``command`` on a new exec channel and return the channel (caller reads it).
-
-        Under become the command runs through sudo, and this returns once sudo has started
-        it (`deploy.remote.become.handshake`).
+        """Start ``command`` on a new exec channel and return it (the caller reads it); under
+        become through sudo, returning once sudo started it (`deploy.remote.become.handshake`).
 
         Raises:
             BecomeFailed: sudo refused.
@@ -223,13 +206,11 @@ class RemoteHost:
         stdin: bytes | None = None,
         check: bool = False,
     ) -> CommandResult:
-        """Run a shell command (already quoted by the caller) and collect its output.
-
-        While the lock is held the command runs in the lock's shell (no new login shell);
-        otherwise on a new exec channel. Either way it sees the same environment and umask.
-        On timeout the result says ``timed_out``: in the lock's shell ``timeout(1)`` stops the
-        command on the host; on an exec channel only the channel is closed, so callers that
-        need the remote process itself killed wrap the command in ``timeout(1)``.
+        """Run a shell command (already quoted by the caller) and collect its output: in the
+        lock's shell while it is held, else on a new exec channel, with the same environment
+        and umask either way. On timeout the result says ``timed_out``: in the lock's shell
+        ``timeout(1)`` stops the command on the host; on an exec only the channel is closed, so
+        callers that need the process itself killed wrap the command in ``timeout(1)``.
 
         Raises:
             RemoteCommandFailed: ``check`` is true and the command failed or timed out.
@@ -261,13 +242,7 @@ class RemoteHost:
         if self.session is None:
             return None
         log.debug("%s: $ (check) %s", self.name, command[:400])
-        lookup = ahead_lookup(command) if self.session.compiles_here else None
         try:
-            if lookup is not None and lookup["python"] in self.session.compiles_here:
-                # As in `_run_in_session`: the helper runs the interpreter's own compile
-                # check, here as a check the commit depends on (`fileagent._compile`).
-                args = {**lookup, "op": "compile", "check": True}
-                return self.session.call(args, check=True, timeout=max(1, round(timeout)))
             return self.session.send_run(command, timeout=timeout, check=True)
         except SessionLost as exc:
             raise self.lost(exc, f"sending {command[:60]!r}") from exc
@@ -276,17 +251,8 @@ class RemoteHost:
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
         assert self.session is not None
-        lookup = ahead_lookup(command) if self.session.compiles_here and not stdin else None
         log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
         try:
-            if lookup is not None and lookup["python"] in self.session.compiles_here:
-                # The cached compile check of the interpreter the file helper runs on: the
-                # helper runs it (no command, no interpreter start: `compile_here`).
-                call = self.session.call({**lookup, "op": "compile"})
-                self.session.wait(timeout)
-                answer = call.answer or {}
-                out, err = str(answer["stdout"]).encode(), str(answer["stderr"]).encode()
-                return int(answer["status"]), out, err, False
             self.ops["cmd"] += 1
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
         except (CallFailed, NoHelper, SessionLost) as exc:

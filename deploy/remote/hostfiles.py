@@ -1,18 +1,13 @@
-"""The file half of `RemoteHost`: stat, fetch, read, write atomically, append, list, remove.
+"""The file half of `RemoteHost` (``remote.files``, exposed by it): stat, fetch, read, write
+atomically, append, list, remove. What it needs of its host is the small `FileLink` protocol.
 
-`RemoteHost` holds one `HostFiles` (composition: ``remote.files``) and exposes its calls, so
-callers keep one door (``remote.write_atomic(...)``) while commands and files live in two
-modules. What `HostFiles` needs from its host — the lock's shell, the round-trip counters,
-the SFTP client — is the small `FileLink` protocol.
-
-While the lock is held (every run), files are read and written by the host-side helper
-(`deploy.hostpy.fileagent`, started once per run in the lock's shell) through file
-descriptors: no check by path followed by a change by path, which another user who can write
-in the directory could redirect with a symlink (issue 14). Writes, saved copies and journal
-records are sent without waiting (the helper serves them in order, so an intent is fsynced
-before the change it announces); the run waits for their answers once, at `flush` — at commit,
-or with the next command (`deploy.remote.session`). Without the lock (tools that only look),
-the same calls fall back to SFTP (`deploy.remote.sftpfiles`).
+While the lock is held (every run), files go through the host's file helper
+(`deploy.hostpy.fileagent`, started in the lock's shell) by file descriptor, never a check by
+path followed by a change by path, which a symlink could redirect (issue 14; `FILES_RULE`).
+Writes, saved copies and journal records are sent without waiting and served in order (an
+intent is fsynced before the change it announces); the run waits once, at `flush` or the next
+command. Without the lock (tools that only look) the same calls use SFTP
+(`deploy.remote.sftpfiles`).
 """
 
 from __future__ import annotations
@@ -23,14 +18,13 @@ import shlex
 import stat as statmod
 from typing import Any, Protocol, Unpack
 
-from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.errors import PermissionDenied, StepFailed
 from deploy.remote.api import WriteOptions
-from deploy.remote.become import Become
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.hostprogram import program
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
-from deploy.remote.sftpfiles import SftpFiles
+from deploy.remote.sftpfiles import SftpFiles, SftpLink
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's
 #: operations are `deploy.hostpy.fileagent_ops`).
@@ -56,8 +50,6 @@ in that directory would get, then the mode deploy asks for.
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
 HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
-#: What the lock's shell runs to start it (`deploy.hostpy.helperboot`).
-HELPER_BOOT = program("helperboot")
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
@@ -80,29 +72,14 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
     return info, call.payload if answer.get("content") else None
 
 
-class FileLink(Protocol):
-    """What `HostFiles` uses of its host (`RemoteHost` provides it)."""
+class FileLink(SftpLink, Protocol):
+    """What `HostFiles` uses of its host (`RemoteHost` provides it): `SftpLink`'s, and more."""
 
-    name: str
-    #: Round trips by kind (see `RemoteHost`).
-    ops: dict[str, int]
     #: The lock's shell while the lock is held, else None (then: SFTP).
     session: Session | None
-    #: Set under become (`deploy.remote.become`); names who a refusal concerns.
-    become: Become | None
     #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
     #: each answered once by `fetch`; a write or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
-
-    @property
-    def acting_user(self) -> str: ...
-
-    @property
-    def sftp(self) -> Any: ...
-
-    def connected(self) -> bool: ...
-
-    def lost(self, exc: BaseException, doing: str) -> HostUnreachable: ...
 
     def exec_collect(
         self, command: str, stdin: bytes | None, timeout: float | None
@@ -140,10 +117,15 @@ class HostFiles:
         return self.sftp.stat(path)
 
     def _call(self, args: dict[str, Any], payload: bytes = b"", *, wait: bool, doing: str) -> Call:
-        """Send one request to the helper; with ``wait``, collect it (and all before it)."""
+        """Send one request to the helper; with ``wait``, collect it (and all before it).
+
+        Raises:
+            StepFailed: the lock is not held: only its helper writes (nothing over SFTP).
+        """
         session = self.link.session
-        assert session is not None
         path = str(args.get("path", ""))
+        if session is None:
+            raise StepFailed(f"{self.link.name}: {doing} {path} needs the host's lock")
         try:
             call = session.call(args, payload)
             if wait:
@@ -238,24 +220,18 @@ class HostFiles:
         data: bytes,
         **options: Unpack[WriteOptions],
     ) -> Call | None:
-        """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
-
-        Through the helper (`deploy.hostpy.fileagent.write`): an ``O_EXCL`` temp file in the
-        target's directory, then owner, mode and xattrs — those given (undo: what the journal
-        recorded), else the current target's (kept, setuid and capabilities included) — then
-        fsync, rename and the directory's fsync. ``expect_sha256``: refuse when the target no
-        longer holds what was read (a lost update otherwise). A directory others can write in
-        and a hard-linked target are refused unless ``unsafe_dir`` / ``hardlinks="allow"``.
+        """Replace ``path`` with ``data`` so that no reader ever sees a partial file, through
+        the helper (`FILES_RULE`; `deploy.hostpy.fileagent_ops.write`): owner, mode and xattrs
+        are those given (undo: what the journal recorded), else the current target's.
+        ``expect_sha256``: refuse when the target no longer holds what was read (a lost
+        update otherwise).
 
         Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
-        command), and nothing sent after it happens on the host. Returns the request (None
-        over SFTP): a failed answer means the target was not touched.
+        command), and nothing sent after it happens on the host. Returns the request: a failed
+        answer means the target was not touched. Only under the lock (as every write here).
         """
         mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
         self.link.prefetched.pop(path, None)
-        if self.link.session is None:
-            self.sftp.write_atomic(path, data, mode=mode, uid=uid, gid=gid)
-            return None
         args: dict[str, Any] = {"op": "write", "path": path}
         if mode is not None:
             meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
@@ -278,42 +254,29 @@ class HostFiles:
         where a loader that globs the directory may pick it up. Undo calls this: the host's
         lock is held, so no other run of ours can be writing there. Returns the names removed.
         """
-        if self.link.session is not None:
-            call = self._call({"op": "remove_temps", "path": path}, wait=True, doing="cleaning")
-            return [str(name) for name in (call.answer or {}).get("removed", [])]
-        return self.sftp.remove_temp_leftovers(path)
+        call = self._call({"op": "remove_temps", "path": path}, wait=True, doing="cleaning")
+        return [str(name) for name in (call.answer or {}).get("removed", [])]
 
     def remove(self, path: str) -> None:
         """Unlink ``path`` (a missing one is fine); waits for the answer."""
         self.link.prefetched.pop(path, None)
-        if self.link.session is not None:
-            self._call({"op": "remove", "path": path}, wait=True, doing="removing")
-            return
-        self.sftp.remove(path)
+        self._call({"op": "remove", "path": path}, wait=True, doing="removing")
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
         """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
 
         Sent without waiting: the helper appends (and fsyncs) before it serves the request
         that follows, so a durable intent precedes its change on the host's disk whatever the
-        client does next. Without the lock: SFTP open, write (fsync), close. Returns the
-        request, whose answer says later whether the host appended it (`Journal.settle`).
+        client does next. Returns the request, whose answer says later whether the host
+        appended it (`Journal.settle`).
         """
-        if self.link.session is not None:
-            args = {"op": "append", "path": path, "durable": durable}
-            return self._call(args, data, wait=False, doing="appending to")
-        self.sftp.append_file(path, data, durable=durable)
-        return None
+        args = {"op": "append", "path": path, "durable": durable}
+        return self._call(args, data, wait=False, doing="appending to")
 
     def mkdir(self, path: str, mode: int = 0o700) -> None:
-        """Create one directory level (its parent must exist); an existing one is fine.
-
-        Sent without waiting while the lock is held (a failure surfaces at `flush`).
-        """
-        if self.link.session is not None:
-            self._call({"op": "mkdir", "path": path, "mode": mode}, wait=False, doing="creating")
-            return
-        self.sftp.mkdir(path, mode)
+        """Create one directory level (its parent must exist; an existing one is fine), sent
+        without waiting (a failure surfaces at `flush`)."""
+        self._call({"op": "mkdir", "path": path, "mode": mode}, wait=False, doing="creating")
 
     def listdir(self, path: str) -> list[str]:
         """Sorted names in ``path`` (SFTP; a missing directory is empty)."""

@@ -1,17 +1,13 @@
-"""Programs that run ON THE HOST, each sent as the text of one ``python3 -I -S -c`` program.
+"""Programs that run ON THE HOST (`deploy.hostpy`), each sent as the text of one
+``python3 -I -S -c`` program: the host has no `deploy` package.
 
-The host has no `deploy` package, so what runs there (the file helper,
-`deploy.hostpy.fileagent`; the process agent, `deploy.hostpy.agent`; the gate's load
-generator, `deploy.hostpy.loadgen`) must arrive as one
-self-contained program. Kept under ~400 lines a file, such a program is a main module plus
-parts it imports: in the main module, the import of a part follows the comment line
-`PART_MARKER`. On the workstation (unit tests, mypy) that is an ordinary import; `program`
-puts the part's text in its place, so the host runs the same names from one program text,
-standard library only. A part must not import `deploy` itself, except its own parts the same
-way, and must have no ``if __name__ == "__main__"`` block: under ``-c`` that would run.
-
-The text is sent as written, docstrings and comments included: stripping them to code saved
-~4.5 kB a run after compression and no round trip (docs/performance.md, "Ablation").
+Kept under ~400 lines a file, such a program is a main module plus parts: in the main module
+the import of a part follows the comment line `PART_MARKER`. On the workstation (unit tests,
+mypy) that is an ordinary import; `program` puts the part's text in its place, so the host
+runs the same names, standard library only. A part imports no `deploy` module but its own
+parts, the same way, and has no ``if __name__ == "__main__"`` block (under ``-c`` it would
+run). The text goes as written, docstrings included: stripping them saved ~4.5 kB a run after
+compression and no round trip (docs/performance.md, "Ablation").
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1] / "hostpy"
-#: The programs that run on hosts.
-NAMES = ("agent", "fileagent", "helperboot", "loadgen")
 #: The comment line that marks the next import as a part to inline.
 PART_MARKER = "# host-program: part (deploy.remote.hostprogram)"
 _PART = re.compile(

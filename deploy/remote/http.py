@@ -3,7 +3,7 @@
 Health and load checks never need the server exposed to the network, nor an extra exec per
 request: each request is one TCP stream the transport opens as seen from the host
 (`Transport.open_stream`: a direct-tcpip channel on the SSH connection we already have, or a
-local socket for `deploy.remote.local`). Callers use `Host.http`. A refused
+local socket in the tests). Callers use `Host.http`. A refused
 connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`, which
 callers treat as "not yet".
 """

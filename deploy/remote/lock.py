@@ -1,25 +1,20 @@
 """The per-host lock: ``state_dir/lock``, held with flock(1) by a process tied to our session.
 
-One exec both takes the lock and reports what the engine must know before doing anything: the
-state records of every run kept on the host (``deploy/hostsh/scan.sh``, so
-unfinished runs are found without further round trips), and the status and bytes of the files the run's leading file steps will read
-(``prefetch``: no round trip of their own). The flock is held by that shell, which then serves
-the run's commands over the same channel (`deploy.remote.session`: one login shell per host per
-run) until its stdin ends — so the lock is released by the kernel the moment our SSH session
-ends, cleanly or because the workstation died. A lock can therefore never be left behind by a
-dead run (a command still running when the connection dropped keeps it until that command
-ends); the holder's description stays in the file for the next run to report.
+One exec takes the lock and reports what the engine needs first: every run kept on the host
+(``deploy/hostsh/scan.sh``: unfinished runs found with no round trip more) and the status and
+bytes of the files the leading file steps read (``prefetch``). The shell holding the flock then
+serves the run's commands on the same channel (`deploy.remote.session`) until its stdin ends,
+so the kernel frees the lock the moment our SSH session ends, cleanly or not: no dead run
+leaves it behind (a command still running keeps it until it ends), and the holder's
+description stays in the file for the next run to report. A run finding it held waits up to a
+second (the last run may still be ending its shell) before it reports the holder.
 
-Round trips: taking the lock waits for the channel's open and the lock's answer, which brings
-the prefetched files and the speculated commands sent with it; releasing it waits for nothing
-(`HostLock.release`). What is sent ahead travels in the exec's command line, not on stdin:
-OpenSSH's sshd opens a session channel with a zero window and grants one only with the exec's
-reply, so stdin would wait a round trip more (``$_dZ`` in ``deploy/hostsh/loop.sh``).
-Only paths and check code travel so (`CARRIED_OPS`): other users of the host can read a
-command line (``ps``), so while a run holds the lock they can see which files it reads
-first, never their contents.
-A run finding the lock held waits up to a second for it (a run that has just released it is
-still ending its shell) before it reports the holder.
+Round trips: taking it waits for the channel's open and the lock's answer, which brings the
+prefetched files and the commands sent ahead; releasing waits for nothing. What is sent ahead
+travels in the exec's command line: sshd opens a session channel with a zero window and
+grants one only with the exec's reply, so stdin would cost a round trip more (``$_dZ`` in
+``deploy/hostsh/loop.sh``). Any user of the host can read a command line, so only paths and
+check code travel so (`CARRIED_OPS`), never contents.
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from typing import Any
 import paramiko
 
 from deploy import hostsh, trace
-from deploy.checks.compile import AHEAD_VARIABLE, ahead_answer, ahead_lookup
+from deploy.checks.compile import AHEAD_VARIABLE
 from deploy.errors import (
     HostUnreachable,
     LockHeld,
@@ -46,7 +41,7 @@ from deploy.errors import (
 )
 from deploy.remote.api import Host
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE, fetch_answer
+from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
 from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel, rest_after_exit
@@ -54,37 +49,18 @@ from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
 
 
-def lock_script(
-    state_dir: str,
-    holder: str,
-    *,
-    python: str = "",
-    ahead: str = "",
-    agent: str = "",
-    boot: str = "",
-) -> str:
+def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = "") -> str:
     """The lock's exec: ``deploy/hostsh/lock.sh`` (its trust check, scan and loop in place)
-    after the quoted assignments of what varies: state_dir, the holder's JSON, the compile
-    check's interpreter (``python``, may be empty), the requests carried in the command line
-    (``ahead``, may be empty) and the file helper's source and boot program."""
-    return hostsh.program(
-        "lock.sh",
-        {
-            "_dS": state_dir,
-            "_dA": agent,
-            "_dB": boot,
-            "_dW": python,
-            "_dH": holder,
-            "_dZ": ahead,
-        },
-    )
+    after the quoted assignments of what varies: state_dir, the holder's JSON, the requests
+    carried in the command line (``ahead``, may be empty) and the file helper's source."""
+    return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
 #: What may travel in the lock's command line, which any local user of the host can read
 #: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
 #: reads first and the code of its compile checks, never data (a write's bytes, a journal
 #: record, a service's environment). Anything else held for the lock goes on stdin.
-CARRIED_OPS = frozenset({"read", "compiled"})
+CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
 #: argument at 128 KiB (MAX_ARG_STRLEN) and the script is one (``$SHELL -c``; under become,
@@ -114,10 +90,8 @@ def _carried(script: str) -> bool:
 
 @dataclass
 class HostLock:
-    """A held lock; ``release()`` (or closing the connection) frees it.
-
-    While it is held, the remote's commands run in its shell (`RemoteHost.session`).
-    """
+    """A held lock; ``release()`` (or closing the connection) frees it. While it is held, the
+    remote's commands run in its shell (`RemoteHost.session`)."""
 
     remote: Host
     channel: Channel
@@ -129,12 +103,11 @@ class HostLock:
     def release(self) -> None:
         """End the command loop (EOF on its stdin) and close the channel, without waiting.
 
-        The run's outcome is already durable when this is called (a run waits for its
-        answers at commit; anything still pending is waited for here), so the shell's exit
-        status would tell nothing: waiting for it cost one round trip per host (issue 17).
-        The shell exits on the EOF, and the kernel frees the flock with it, a moment after
-        this returns; a run that takes the lock right away waits for that moment
-        (``flock -w 1`` in the lock script) rather than reporting it held.
+        The run's outcome is durable by now (a run waits for its answers at commit; anything
+        still pending is waited for here), so the shell's exit status would tell nothing, and
+        waiting for it cost a round trip per host (issue 17). The kernel frees the flock as the
+        shell exits on the EOF; a run taking the lock right away waits for that (``flock -w
+        1``) rather than reporting it held.
         """
         session = self.remote.session
         if session is not None and session.channel is self.channel:
@@ -187,17 +160,12 @@ def acquire(
 ) -> HostLock:
     """Take ``state_dir/lock`` on the host, or raise `LockHeld` naming the holder.
 
-    ``speculate``: commands whose answers the run may use if nothing changed first (the
-    compile check of a file the run may leave as it is: `RemoteHost.speculated`), run after
-    the prefetch in the same round trip, with the shell variable
-    `deploy.checks.compile.AHEAD_VARIABLE` set: a command may then answer from what is
-    recorded only, rather than do work a change run would throw away. A cached compile check
-    of an absolute interpreter is looked up by the file helper instead, with no process
-    (`deploy.checks.compile.ahead_lookup`); only a record found counts as its answer.
-
-    ``prefetch``: files the run will read. Their reads are sent to the host's file helper
-    with the lock's exec (served once the lock is held), and their status and bytes kept for
-    `RemoteHost.fetch`, so reading them costs no round trip of its own.
+    ``prefetch``: files the run will read, sent to the file helper with the lock's exec and
+    kept for `RemoteHost.fetch`: no round trip of their own. ``speculate``: commands whose
+    answers the run may use if nothing changed first (the compile check of a file it may leave
+    as it is), run after them in the same round trip with
+    `deploy.checks.compile.AHEAD_VARIABLE` set, so that a command may answer from what is
+    recorded only rather than do work a change run would throw away.
 
     Raises:
         LockHeld: another run holds the lock (nothing was changed).
@@ -205,22 +173,13 @@ def acquire(
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
     paths = list(dict.fromkeys(prefetch))
-    lookups = {command: ahead_lookup(command) for command in speculate}
-    pythons = [lookup["python"] for lookup in lookups.values() if lookup]
     # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
     # lock discards them unread), so reading costs no round trip of its own.
     session = Session(None, remote.ops)
     calls = [session.call({"op": "read", "path": path}) for path in paths]
-    # A cached compile check sent ahead only looks its record up: the file helper does that
-    # with no process of its own (`ahead_lookup`); anything else runs in the shell.
     ahead = [
-        (
-            command,
-            session.call(lookup)
-            if lookup
-            else session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120),
-        )
-        for command, lookup in lookups.items()
+        (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
+        for command in dict.fromkeys(speculate)
     ]
     held = session.held()
 
@@ -228,10 +187,8 @@ def acquire(
         return lock_script(
             state_dir,
             json.dumps(holder, sort_keys=True),
-            python=pythons[0] if pythons else "",
             ahead=ahead,
             agent=HELPER_SOURCE,
-            boot=HELPER_BOOT,
         )
 
     # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
@@ -291,7 +248,7 @@ def acquire(
         remote.session = session
         remote.keep_read_ahead(
             _prefetched(remote, session, paths, calls, timeout),
-            _ran_ahead(session, ahead),
+            _ran_ahead(ahead),
         )
         return HostLock(remote, channel, previous, runs)
     channel.close()
@@ -336,26 +293,13 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     return None
 
 
-def _ran_ahead(
-    session: Session, ahead: list[tuple[str, Call]]
-) -> dict[str, tuple[int, bytes, str]]:
-    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered; a
-    compile record looked up by the helper counts only when it was found. An interpreter the
-    helper found to be its own is noted on the session (`Session.compiles_here`)."""
-    answers: dict[str, tuple[int, bytes, str]] = {}
-    for command, call in ahead:
-        answer = call.answer or {}
-        if not call.ok:
-            continue
-        if not call.command:
-            if answer.get("here") is True:
-                session.compiles_here.add(str(call.args["python"]))
-            found = ahead_answer(answer)
-            if found is not None:
-                answers[command] = found
-            continue
-        answers[command] = (int(answer["status"]), call.payload, str(answer["stderr"]))
-    return answers
+def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
+    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered."""
+    return {
+        command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
+        for command, call in ahead
+        if call.ok and call.answer is not None
+    }
 
 
 def _prefetched(

@@ -1,32 +1,27 @@
 """Commands over the lock's channel: one login shell per host per run, however many commands.
 
-Every exec starts the user's login shell on the host (``.bashrc`` included: ~60-100 ms where it
-runs ``pyenv init``, and CPU the host's other work competes for). The lock already needs one
-such shell for the whole run — it holds the flock — so after taking the lock that shell becomes
-a small command loop (``deploy/hostsh/loop.sh``) and every later command of the run is sent to
-it instead of to a new exec: the compile check, the service agent, systemctl. A run then pays
-one login shell per host, the same as the bare ``connect + true`` floor in docs/performance.md.
+Every exec starts the user's login shell (``.bashrc`` included: ~60-100 ms where it runs
+``pyenv init``, and host CPU). The lock needs one such shell for the whole run anyway (it holds
+the flock), so once the lock is held that shell becomes a command loop
+(``deploy/hostsh/loop.sh``) and every later command goes to it — the compile check, the
+service agent, systemctl: the same one login shell as the bare ``connect + true`` floor.
 
-The protocol is framed by lengths, so a command's code, stdin and output may hold any bytes:
+The protocol is framed by lengths, so code, stdin and output may hold any bytes:
 
-- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n`` then the code, then
-  stdin, then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has
-  no ``END`` and is never run, even if its code arrived whole.
-- host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n`` then stdout, then stderr.
-- ``CHECK`` instead of ``RUN``: the same command, whose exit status is also a verdict — a
-  status other than 0 fails the session as a failed helper request does, so every request and
-  command sent after it is skipped until ``CLEAR``. A commit record sent behind the checks of a
-  run is therefore written only if they all passed, and the client waits once for all of it
-  (`deploy.engine.verdicts`).
+- client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n``, the code, stdin,
+  then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has no
+  ``END`` and is never run, even if its code arrived whole.
+- host → client: ``DONE <exit status> <stdout bytes> <stderr bytes>\\n``, stdout, stderr.
+- ``CHECK`` instead of ``RUN``: an exit status other than 0 fails the session as a failed
+  helper request does, so everything sent after it is skipped until ``CLEAR``: a commit
+  record sent behind a run's checks is written only if they all passed, and the client waits
+  once for all of it (`deploy.engine.verdicts`).
 
-Each command runs the way an exec would run it: in a subshell of the user's shell (its
-environment from ``.bashrc`` included), in the home directory, with the umask the login shell
-had (the lock script's own ``umask 077`` is for its state files only), stdin from the bytes
-sent, and with the lock's file descriptor closed — a server started by a command must never
-hold the host's lock after the run. With a timeout the host bounds the command itself with
-``timeout(1)`` (exit 124, as a timed-out exec would be reported), and the client waits a grace
-period beyond it; a host that does not answer then is treated as lost, because the loop's
-framing can no longer be trusted.
+A command runs as an exec would: in a subshell of the user's shell, in the home directory,
+with the login shell's umask (the lock script's ``umask 077`` is for its own files), and
+without the lock's fd — a server a command starts must never hold the lock after the run. A
+timeout bounds it on the host with ``timeout(1)`` (exit 124) and the client waits `GRACE`
+beyond; a host silent after that is lost, since the loop's framing can no longer be trusted.
 """
 
 from __future__ import annotations
@@ -48,13 +43,12 @@ GRACE = 15.0
 
 
 class Session:
-    """The client side of `LOOP`, on the channel that holds the host's lock.
-
-    Not thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
+    """The client side of ``loop.sh``, on the channel that holds the host's lock; not
+    thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
     answered in order; `wait` collects every answer due in one round trip, and a command
-    (`run`) collects them with its own. After a failed request the host skips every later
-    request and command until the client has seen the failure (`wait` sends ``CLEAR``): what
-    was sent after a failed write — its ``done`` record, a restart — never happens.
+    (`run`) collects them with its own. After a failed request the host skips everything
+    until the client saw it (`wait` sends ``CLEAR``): what was sent after a failed write — its
+    ``done`` record, a restart — never happens.
     """
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
@@ -71,9 +65,6 @@ class Session:
         #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
-        #: Interpreters the host's file helper runs on itself (learnt with the lock's answer):
-        #: their compile checks are run by the helper (`deploy.remote.host`, issue 17).
-        self.compiles_here: set[str] = set()
 
     @property
     def channel(self) -> Channel:
@@ -92,43 +83,32 @@ class Session:
         self._channel = channel
 
     def _send(self, data: bytes | memoryview) -> None:
+        """Send (or hold) ``data``; a failure breaks the session: its framing is lost.
+
+        Large frames go as a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet
+        (32 KiB) per turn, and a bytes slice copies the rest each time (a 100 MB write copied
+        ~160 GB; tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s).
+        """
+        if self.broken:
+            raise SessionLost("the session was lost earlier in this run")
         if self._channel is None:
             self._held += data
-        else:
+            return
+        try:
             self._channel.sendall(data)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.broken = True
+            raise SessionLost(str(exc) or type(exc).__name__) from exc
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    def call(
-        self,
-        args: dict[str, Any],
-        payload: bytes = b"",
-        *,
-        check: bool = False,
-        timeout: float | None = None,
-    ) -> Call:
-        """Send one request to the host's file helper; do not wait for its answer.
-
-        ``check``: a request whose answer carries a command's ``status`` (the helper's
-        ``compile``) and that the helper treats as a ``CHECK`` (``args["check"]``): a status
-        other than 0 skips what follows. ``timeout``: its time limit, as `send_run`'s.
-        """
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
+    def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
+        """Send one request to the host's file helper; do not wait for its answer."""
         head = json.dumps(args, sort_keys=True).encode()
-        call = Call(args, check=check, timeout=timeout)
-        try:
-            frame = b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload
-            # a memoryview: paramiko's sendall loops ``s = s[sent:]``, one packet (32 KiB) per
-            # turn, and a bytes slice copies the rest each time (a 100 MB write copied ~160 GB;
-            # tests/faults/test_hostile.py's 100 MB round trip timed out at 300 s). A view's
-            # slice copies nothing, and paramiko packs any buffer as is.
-            self._send(memoryview(frame))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._send(memoryview(b"CALL %d %d 0\n" % (len(head), len(payload)) + head + payload))
+        call = Call(args)
         self._pending.append(call)
         self.ops["call"] = self.ops.get("call", 0) + 1
         return call
@@ -139,16 +119,10 @@ class Session:
         ``check``: send it as a ``CHECK`` — if it exits other than 0, the host skips every
         request and command sent after it, as after a failed request (module docstring).
         """
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
         code = command.encode()
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
-        try:
-            self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
         call = Call({"run": command}, command=True, check=check, timeout=seconds)
         self._pending.append(call)
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
@@ -235,12 +209,7 @@ class Session:
     def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
-        parts = header.split()
-        if len(parts) != 4 or parts[0] != b"DONE":
-            raise SessionLost(f"unexpected answer {header[:80]!r}")
-        status, out_len, err_len = (int(p) for p in parts[1:])
-        call.payload = self._read_exactly(out_len, deadline)
-        err = self._read_exactly(err_len, deadline)
+        status, call.payload, err = self._done(header, deadline)
         answer: dict[str, Any] = {
             "ok": True,
             "status": status,
@@ -250,13 +219,17 @@ class Session:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer
 
+    def _done(self, header: bytes, deadline: float | None) -> tuple[int, bytes, bytes]:
+        """A command's ``DONE`` line and what follows it: (exit status, stdout, stderr)."""
+        parts = header.split()
+        if len(parts) != 4 or parts[0] != b"DONE":
+            raise SessionLost(f"unexpected answer {header[:80]!r}")
+        status, out_len, err_len = (int(p) for p in parts[1:])
+        return status, self._read_exactly(out_len, deadline), self._read_exactly(err_len, deadline)
+
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
-        try:
-            self._send(b"CLEAR 0 0 0\n")
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+        self._send(b"CLEAR 0 0 0\n")
 
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None
@@ -269,19 +242,12 @@ class Session:
             CallFailed: an earlier request failed; the command was not run.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
         """
-        if self.broken:
-            raise SessionLost("the session was lost earlier in this run")
         code = command.encode()
         seconds = 0 if timeout is None else max(1, round(timeout))
         began = time.monotonic()
+        head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
+        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        try:
-            head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
-            frame = b"".join((head, code, stdin, b"END\n"))  # one copy of a large stdin
-            self._send(memoryview(frame))  # a view: see `call`
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
         deadline = None if timeout is None else began + seconds + GRACE
         earlier: CallFailed | NoHelper | None = None
         try:
@@ -298,12 +264,7 @@ class Session:
                 raise earlier
             if earlier is not None:  # the failure came after CLEAR's race: cannot happen
                 raise earlier
-            parts = header.split()
-            if len(parts) != 4 or parts[0] != b"DONE":
-                raise SessionLost(f"unexpected answer {header[:80]!r}")
-            status, out_len, err_len = (int(p) for p in parts[1:])
-            out = self._read_exactly(out_len, deadline)
-            err = self._read_exactly(err_len, deadline)
+            status, out, err = self._done(header, deadline)
         except SessionLost:
             self.broken = True
             raise
@@ -317,7 +278,7 @@ class Session:
         return status, out, err, timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (a helper start that fell back, a traceback, a warning)
+        # The lock shell's own stderr (the helper's traceback or warning, say)
         # is no answer's: it is read away, since bytes left in it keep the channel's pipe
         # readable and the select below would return at once, every wait spinning.
         while self.channel.recv_stderr_ready():

@@ -1,21 +1,15 @@
 """The transport under `RemoteHost`: exec channels and TCP streams, whatever carries them.
 
-Why the seam is here and not at the `Host` level. Everything deploy does on a host is built
-from two primitives: start a command with stdin/stdout/stderr and an exit status (the lock's
-shell, the session loop and the file helper all ride on one such channel), and open a TCP
-stream to a port on the host's loopback (health and load checks). httpx draws its line at the
-same height (``BaseTransport`` and a ``MockTransport``): the client logic above stays real.
-Faking at the `Host` level instead would mean a second implementation of the lock's shell, the
-session framing and the fd-based file helper — and fast tests of a reimplementation prove
-nothing about the code a real host runs. With the seam here, `deploy.remote.local`'s
-`LocalTransport` runs the very same lock script, ``deploy/hostsh/loop.sh`` and
-`deploy.hostpy.fileagent` in local processes; only SSH itself (authentication, host keys,
-direct-tcpip, sudo over a pty-less channel) is left to the integration suite.
-
-Two implementations: `deploy.remote.ssh.SshTransport` (paramiko, through Fabric) and
-`deploy.remote.local.LocalTransport` (subprocesses and sockets on this machine). Both raise
-`OSError` (or paramiko's errors, inside `deploy.remote` only) for a failed channel; callers in
-`deploy.remote` translate them into `deploy.errors` classes.
+The seam sits here, not at `Host`, because everything deploy does on a host is built from two
+primitives: a command with stdin/stdout/stderr and an exit status (the lock's shell, the
+session loop and the file helper ride on one) and a TCP stream to the host's loopback (health
+and load checks). Faking `Host` would take a second lock script, session framing and file
+helper, and fast tests of a reimplementation prove nothing; with the seam here (where httpx's
+``BaseTransport`` draws it too), `tests.unit.local_host.LocalTransport` runs the very same
+programs in local processes, and only SSH itself (authentication, host keys, direct-tcpip,
+sudo) is left to the integration suite. The product's implementation is
+`deploy.remote.ssh.SshTransport`. Failures are `OSError` (or paramiko's, inside
+`deploy.remote` only), which callers in `deploy.remote` turn into `deploy.errors` classes.
 """
 
 from __future__ import annotations
@@ -45,8 +39,6 @@ class Channel(Protocol):
 
     def sendall(self, data: bytes | memoryview) -> None: ...
 
-    def send(self, data: bytes | memoryview) -> int: ...
-
     def recv(self, nbytes: int) -> bytes: ...
 
     def recv_stderr(self, nbytes: int) -> bytes: ...
@@ -69,13 +61,12 @@ class Channel(Protocol):
 def rest_after_exit(channel: Channel, within: float = AFTER_EXIT) -> tuple[bytes, bytes]:
     """What a command still sends after its exit status arrived: (stdout, stderr), to the EOF.
 
-    OpenSSH sends the exit status as soon as the command exits, and the rest of the output
-    after it when the pipe still held some (its session.c keeps reading: "there could be some
-    more data waiting in the pipe"); only the EOF comes after the last byte. So a reader that
-    stops at the exit status can lose the end of the output: `deploy status` lost its
-    script's last line so, under load. A command that left a background process holding its
-    output never sends the EOF: after ``within`` seconds what came is all there is. Both
-    streams end at the one EOF, so stderr is complete when stdout is.
+    OpenSSH sends the exit status as soon as the command exits and the rest of the pipe's
+    output after it ("there could be some more data waiting in the pipe", session.c); only the
+    EOF comes after the last byte, so a reader stopping at the exit status can lose the end
+    (`deploy status` lost its script's last line so, under load). A background process holding
+    the output never lets the EOF come: after ``within`` seconds what came is all there is.
+    Both streams end at the one EOF, so stderr is complete when stdout is.
     """
     out = bytearray()
     deadline = time.monotonic() + within
@@ -109,11 +100,8 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    """One open connection to a host: the only thing `RemoteHost` needs from SSH.
-
-    Lifecycle: made open by its opener (`deploy.remote.ssh.connect`, `LocalTransport()`),
-    used by one thread, ended by `close`.
-    """
+    """One open connection to a host, made open by `deploy.remote.ssh.SshTransport.connect`,
+    used by one thread, ended by `close`: the only thing `RemoteHost` needs from SSH."""
 
     #: Who the commands run as (the SSH login user; this machine's user locally).
     user: str

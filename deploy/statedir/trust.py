@@ -1,9 +1,6 @@
-"""Whether state_dir, and the interpreter the file helper will run on as root, can be trusted.
-
-The lock's own exec judges them first, before it reads or writes anything in state_dir
-(`deploy.remote.lock`): ``deploy/hostsh/trust.sh`` is that shell program, `TRUST_RULE` the rule
-it enforces in the words docs/operations.md shows. The interpreter's half of the judgement is
-`deploy.checks.interpreter` (its parts ``venv.sh``, ``paths.sh`` and ``judge.sh`` run inside it).
+"""Whether state_dir can be trusted: the lock's own exec judges it first, before it reads or
+writes anything there (`deploy.remote.lock`). ``deploy/hostsh/trust.sh`` is that shell
+program, `TRUST_RULE` the rule it enforces in the words docs/operations.md shows.
 """
 
 #: How state_dir is trusted (docs/operations.md shows this text).

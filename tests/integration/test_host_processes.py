@@ -45,13 +45,19 @@ from tests.integration.conftest import Deploy, KimiHost, open_remote
 #: (``stat``, ``mkdir``) exec'ing their program instead of forking it from a subshell, and
 #: by one ``mkdir`` for every missing level (each level still made on its own, parent first,
 #: never ``-p``): the count no longer depends on how many levels are missing.
-CHANGE_RUN_PROCESSES = 12
+#: 12 -> 31 (issue 33): the file helper's compile lookup and its compile in place (18 -> 11
+#: and ~10 of 47 -> 28 above) were removed by the ablation (~16 ms of the host's CPU a change
+#: run, 4.2 % of a loopback run, no round trip: docs/performance.md, "Ablation"); both checks
+#: are commands of the lock's shell again, and the helper runs on python3 (no fallback).
+CHANGE_RUN_PROCESSES = 31
 #: The same playbook again, nothing to change. 31 -> 9 (issue 17), as above; 9 -> 10: the
 #: helper is started by a subshell that can start it on python3 instead if the compile
 #: check's interpreter cannot run it (one fork, no exec).
 #: 10 -> 11: the relay, as above.
 #: 11 -> 10: the trust check's ``stat`` is exec'd by its substitution (no subshell besides).
-RERUN_PROCESSES = 10
+#: 10 -> 24 (issue 33): the compile check sent ahead is a command of the lock's shell again
+#: (the helper's lookup removed: ~6 ms of the host's CPU a re-run, 1.7 %), as above.
+RERUN_PROCESSES = 24
 
 APPLY = ("apply", "kimi-eagle3", "--yes", "--json", "--skip-tags", "service")
 STRACE = shutil.which("strace")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.remote.local import LocalHost
 from deploy.remote.lock import acquire
 from deploy.sandbox.wheels import kimi_k25_source
+from tests.unit.local_host import LocalHost
 from tests.unit.local_rig import LocalRig
 
 

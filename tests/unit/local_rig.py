@@ -1,4 +1,4 @@
-"""A host that is this machine (`deploy.remote.local.LocalHost`) and a workstation to run on it.
+"""A host that is this machine (`tests.unit.local_host.LocalHost`) and a workstation to run on it.
 
 `LocalRig` writes an inventory and playbooks into a private (0700) directory, runs the engine
 (`run_apply`, `run_rollback`) with `RunOptions.open_host` giving `LocalHost`s, and reads the
@@ -25,7 +25,7 @@ from deploy.engine.journal import new_run_id
 from deploy.engine.results import RunResult
 from deploy.engine.status import HealthProbe, HostStatus, host_status
 from deploy.remote.api import Host
-from deploy.remote.local import LocalHost
+from tests.unit.local_host import LocalHost
 
 
 @dataclass

@@ -53,7 +53,6 @@ _EFFECTS = """
 import socket
 from deploy.remote import quickack
 from deploy.remote.compression import compressing
-from deploy.checks.compile import ahead_lookup, compile_command
 import paramiko
 
 left, right = socket.socketpair()
@@ -62,7 +61,6 @@ transport.use_compression(True)
 compressed = "zlib@openssh.com" in transport.get_security_options().compression
 transport.close()
 right.close()
-looked_up = ahead_lookup(compile_command("/usr/bin/python3", "/srv/m.py", cache="/var/c"))
 class Sock:
     calls = 0
     def setsockopt(self, *args):
@@ -72,7 +70,6 @@ quickack.ack_now(Sock())
 print(
     "" if Sock.calls else "quickack",
     "" if compressed else "compression",
-    "" if looked_up else "compilehelper",
 )
 """
 
@@ -87,5 +84,5 @@ def _effects(off: str) -> set[str]:
 
 def test_each_switch_turns_its_mechanism_off_and_nothing_else() -> None:
     assert _effects("") == set()
-    for name in ("quickack", "compression", "compilehelper"):
+    for name in ("quickack", "compression"):
         assert _effects(name) == {name}, name

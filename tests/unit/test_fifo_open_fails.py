@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from deploy import hostsh
-from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
+from deploy.remote.hostfiles import HELPER_SOURCE
 from deploy.remote.lock import lock_script
 
 CASES = {
@@ -59,9 +59,7 @@ def test_a_fifo_that_cannot_be_opened_frees_the_lock(shell: str, case: str, tmp_
     read.write_text("a\n")
     head = json.dumps({"op": "read", "path": str(read)}).encode()
     ahead = (b"CALL %d 0 0\n" % len(head) + head).decode()
-    script = lock_script(
-        str(state), "h", ahead=ahead, agent=HELPER_SOURCE, boot=HELPER_BOOT
-    ).replace(old, new)
+    script = lock_script(str(state), "h", ahead=ahead, agent=HELPER_SOURCE).replace(old, new)
     proc = subprocess.Popen(
         [shell, "-c", script],
         stdin=subprocess.PIPE,

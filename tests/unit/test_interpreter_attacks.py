@@ -198,31 +198,6 @@ def test_the_lookup_judges_what_the_dynamic_linker_loads_from(
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_the_lock_starts_the_file_helper_on_the_interpreter_it_checked(
-    tmp_path: Path, shell: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The lock's trust check (``deploy/hostsh/trust.sh``) and the helper's start
-    (``deploy/hostsh/loop.sh``): the same swap after the check's ``stat`` put the user's
-    binary (a copy of the system's python3, ELF: started as the helper) where root's venv was,
-    and the helper ran on it as root: its answer said it was not the interpreter checked."""
-    from tests.unit.test_helper_start import _lookup
-
-    system = os.path.realpath("/usr/bin/python3")
-    if system == BASE:
-        pytest.skip("needs an interpreter other than the system's to tell them apart")
-    python, _, env = _swapped_after_the_check(tmp_path)
-    evil = tmp_path / "ml" / "evil" / "bin" / "python"
-    evil.unlink()
-    shutil.copy(system, evil)
-    os.lchown(evil, OTHER, OTHER)
-    monkeypatch.setenv("PATH", env["PATH"])
-    answer = _lookup(tmp_path, str(python), shell)
-    assert (tmp_path / "ml" / "old").exists(), "the swap happened, after the check's stat"
-    assert answer["ok"] is True
-    assert answer["here"] is True, "the helper ran on the swapped-in binary"
-
-
-@pytest.mark.parametrize("shell", SHELLS)
 def test_a_pth_file_beside_the_interpreter_is_not_trusted(tmp_path: Path, shell: str) -> None:
     """``python._pth`` beside an interpreter replaces its whole sys.path, the stdlib included,
     with the directories it lists (CPython 3.11 on Linux too, checked here): one another user

@@ -1,6 +1,5 @@
 """The host's trust check of an interpreter before root runs it (`deploy.checks.interpreter`),
-in a local bash and dash: the rule's own text, and the lock's choice of the file helper's
-interpreter (``deploy/hostsh/trust.sh``, ``deploy/hostsh/loop.sh``).
+in a local bash and dash: the rule's own text.
 
 Other users' files are made with ``chown`` to a uid nobody has (no user is needed to own a
 file), so these need root; they skip elsewhere. Running the interpreter as its owner needs a
@@ -19,7 +18,6 @@ import pytest
 
 from deploy import hostsh
 from deploy.checks.interpreter import REFUSED, ran_as, root_only_if_trusted
-from tests.unit.test_helper_start import _lookup
 
 OTHER = 4321
 PYTHON = os.path.realpath(sys.executable)
@@ -140,51 +138,6 @@ def test_ran_as_reads_the_line_run_as_prints() -> None:
     line = "deploy-interpreter: as ml (uid 1001), not root: /opt/v is owned by ml (uid 1001)"
     assert ran_as(f"x\n{line}\n") == line.removeprefix("deploy-interpreter: ")
     assert ran_as("abc\n") is None
-
-
-# -- the lock's choice of the file helper's interpreter -----------------------------------------
-
-
-def _venv(tmp_path: Path) -> Path:
-    """A venv of this interpreter (not python3's: the helper's answer tells them apart)."""
-    if os.path.realpath("/usr/bin/python3") == PYTHON:
-        pytest.skip("this interpreter is python3 itself: nothing to tell apart")
-    venv = tmp_path / "venv"
-    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    return venv
-
-
-@pytest.mark.parametrize("shell", SHELLS)
-def test_the_helper_runs_on_a_trusted_venv(tmp_path: Path, shell: str) -> None:
-    venv = _venv(tmp_path)
-    assert _lookup(tmp_path, str(venv / "bin" / "python"), shell)["here"] is True
-
-
-@pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("part", [".", "pyvenv.cfg", "bin"])
-def test_the_helper_never_runs_on_a_venv_another_user_can_change(
-    tmp_path: Path, shell: str, part: str
-) -> None:
-    """Owned by another user, the venv (its root, its pyvenv.cfg, its bin) is not started by
-    root for the helper: the helper runs on python3, and serves."""
-    venv = _venv(tmp_path)
-    os.chown(venv / part, OTHER, OTHER)
-    answer = _lookup(tmp_path, str(venv / "bin" / "python"), shell)
-    assert answer["ok"] is True and answer["here"] is False
-
-
-@pytest.mark.parametrize("shell", SHELLS)
-def test_the_helper_never_runs_on_a_venv_whose_home_another_user_owns(
-    tmp_path: Path, shell: str
-) -> None:
-    venv = _venv(tmp_path)
-    home = tmp_path / "home" / "bin"
-    home.mkdir(parents=True)
-    os.chown(tmp_path / "home", OTHER, OTHER)
-    cfg = venv / "pyvenv.cfg"
-    cfg.write_text(cfg.read_text().replace("home =", f"home = {home}\n#", 1))
-    answer = _lookup(tmp_path, str(venv / "bin" / "python"), shell)
-    assert answer["ok"] is True and answer["here"] is False
 
 
 @pytest.mark.parametrize("shell", SHELLS)

@@ -16,8 +16,8 @@ import pytest
 
 from deploy.errors import LockHeld, StateDirUntrusted
 from deploy.remote.http import ServerUnavailable
-from deploy.remote.local import LocalHost
 from deploy.remote.lock import acquire
+from tests.unit.local_host import LocalHost
 from tests.unit.local_rig import LocalRig
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.remote import lock as lockmod
-from deploy.remote.local import LocalHost
+from tests.unit.local_host import LocalHost
 
 SECRET = "TOKEN=hunter2-do-not-show"
 
@@ -58,7 +58,7 @@ def test_requests_of_other_kinds_are_not_carried(
 ) -> None:
     """With reads not among `CARRIED_OPS`, the read goes on stdin: the path is not in the
     command line, and the run gets the file all the same."""
-    monkeypatch.setattr(lockmod, "CARRIED_OPS", frozenset({"compiled"}))
+    monkeypatch.setattr(lockmod, "CARRIED_OPS", frozenset({"write"}))
     lines, read, content = _take(tmp_path)
     assert content == (SECRET + "\n").encode()
     assert lines and not any(str(read) in line for line in lines), lines

@@ -17,7 +17,7 @@ from deploy import hostsh
 
 
 def _loop(shell: str, state: Path, stdin: bytes) -> bytes:
-    script = f"_dS={state}; _dU=022; _dZ=; _dW=; _dA=; _dB=\n" + hostsh.text("loop.sh")
+    script = f"_dS={state}; _dU=022; _dZ=; _dA=\n" + hostsh.text("loop.sh")
     return subprocess.run(
         [shell, "-c", script], input=stdin, capture_output=True, check=False, timeout=30
     ).stdout

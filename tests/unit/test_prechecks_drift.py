@@ -14,9 +14,9 @@ import json
 import time
 from pathlib import Path
 
-from deploy.remote.local import LocalHost
 from deploy.services.prechecks import drift_problem
 from deploy.services.state import ServiceState
+from tests.unit.local_host import LocalHost
 
 
 def _sha(data: bytes) -> str:

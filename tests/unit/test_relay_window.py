@@ -21,7 +21,7 @@ import pytest
 from deploy import hostsh
 from deploy.errors import DeployError
 from deploy.remote import lock as lockmod
-from deploy.remote.local import LocalHost
+from tests.unit.local_host import LocalHost
 
 #: The loop's text as it is, and what each case puts in its place.
 RELAY_STARTED = "exec 4<&- 5<&-; _dZ="

@@ -1,6 +1,6 @@
-"""deploy/remote has no import cycle: every import counts, at module level, in a function, or
-under ``TYPE_CHECKING`` (a circle there still means two modules that cannot be understood,
-or moved, one without the other)."""
+"""The transport (deploy/remote and the host programs in deploy/hostpy) has no import cycle:
+every import counts, at module level, in a function, or under ``TYPE_CHECKING`` (a circle
+there still means two modules that cannot be understood, or moved, one without the other)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 PACKAGE = "deploy.remote"
 ROOT = Path(__file__).resolve().parents[2] / "deploy" / "remote"
+#: The transport's packages, judged as one graph (an edge may cross between them).
+TRANSPORT = {"deploy.remote": ROOT, "deploy.hostpy": ROOT.parent / "hostpy"}
 
 
 def imports(path: Path, package: str = PACKAGE) -> set[str]:
@@ -29,8 +31,17 @@ def imports(path: Path, package: str = PACKAGE) -> set[str]:
 
 
 def graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
-    modules = {f"{package}.{p.stem}": p for p in root.glob("*.py") if p.stem != "__init__"}
-    return {name: imports(path, package) & set(modules) - {name} for name, path in modules.items()}
+    return graph_of({package: root})
+
+
+def graph_of(packages: dict[str, Path]) -> dict[str, set[str]]:
+    modules = {
+        f"{package}.{p.stem}": p
+        for package, root in packages.items()
+        for p in root.glob("*.py")
+        if p.stem != "__init__"
+    }
+    return {name: imports(path, "deploy") & set(modules) - {name} for name, path in modules.items()}
 
 
 def cycle(edges: dict[str, set[str]]) -> list[str]:
@@ -56,9 +67,11 @@ def cycle(edges: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def test_deploy_remote_has_no_import_cycle() -> None:
-    found = cycle(graph())
-    assert not found, "import circle in deploy/remote: " + " -> ".join(found)
+def test_the_transport_has_no_import_cycle() -> None:
+    edges = graph_of(TRANSPORT)
+    assert any(name.startswith("deploy.hostpy.") for name in edges), "deploy/hostpy not read"
+    found = cycle(edges)
+    assert not found, "import circle in deploy/remote and deploy/hostpy: " + " -> ".join(found)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from deploy.checks import compile as compile_check
 from deploy.checks.compile import compile_command, compile_stdin_command
 from deploy.checks.interpreter import REFUSED, root_only_if_trusted
 from deploy.engine.status import status_script
-from deploy.remote.hostfiles import HELPER_BOOT, HELPER_SOURCE
+from deploy.remote.hostfiles import HELPER_SOURCE
 from deploy.remote.lock import lock_script
 
 EXCLUDED = "SC2094,SC3013,SC2015"
@@ -44,16 +44,9 @@ needs_shellcheck = pytest.mark.skipif(shutil.which("shellcheck") is None, reason
 def _programs() -> dict[str, str]:
     # The helper's programs are Python, not checked here (shellcheck takes their quoted
     # text for shell meant to expand: SC2016).
-    assert HELPER_SOURCE and HELPER_BOOT
+    assert HELPER_SOURCE
     return {
-        "lock": lock_script(
-            "/var/lib/deploy",
-            "{}",
-            python="/opt/venv/bin/python",
-            ahead="CALL 2 0 0\n{}",
-            agent="x",
-            boot="x",
-        ),
+        "lock": lock_script("/var/lib/deploy", "{}", ahead="CALL 2 0 0\n{}", agent="x"),
         "status": status_script("/var/lib/deploy"),
         "compile": compile_command(
             "/opt/venv/bin/python", "/srv/x.py", cache="/var/lib/deploy/compiled"

@@ -28,9 +28,7 @@ def shell(request: pytest.FixtureRequest) -> None:
 
 
 def run(state: Path | str, env: dict[str, str] | None = None) -> str:
-    script = lock_script(str(state), "h", agent="x", boot="x").replace(
-        hostsh.text("loop.sh"), "echo LOOP\n"
-    )
+    script = lock_script(str(state), "h", agent="x").replace(hostsh.text("loop.sh"), "echo LOOP\n")
     proc = subprocess.run(
         [SHELL[0], "-c", script],
         capture_output=True,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from deploy.errors import StateDirUntrusted
-from deploy.remote.local import LocalHost
 from deploy.remote.lock import acquire
+from tests.unit.local_host import LocalHost
 
 NOBODY = 65534
 

@@ -1,0 +1,258 @@
+"""A fleet in several worker processes (issue 33, point 3), over real sshd.
+
+``--workers N`` forces what a large fleet gets on its own (`deploy.engine.shards`): the hosts
+run in N worker processes, and the run says, decides and records the same as in one process.
+
+- The same report: outcomes, steps, errors, exit code and history as ``--workers 1``, for
+  apply and for the rollback of that apply (rollback runs sharded too).
+- Rolling batches with max_fail are decided across the workers: a batch whose failures are
+  spread over two workers stops the rollout.
+- SIGINT to the whole process group (as Ctrl-C at a terminal): the first rolls back the hosts
+  mid-change in every worker and exits 1 as today; a second abandons at once (exit 3) naming
+  the hosts left mid-run; no worker is left behind.
+- A worker killed with SIGKILL: its hosts are reported with one line each, the others finish,
+  the run exits non-zero and does not hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.integration.conftest import Deploy, sha256
+from tests.integration.test_fleet import broken_check, outcomes, report, write_playbook
+
+WORKER = b"deploy.engine.worker"
+
+
+def _children(pid: int) -> list[int]:
+    """Worker processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and WORKER in argv:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _wait_for(condition, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def _popen_group(deploy: Deploy, *args: str) -> subprocess.Popen[str]:
+    """``deploy`` as a terminal starts it: the leader of its own process group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "deploy.cli", *args],
+        cwd=deploy.workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)},
+        start_new_session=True,
+    )
+
+
+def _same(document: dict[str, Any]) -> dict[str, Any]:
+    """A report without what differs between two runs of the same thing (ids, times)."""
+    text = json.dumps(document, sort_keys=True)
+    text = text.replace(document["run_id"], "RUN")
+    if document.get("target_run"):
+        text = text.replace(document["target_run"], "TARGET")
+    out = json.loads(text)
+    for key in ("started", "duration", "argv", "finished", "timings"):
+        out.pop(key, None)
+    for host in out["hosts"]:
+        for key in ("duration", "ops", "timings", "run_id"):
+            host.pop(key, None)
+        for step in host.get("steps", []):
+            for key in ("duration", "timings", "figures"):
+                step.pop(key, None)
+    return out
+
+
+def test_the_same_report_and_history_as_one_process(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hosts, deploy = make_kimi_hosts(["0.5.9", "0.5.9", "0.5.9", "0.5.9", None])
+    (hosts[1].host.root / "broken").write_text("")
+    originals = {h.host.name: sha256(h.model_file) for h in hosts[:4]}
+    playbook = write_playbook(tmp_path, "same", check=broken_check())
+
+    seen: dict[int, Any] = {}
+    for workers in (2, 1):
+        process = deploy.popen("apply", str(playbook), "--yes", "--json", "--workers", str(workers))
+        _wait_for(
+            lambda process=process: process.poll() is not None or bool(_children(process.pid))
+        )
+        shards = _children(process.pid)
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 1, out + err
+        assert not [pid for pid in shards if Path(f"/proc/{pid}").exists()], "none left behind"
+        document = report(out)
+        assert outcomes(document) == {
+            "gpu-1": "changed",
+            "gpu-2": "rolled back",
+            "gpu-3": "changed",
+            "gpu-4": "changed",
+            "gpu-5": "failed",
+        }
+        shown = deploy("show", document["run_id"], "--json")
+        assert shown.exit_code == 0, shown.output
+        undone = deploy(
+            "rollback", document["run_id"], "--yes", "--json", "--workers", str(workers)
+        )
+        assert undone.exit_code == 0, undone.output
+        assert all(sha256(h.model_file) == originals[h.host.name] for h in hosts[:4])
+        seen[workers] = (
+            _same(document),
+            _same(report(shown.stdout)),
+            _same(report(undone.stdout)),
+            len(shards),
+            "Traceback" in err,
+        )
+    assert seen[2][3] == 2 and seen[1][3] == 0, "--workers 2 ran in two worker processes"
+    for part in range(3):
+        assert seen[2][part] == seen[1][part], part
+    assert not seen[2][4] and not seen[1][4]
+
+
+def test_max_fail_is_decided_across_the_workers(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 6)
+    # Batches of 3: gpu-1..3, gpu-4..6. In batch 1, gpu-2 and gpu-3 fail: two of the three
+    # hosts, in two workers (the least busy one takes each next host), more than max_fail 1.
+    for broken in (hosts[1], hosts[2]):
+        (broken.host.root / "broken").write_text("")
+    originals = {h.host.name: sha256(h.model_file) for h in hosts}
+    playbook = write_playbook(
+        tmp_path, "rolling", check=broken_check(), header="serial: 3\nmax_fail: 1\n"
+    )
+
+    result = deploy("apply", str(playbook), "--yes", "--workers", "3", "--forks", "3")
+
+    assert result.exit_code == 1, result.output
+    assert "Stopped: batch 1 of 2: 2 of 3 host(s) failed, more than max_fail 1 allows" in (
+        result.stdout
+    ), result.output
+    assert "batch 2 of 2" not in result.stderr
+    for kimi in hosts[1:]:
+        assert sha256(kimi.model_file) == originals[kimi.host.name], kimi.host.name
+    assert sha256(hosts[0].model_file) != originals["gpu-1"]
+    for kimi in hosts[3:]:
+        assert not kimi.host.state_dir.exists(), "a host of a called-off batch is never touched"
+
+
+def _held_playbook(tmp_path: Path, check: str) -> Path:
+    """A check that holds each host until the test says go, then one more step (never run
+    after an interrupt: the host rolls back instead)."""
+    path = write_playbook(tmp_path, "held", check=check, timeout=600)
+    path.write_text(path.read_text() + "  - name: After\n    verify_command: {run: 'true'}\n")
+    return path
+
+
+def test_a_first_sigint_rolls_back_in_every_worker(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    originals = {h.host.name: sha256(h.model_file) for h in hosts}
+    marks, go = tmp_path / "marks", tmp_path / "go"
+    marks.mkdir()
+    hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {go} ]; do sleep 0.05; done"
+    process = _popen_group(
+        deploy, "apply", str(_held_playbook(tmp_path, hold)), "--yes", "--workers", "2"
+    )
+    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    workers = _children(process.pid)
+    assert len(workers) == 2, workers
+
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+    time.sleep(1.0)
+    go.touch()
+
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, out + err
+    assert "deploy: SIGINT: starting no new step" in err, err
+    assert err.count("deploy: SIGINT") == 1, err
+    for kimi in hosts:
+        assert sha256(kimi.model_file) == originals[kimi.host.name], kimi.host.name
+    assert "interrupted by SIGINT during batch 1 of 1" in err, err
+    assert [line.split()[1:3] for line in out.splitlines() if line.startswith("gpu-")][-4:] == [
+        ["rolled", "back"]
+    ] * 4, out
+    assert "After" not in err, "no step started after the signal"
+    assert "Traceback" not in err
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+def test_a_second_sigint_abandons_at_once(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # The undo of a host here waits for its check to end: the check ignores the hang-up
+    # only as long as the test lets it, so the first signal's undo is still busy.
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    hold = (
+        f"trap '' HUP TERM INT; touch {marks}/{{{{ inventory_hostname }}}}; "
+        f"while [ ! -e {tmp_path}/go ]; do sleep 0.05; done; false"
+    )
+    playbook = write_playbook(tmp_path, "stuck", check=hold, timeout=600)
+    process = _popen_group(deploy, "apply", str(playbook), "--yes", "--workers", "2")
+    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    workers = _children(process.pid)
+    assert len(workers) == 2, workers
+
+    os.killpg(process.pid, signal.SIGINT)
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    (tmp_path / "go").touch()
+
+    assert process.returncode == 3, out + err
+    assert "abandoned at once; left mid-run: " in err, err
+    left = re.search(r"left mid-run: ([^.]*)\.", err)
+    assert left is not None and left.group(1) == "gpu-1, gpu-2, gpu-3, gpu-4", err
+    _wait_for(lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()], 10)
+
+
+def test_a_killed_worker_is_reported_and_the_run_ends(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    go = tmp_path / "go"
+    hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {go} ]; do sleep 0.05; done"
+    playbook = write_playbook(tmp_path, "killed", check=hold, timeout=600)
+    process = deploy.popen("apply", str(playbook), "--yes", "--workers", "2")
+    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    victim, survivor = _children(process.pid)
+
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(0.5)
+    go.touch()
+    out, err = process.communicate(timeout=60)
+
+    assert process.returncode == 3, out + err
+    run_id = json.loads((hosts[0].host.state_dir / "lock").read_text())["run_id"]
+    shown = deploy("show", run_id, "--json")
+    document = report(shown.stdout)
+    states = outcomes(document)
+    lost = sorted(name for name, outcome in states.items() if outcome == "interrupted")
+    assert len(lost) == 2 and sorted(states.values()).count("changed") == 2, states
+    for host in document["hosts"]:
+        if host["host"] in lost:
+            said = rf"worker process \d \(pid {victim}\) died \(killed by SIGKILL\) while"
+            assert re.search(said, host["error"]), host["error"]
+            assert re.search(rf"{host['host']}\W.*{said}", err), err
+    assert not Path(f"/proc/{survivor}").exists() or _children(process.pid) == []
+    assert "Traceback" not in err

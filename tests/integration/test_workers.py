@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import Deploy, sha256
 from tests.integration.test_fleet import broken_check, outcomes, report, write_playbook
 
@@ -165,30 +167,42 @@ def _held_playbook(tmp_path: Path, check: str) -> Path:
     return path
 
 
-def test_a_first_sigint_rolls_back_in_every_worker(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("how", ["SIGINT", "--timeout"])
+def test_a_first_sigint_or_the_deadline_rolls_back_in_every_worker(  # type: ignore[no-untyped-def]
+    make_kimi_hosts, tmp_path: Path, how: str
+) -> None:
     hosts, deploy = make_kimi_hosts(["0.5.9"] * 4)
     originals = {h.host.name: sha256(h.model_file) for h in hosts}
     marks, go = tmp_path / "marks", tmp_path / "go"
     marks.mkdir()
     hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {go} ]; do sleep 0.05; done"
+    # The deadline comes once every host is in its check (all four start at once).
+    deadline = ["--timeout", "30"] if how == "--timeout" else []
     process = _popen_group(
-        deploy, "apply", str(_held_playbook(tmp_path, hold)), "--yes", "--workers", "2"
+        deploy, "apply", str(_held_playbook(tmp_path, hold)), "--yes", "--workers", "2", *deadline
     )
-    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    _wait_for(lambda: any(marks.iterdir()))
+    first = time.monotonic()  # the run's clock started before this
+    _wait_for(lambda: len(list(marks.iterdir())) == 4, 25)
     workers = _children(process.pid)
     assert len(workers) == 2, workers
 
-    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
-    time.sleep(1.0)
+    if how == "SIGINT":
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+        time.sleep(1.0)
+    else:
+        time.sleep(max(0.0, 31 - (time.monotonic() - first)))
     go.touch()
 
     out, err = process.communicate(timeout=120)
     assert process.returncode == 1, out + err
-    assert "deploy: SIGINT: starting no new step" in err, err
-    assert err.count("deploy: SIGINT") == 1, err
+    if how == "SIGINT":
+        assert "deploy: SIGINT: starting no new step" in err, err
+        assert err.count("deploy: SIGINT") == 1, err
+    reason = "interrupted by SIGINT" if how == "SIGINT" else "--timeout 30 s expired"
+    assert f"{reason} during batch 1 of 1" in err, err
     for kimi in hosts:
         assert sha256(kimi.model_file) == originals[kimi.host.name], kimi.host.name
-    assert "interrupted by SIGINT during batch 1 of 1" in err, err
     assert [line.split()[1:3] for line in out.splitlines() if line.startswith("gpu-")][-4:] == [
         ["rolled", "back"]
     ] * 4, out
@@ -198,9 +212,9 @@ def test_a_first_sigint_rolls_back_in_every_worker(make_kimi_hosts, tmp_path: Pa
 
 
 def test_a_second_sigint_abandons_at_once(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # The undo of a host here waits for its check to end: the check ignores the hang-up
-    # only as long as the test lets it, so the first signal's undo is still busy.
-    hosts, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    # Each host's check runs until the test says go: after the first signal every host is
+    # still busy (waiting for its check), so the second one abandons all four.
+    _, deploy = make_kimi_hosts(["0.5.9"] * 4)
     marks = tmp_path / "marks"
     marks.mkdir()
     hold = (

@@ -161,8 +161,8 @@ def _runner(
         return
     from deploy.engine.workers import Pool
 
-    log.info("running the hosts in %d worker processes", count)
-    with Pool(count, job, sink, cancel) as pool:
+    log.info("running the hosts in %d processes", count)
+    with Pool(count, job, sink, cancel, local) as pool:
         yield lambda host: pool.run(host, job.name(host))
 
 

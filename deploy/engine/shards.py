@@ -8,13 +8,18 @@ use the other cores; the parent still decides everything a run decides (when a h
 the batches, max_fail, the deadline, signals), so a run's outcome is the same in one process
 or several.
 
-When: ``--workers N`` says it (1: one process, as before). Without it, a fleet runs in
-several processes only when the workstation has more than one core to run on and the hosts
-busy at once (``forks``, or the largest batch if smaller) are at least `HOSTS_PER_WORKER` per
-process: measured on a 2-core machine, 50 hosts of the file change at ``--forks 50`` keep one
-process at ~1 core for most of the run, and a worker process costs ~0.35 CPU-s to start
-(importing paramiko, fabric and pydantic), which only a share of at least that many hosts
-earns back (docs/operations.md, "Worker processes").
+When: ``--workers N`` says it (the run in N processes, its own included; 1: one process, as
+before). Without it, a fleet runs in several processes only when the workstation has more than
+one core to run on and the hosts busy at once (``forks``, or the largest batch if smaller) are
+at least `HOSTS_PER_WORKER` per process. Measured on this repository's 2-core machine (the
+file change of kimi-eagle3 over loopback, CPU-seconds of the whole run): a host costs the
+client ~17 ms of CPU (50 hosts: 1.3-1.4 CPU-s, of which ~0.45 s is the fixed start), and a
+worker process ~0.5 CPU-s and ~55 MB to start (importing paramiko, fabric, pydantic and the
+steps). A second process halves the per-host CPU on the critical path, ~8.5 ms a host, and
+pays for its own start past ~60 hosts busy at once — about where the issue's 16-core
+measurement found one process bound to its core (100 hosts). Hence 32 busy hosts per process:
+two processes from 64 hosts at once, three from 96, up to the cores (at most
+`MAX_AUTO_WORKERS`). Under the default ``--forks 10`` a run stays in one process.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ def cores() -> int:
 def worker_count(
     requested: int | None, busy_at_once: int, *, cores: int, shardable: bool = True
 ) -> int:
-    """How many processes run the hosts; 1 means the run's own process, as before.
+    """How many processes run the hosts, the run's own included; 1: that one alone, as before.
 
     ``requested`` is ``--workers`` (None or 0: choose); ``busy_at_once`` the hosts that can
     run at the same time (forks, or fewer hosts); ``shardable`` is False when the hosts are

@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -185,11 +186,7 @@ class Pool:
             with worker.write_lock, contextlib.suppress(OSError):
                 worker.stdin.close()
         for worker in self.workers:
-            try:
-                worker.process.wait(timeout=_EXIT_GRACE)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
+            _reap(worker)
 
     def _pass_cancel(self) -> None:
         assert self.cancel is not None
@@ -250,8 +247,7 @@ class Pool:
             worker.alive = False
             tickets = list(worker.tickets.values())
             worker.tickets.clear()
-        if not tickets:
-            worker.process.poll()
+        if not tickets:  # its exit is reaped by `close`
             return
         how = worker.how_it_ended()
         pid = worker.process.pid
@@ -280,6 +276,30 @@ class Pool:
                 log.exception("worker %d: cannot report %s", worker.number, ticket.name)
             ticket.result = result
             ticket.done.set()
+
+
+def _reap(worker: _Worker) -> None:
+    """Wait for a worker's exit (killed after `_EXIT_GRACE`), and say (``-v``) what it cost:
+    the run's CPU and memory per process, which the fleet's total alone does not show."""
+    pid, until = worker.process.pid, time.monotonic() + _EXIT_GRACE
+    while True:
+        try:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:  # already reaped (a death reported by its reader)
+            return
+        if done:
+            break
+        if time.monotonic() > until:
+            worker.process.kill()
+            until = float("inf")
+        time.sleep(0.01)
+    worker.process.returncode = os.waitstatus_to_exitcode(status)
+    log.info(
+        "worker process %d: %.2f CPU-s, %d MB at most",
+        worker.number,
+        usage.ru_utime + usage.ru_stime,
+        usage.ru_maxrss // 1024,
+    )
 
 
 def _secrets() -> dict[str, Any]:

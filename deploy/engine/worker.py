@@ -15,13 +15,11 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from typing import IO, Any
 
-from deploy import interrupt
 from deploy.engine import shards
-from deploy.engine.host_jobs import guarded
 from deploy.engine.results import StepResult
-from deploy.engine.run_options import Cancel, run_by
 
 
 class _Out:
@@ -115,9 +113,42 @@ class _Asks:
         self.events.pop(key).set()
 
 
+class _Warnings:
+    """Python warnings (a library's deprecations, at import): the parent keeps them from the
+    terminal unless ``-v`` (`deploy.cli.common.quiet_warnings`), so a worker holds them until
+    it knows, then sends them to the parent's log or drops them."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.send: Any = None
+        warnings.showwarning = self.show
+
+    def show(
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: IO[str] | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = f"{filename}:{lineno}: {category.__name__}: {message}"
+        if self.send is None:
+            self.held.append(text)
+        else:
+            self.send(text)
+
+    def to(self, send: Any) -> None:
+        self.send = send
+        held, self.held = self.held, []
+        for text in held:
+            send(text)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    said = _Warnings()  # before paramiko's import (the job's unpickling, below)
     # stdout is the pipe to the parent: keep it for frames, send fd 1 to stderr.
     out = _Out(os.fdopen(os.dup(1), "wb"))
     os.dup2(2, 1)
@@ -132,13 +163,18 @@ def main() -> None:
     from deploy.remote.sshauth import take_secrets
 
     take_secrets(init["secrets"], asks)
-    run_by(init["run_pid"])
     relay_logs = _LogRelay(out)
     relay_logs.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger("deploy")
     logger.addHandler(relay_logs)
     logger.setLevel(init["log_level"])
     logger.propagate = False
+    said.to(logging.getLogger("deploy.warnings").warning if verbose(init) else lambda _: None)
+    from deploy import interrupt
+    from deploy.engine.host_jobs import guarded
+    from deploy.engine.run_options import Cancel, run_by
+
+    run_by(init["run_pid"])
     cancel = Cancel()
     cancel.busy = _Begun(out)
     relay = _Relay(out)
@@ -159,6 +195,11 @@ def main() -> None:
             cancel.set(message[1])
         elif kind == "answer":
             asks.answer(message[1], message[2])
+
+
+def verbose(init: dict[str, Any]) -> bool:
+    """Whether the run shows warnings: ``-v`` (the parent's ``deploy`` logger at INFO)."""
+    return bool(init["log_level"] <= logging.INFO)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,34 @@ def test_a_frame_cut_short_is_the_end(cut: int) -> None:
     stream = io.BytesIO(shards.encode("first") + frame[:cut])
     assert shards.read_message(stream) == "first"
     assert shards.read_message(stream) is None
+
+
+def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_once() -> None:
+    from deploy.remote import sshauth
+
+    saved = (dict(sshauth._PROVIDED), dict(sshauth._PASSPHRASES), list(sshauth._PROMPTER))
+    asked: list[str] = []
+    try:
+        sshauth.provide_secret("become", "s3cret-become")
+        sshauth._PASSPHRASES["/k"] = "s3cret-key"
+        sshauth.set_prompter(lambda prompt: asked.append(prompt) or "typed")
+        (sent,) = _roundtrip(("init", {"secrets": sshauth.secrets_for_worker()}))
+        assert sshauth.ask_passphrase("Passphrase for key /k2") == "typed"
+        assert sshauth.ask_passphrase("Passphrase for key /k2") == "typed"
+        assert asked == ["Passphrase for key /k2"], "asked once for all the workers"
+
+        sshauth._PROVIDED.clear()
+        sshauth._PASSPHRASES.clear()
+        sshauth.take_secrets(sent[1]["secrets"], lambda prompt: "from the parent")  # type: ignore[index]
+        assert sshauth.provided_secret("become") == "s3cret-become"
+        assert sshauth._PASSPHRASES["/k"] == "s3cret-key"
+        assert sshauth._PROMPTER[0]("any") == "from the parent"
+        sshauth.take_secrets({**sent[1]["secrets"], "can_ask": False}, lambda p: "x")  # type: ignore[index]
+        assert not sshauth._PROMPTER, "a worker asks only where the parent can"
+    finally:
+        sshauth._PROVIDED.clear()
+        sshauth._PROVIDED.update(saved[0])
+        sshauth._PASSPHRASES.clear()
+        sshauth._PASSPHRASES.update(saved[1])
+        sshauth._PROMPTER[:] = saved[2]
+        sshauth._ASKED.clear()

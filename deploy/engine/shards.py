@@ -13,10 +13,10 @@ before). Without it, a fleet runs in several processes only when the workstation
 one core to run on and the hosts busy at once (``forks``, or the largest batch if smaller) are
 at least `HOSTS_PER_WORKER` per process. Measured on this repository's 2-core machine (the
 file change of kimi-eagle3 over loopback, CPU-seconds of the whole run): a host costs the
-client ~17 ms of CPU (50 hosts: 1.3-1.4 CPU-s, of which ~0.45 s is the fixed start), and a
+client 13-18 ms of CPU (50 hosts: 1.1-1.3 CPU-s, of which ~0.45 s is the fixed start), and a
 worker process ~0.5 CPU-s and ~55 MB to start (importing paramiko, fabric, pydantic and the
-steps). A second process halves the per-host CPU on the critical path, ~8.5 ms a host, and
-pays for its own start past ~60 hosts busy at once — about where the issue's 16-core
+steps). A second process halves the per-host CPU on the critical path, 6.5-9 ms a host, and
+pays for its own start past ~55-75 hosts busy at once — about where the issue's 16-core
 measurement found one process bound to its core (100 hosts). Hence 32 busy hosts per process:
 two processes from 64 hosts at once, three from 96, up to the cores (at most
 `MAX_AUTO_WORKERS`). Under the default ``--forks 10`` a run stays in one process.

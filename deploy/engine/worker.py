@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import warnings
+from functools import partial
 from typing import IO, Any
 
 from deploy.engine import shards
@@ -180,9 +181,13 @@ def main() -> None:
     relay = _Relay(out)
 
     def run(key: int, host: Any) -> None:
+        name = job.name(host)
         with interrupt.watched(cancel):
-            result = guarded(job.name(host), lambda: job.run(host, relay, cancel))
-        out.send(("done", key, result))
+            result = guarded(name, lambda: job.run(host, relay, cancel))
+        try:
+            out.send(("done", key, result))
+        except Exception as exc:  # a result that cannot be sent must not leave the parent waiting
+            out.send(("done", key, guarded(name, partial(_unsendable, exc))))
 
     while True:
         message = shards.read_message(stdin)
@@ -195,6 +200,10 @@ def main() -> None:
             cancel.set(message[1])
         elif kind == "answer":
             asks.answer(message[1], message[2])
+
+
+def _unsendable(exc: Exception) -> Any:
+    raise RuntimeError(f"the host's result could not be sent to the run: {exc!r}")
 
 
 def verbose(init: dict[str, Any]) -> bool:

@@ -52,6 +52,14 @@ def _children(pid: int) -> list[int]:
     return sorted(found)
 
 
+def _gone(pid: int) -> bool:
+    """Exited (a zombie whose parent is dead counts: it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _wait_for(condition, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while not condition():
@@ -71,6 +79,17 @@ def _popen_group(deploy: Deploy, *args: str) -> subprocess.Popen[str]:
         env={**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)},
         start_new_session=True,
     )
+
+
+def _watched(deploy: Deploy, *args: str) -> tuple[int, str, str, list[int]]:
+    """Run ``deploy``; its exit code, stdout, stderr and the worker processes it started
+    (seen once the first is up; none had exited before the run ended, checked after)."""
+    process = deploy.popen(*args)
+    _wait_for(lambda: process.poll() is not None or bool(_children(process.pid)))
+    shards = _children(process.pid)
+    out, err = process.communicate(timeout=120)
+    assert all(_gone(pid) for pid in shards), "none left behind"
+    return process.returncode, out, err, shards
 
 
 def _same(document: dict[str, Any]) -> dict[str, Any]:
@@ -99,14 +118,10 @@ def test_the_same_report_and_history_as_one_process(make_kimi_hosts, tmp_path: P
 
     seen: dict[int, Any] = {}
     for workers in (3, 1):
-        process = deploy.popen("apply", str(playbook), "--yes", "--json", "--workers", str(workers))
-        _wait_for(
-            lambda process=process: process.poll() is not None or bool(_children(process.pid))
+        code, out, err, shards = _watched(
+            deploy, "apply", str(playbook), "--yes", "--json", "--workers", str(workers)
         )
-        shards = _children(process.pid)
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 1, out + err
-        assert not [pid for pid in shards if Path(f"/proc/{pid}").exists()], "none left behind"
+        assert code == 1, out + err
         document = report(out)
         assert outcomes(document) == {
             "gpu-1": "changed",
@@ -117,19 +132,19 @@ def test_the_same_report_and_history_as_one_process(make_kimi_hosts, tmp_path: P
         }
         shown = deploy("show", document["run_id"], "--json")
         assert shown.exit_code == 0, shown.output
-        undone = deploy(
-            "rollback", document["run_id"], "--yes", "--json", "--workers", str(workers)
+        code, undone, err, undoers = _watched(
+            deploy, "rollback", document["run_id"], "--yes", "--json", "--workers", str(workers)
         )
-        assert undone.exit_code == 0, undone.output
+        assert code == 0, undone + err
         assert all(sha256(h.model_file) == originals[h.host.name] for h in hosts[:4])
         seen[workers] = (
             _same(document),
             _same(report(shown.stdout)),
-            _same(report(undone.stdout)),
-            len(shards),
+            _same(report(undone)),
+            (len(shards), len(undoers)),
             "Traceback" in err,
         )
-    assert seen[3][3] == 2 and seen[1][3] == 0, "--workers 3: two worker processes"
+    assert seen[3][3] == (2, 2) and seen[1][3] == (0, 0), "--workers 3: two worker processes"
     for part in range(3):
         assert seen[3][part] == seen[1][part], part
     assert not seen[3][4] and not seen[1][4]
@@ -210,7 +225,7 @@ def test_a_first_sigint_or_the_deadline_rolls_back_in_every_worker(  # type: ign
     ] * 4, out
     assert "After" not in err, "no step started after the signal"
     assert "Traceback" not in err
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    assert all(_gone(pid) for pid in workers)
 
 
 def test_a_second_sigint_abandons_at_once(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -239,7 +254,7 @@ def test_a_second_sigint_abandons_at_once(make_kimi_hosts, tmp_path: Path) -> No
     assert "abandoned at once; left mid-run: " in err, err
     left = re.search(r"left mid-run: ([^.]*)\.", err)
     assert left is not None and left.group(1) == "gpu-1, gpu-2, gpu-3, gpu-4", err
-    _wait_for(lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()], 10)
+    _wait_for(lambda: all(_gone(pid) for pid in workers), 10)
 
 
 def test_a_killed_worker_is_reported_and_the_run_ends(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -270,5 +285,23 @@ def test_a_killed_worker_is_reported_and_the_run_ends(make_kimi_hosts, tmp_path:
             said = rf"worker process \d \(pid {victim}\) died \(killed by SIGKILL\) while"
             assert re.search(said, host["error"]), host["error"]
             assert re.search(rf"{host['host']}\W.*{said}", err), err
-    assert not Path(f"/proc/{survivor}").exists() or _children(process.pid) == []
+    assert _gone(survivor)
     assert "Traceback" not in err
+
+
+def test_workers_end_when_the_run_is_killed(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, deploy = make_kimi_hosts(["0.5.9"] * 3)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {tmp_path}/go ]; do sleep 0.05; done"
+    playbook = write_playbook(tmp_path, "orphans", check=hold, timeout=600)
+    process = deploy.popen("apply", str(playbook), "--yes", "--workers", "3")
+    _wait_for(lambda: len(list(marks.iterdir())) == 3)
+    workers = _children(process.pid)
+    assert len(workers) == 2, workers
+
+    process.kill()  # SIGKILL: no handler, no goodbye
+    process.communicate(timeout=30)
+
+    _wait_for(lambda: all(_gone(pid) for pid in workers), 10)
+    (tmp_path / "go").touch()

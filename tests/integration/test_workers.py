@@ -153,8 +153,8 @@ def test_the_same_report_and_history_as_one_process(make_kimi_hosts, tmp_path: P
 def test_max_fail_is_decided_across_the_workers(make_kimi_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     hosts, deploy = make_kimi_hosts(["0.5.9"] * 6)
     # Batches of 3: gpu-1..3, gpu-4..6. In batch 1, gpu-2 and gpu-3 fail: two of the three
-    # hosts, each in a worker of its own (the least busy process takes each next host: the
-    # run's own, then worker 1, then worker 2), more than max_fail 1.
+    # hosts, more than max_fail 1. The three run in three processes (the one with the fewest
+    # busy hosts takes the next), so the two failures come from two different processes.
     for broken in (hosts[1], hosts[2]):
         (broken.host.root / "broken").write_text("")
     originals = {h.host.name: sha256(h.model_file) for h in hosts}

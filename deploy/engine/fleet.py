@@ -2,6 +2,8 @@
 
 One slow or dead host never blocks the others: every host has its own thread, connection and
 outcome, and the run's exit code is decided once, from all of them (`RunResult.exit_code`).
+With many hosts busy at once on a multi-core workstation (or ``--workers N``), the hosts'
+threads are spread over several processes, the decisions staying here (`deploy.engine.workers`).
 
 Pacing (`deploy.engine.batches`): with ``serial`` the hosts run batch after batch, up to
 ``forks`` at a time within a batch; a batch with more failed hosts than ``max_fail`` allows

@@ -249,6 +249,13 @@ class Pool:
             worker.tickets.clear()
         if not tickets:  # its exit is reaped by `close`
             return
+        if self.closed.is_set():
+            # The run is over and gave up on these hosts (a rollback's deadline): its report
+            # already says so; nobody waits for these results, and no line is due.
+            for ticket in tickets:
+                ticket.result = HostResult(host=ticket.name, outcome="interrupted")
+                ticket.done.set()
+            return
         how = worker.how_it_ended()
         pid = worker.process.pid
         for ticket in tickets:

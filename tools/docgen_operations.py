@@ -19,6 +19,8 @@ from deploy.engine import (
     local_lock,
     rollback,
     rollback_target,
+    shards,
+    workers,
 )
 from deploy.engine import resolve as resolve_engine
 from deploy.engine import status as host_status
@@ -267,6 +269,12 @@ def render_operations() -> str:
         "### Deadlines",
         "",
         markdown(fleet.__doc__, 3),
+        "",
+        "### Worker processes",
+        "",
+        markdown(shards.__doc__, 1),
+        "",
+        markdown(workers.__doc__, 1),
         "",
         "### Rolling batches",
         "",

@@ -99,12 +99,14 @@ def execute(
     force: bool = False,
     progress: Any = None,
     cancel: Cancel | None = None,
+    workers: int | None = None,
     open_host: HostOpener = ssh_host,
     on_start: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     """Run a `Prepared` playbook on its hosts (``check``: plan only) and return the report.
 
     The workstation's lock and the history are the caller's (`apply` takes and records them).
+    ``workers``: processes the hosts run in (`deploy.engine.shards`; None: chosen, 1: one).
     """
     from deploy.engine.fleet import run_apply
     from deploy.engine.host_run import NoProgress, RunOptions
@@ -129,6 +131,7 @@ def execute(
         serial=prepared.serial,
         max_fail=prepared.max_fail,
         timeout=timeout,
+        workers=workers,
     )
     run.inventory = str(prepared.inventory.resolve())
     return run
@@ -152,6 +155,7 @@ def apply(
     force: bool = False,
     progress: Any = None,
     cancel: CancelToken | None = None,
+    workers: int | None = None,
 ) -> RunResult:
     """``deploy apply PLAYBOOK --yes`` (``check=True``: ``--check``): the run's report.
 
@@ -180,6 +184,7 @@ def apply(
         "force": force,
         "progress": progress,
         "cancel": cancel,
+        "workers": workers,
     }
     if check:
         return execute(prepared, check=True, **options)

@@ -50,6 +50,7 @@ def undo(
     progress: Any = None,
     cancel: Cancel | None = None,
     open_host: HostOpener = ssh_host,
+    workers: int | None = None,
 ) -> RunResult:
     """Undo a `rollback_target` on its hosts; the report (history is the caller's)."""
     from deploy.engine.fleet import run_rollback
@@ -68,6 +69,7 @@ def undo(
         progress=progress,
         open_host=open_host,
         halt=cancel,
+        workers=workers,
     )
     run.inventory = str(inventory.resolve())
     return run
@@ -84,6 +86,7 @@ def rollback(
     accept_new_host_keys: bool = False,
     progress: Any = None,
     cancel: CancelToken | None = None,
+    workers: int | None = None,
 ) -> RunResult:
     """``deploy rollback [RUN_ID] --yes``: undo one run (default: the inventory's latest
     apply) on every host it touched, files and services; the report, recorded in the history.
@@ -125,6 +128,7 @@ def rollback(
         accept_new_host_keys=accept_new_host_keys,
         progress=progress,
         cancel=cancel,
+        workers=workers,
     )
     history.save(run)
     return run

@@ -22,6 +22,7 @@ from deploy.cli.common import (
     startup_done,
     unattended_options,
     want_colour,
+    workers_option,
 )
 from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _logging, _progress, _split
@@ -81,6 +82,7 @@ from deploy.errors import DeployError, InputError
 @accept_new_option
 @connection_options
 @forks_option
+@workers_option
 @click.option("--serial", metavar="N|N%[,...]", help="Rolling batches (overrides the playbook's).")
 @click.option("--max-fail", metavar="N|N%", help="Failed hosts a batch may have (default 0).")
 @click.option(
@@ -114,6 +116,7 @@ def apply(
     color: str,
     accept_new_host_keys: bool,
     forks: int,
+    workers: int | None,
     serial: str | None,
     max_fail: str | None,
     wait_lock: float,
@@ -180,6 +183,7 @@ def apply(
         "accept_new_host_keys": accept_new_host_keys,
         "force": force,
         "forks": forks,
+        "workers": workers,
     }
     if not check and not yes:
         preview = api.execute(prepared, check=True, **connection)

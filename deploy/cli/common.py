@@ -192,6 +192,14 @@ forks_option = click.option(
     show_default=True,
     help="Hosts in parallel.",
 )
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(0, 64),
+    default=None,
+    metavar="N",
+    help="Processes the hosts run in, this one included (1: one; default: several on a "
+    "multi-core workstation from 64 hosts at once; --forks stays the total).",
+)
 json_option = click.option(
     "--json",
     "as_json",

@@ -19,6 +19,7 @@ from deploy.cli.common import (
     limit_option,
     startup_done,
     unattended_options,
+    workers_option,
 )
 from deploy.cli.connect import connection_options, with_connection
 from deploy.cli.runs import _delivery, _finish, _progress
@@ -39,6 +40,7 @@ from deploy.errors import InputError
 @accept_new_option
 @connection_options
 @forks_option
+@workers_option
 @colour_option
 @unattended_options
 def rollback(
@@ -50,6 +52,7 @@ def rollback(
     as_json: bool,
     accept_new_host_keys: bool,
     forks: int,
+    workers: int | None,
     color: str,
     timeout: float | None,
     report_file: Path | None,
@@ -113,6 +116,7 @@ def rollback(
         force=force,
         accept_new_host_keys=accept_new_host_keys,
         forks=forks,
+        workers=workers,
         timeout=timeout,
         # Every 5 s, like apply's wait: restarting the old server may take 45 minutes.
         progress=_progress(as_json, 0, color=color, heartbeat=5.0),

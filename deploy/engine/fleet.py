@@ -2,6 +2,8 @@
 
 One slow or dead host never blocks the others: every host has its own thread, connection and
 outcome, and the run's exit code is decided once, from all of them (`RunResult.exit_code`).
+With many hosts busy at once on a multi-core workstation (or ``--workers N``), the hosts'
+threads are spread over several processes, the decisions staying here (`deploy.engine.workers`).
 
 Pacing (`deploy.engine.batches`): with ``serial`` the hosts run batch after batch, up to
 ``forks`` at a time within a batch; a batch with more failed hosts than ``max_fail`` allows
@@ -19,85 +21,33 @@ unfinished journal, which the next ``apply`` or ``rollback`` there undoes first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
 import logging
 import sys
 import threading
 import time
-import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
 from deploy import interrupt, trace
 from deploy.config.inventory import HostSpec
 from deploy.config.resolve import HostPlan
+from deploy.engine import shards
 from deploy.engine.batches import Size, exceeds, failed, plan_batches
+from deploy.engine.host_jobs import ApplyJob, RollbackJob, guarded
 from deploy.engine.host_run import apply_host
 from deploy.engine.journal import now_precise
-from deploy.engine.results import HostResult, RunResult, StepResult
-from deploy.engine.rollback import rollback_host
-from deploy.engine.run_options import Cancel, HostOpener, RunOptions, holder_info, ssh_host
+from deploy.engine.listeners import Listener, Listeners, Tracker
+from deploy.engine.results import HostResult, RunResult
+from deploy.engine.run_options import Cancel, HostOpener, RunOptions, ssh_host
+
+__all__ = ["Listeners", "run_apply", "run_rollback"]
 
 log = logging.getLogger("deploy.engine")
-
-#: Whatever listens to a run (`deploy.engine.host_run.Progress`), typed loosely so that
-#: listeners may offer the optional ``run_event(message)`` too.
-Listener = Any
-
-
-class Listeners:
-    """Several progress listeners as one (the terminal and the log file, say)."""
-
-    def __init__(self, *listeners: Listener) -> None:
-        self.listeners = [listener for listener in listeners if listener is not None]
-
-    def host_event(self, host: str, message: str) -> None:
-        for listener in self.listeners:
-            listener.host_event(host, message)
-
-    def step_started(self, host: str, index: int, title: str) -> None:
-        for listener in self.listeners:
-            listener.step_started(host, index, title)
-
-    def step_finished(self, host: str, result: StepResult) -> None:
-        for listener in self.listeners:
-            listener.step_finished(host, result)
-
-    def run_event(self, message: str) -> None:
-        run_event(self.listeners, message)
-
-
-def run_event(listeners: Sequence[Listener], message: str) -> None:
-    """Tell listeners that know ``run_event`` about the run as a whole (batches, deadline)."""
-    for listener in listeners:
-        hook = getattr(listener, "run_event", None)
-        if hook is not None:
-            hook(message)
-
-
-class _Tracker:
-    """Remembers each host's current step, to say where a host was when the deadline hit."""
-
-    def __init__(self, inner: Listener) -> None:
-        self.inner = inner
-        self.current: dict[str, str] = {}
-
-    def host_event(self, host: str, message: str) -> None:
-        self.inner.host_event(host, message)
-
-    def step_started(self, host: str, index: int, title: str) -> None:
-        self.current[host] = f"during step {index + 1} ({title})"
-        self.inner.step_started(host, index, title)
-
-    def step_finished(self, host: str, result: StepResult) -> None:
-        self.current[host] = f"after step {result.index + 1} ({result.title}, {result.status})"
-        self.inner.step_finished(host, result)
-
-    def run_event(self, message: str) -> None:
-        run_event([self.inner], message)
 
 
 @dataclasses.dataclass
@@ -156,7 +106,7 @@ def _in_parallel(
                     index = pending.popleft()
                     started.add(index)
                 with interrupt.watched(cancel):
-                    result = _guarded(names[index], work, index)
+                    result = guarded(names[index], partial(work, index))
                 with cond:
                     results[index] = result
                     cond.notify_all()
@@ -194,18 +144,28 @@ def _tick(deadline: _Deadline, cancel: Cancel | None) -> float | None:
     return 0.2 if remaining is None else min(0.2, max(remaining, 0.01))
 
 
-def _guarded(name: str, work: Callable[[int], HostResult], index: int) -> HostResult:
-    """``work(index)``; an exception is a bug, reported as a host a human must look at."""
-    try:
-        return work(index)
-    except Exception as exc:
-        log.error("internal error on %s:\n%s", name, traceback.format_exc())
-        return HostResult(
-            host=name,
-            outcome="rollback failed",
-            error=f"internal error (a bug in deploy, please report it): {exc!r}; "
-            "check the host: `deploy status` shows any unfinished run",
-        )
+@contextlib.contextmanager
+def _runner(
+    job: ApplyJob | RollbackJob,
+    busy: int,
+    workers: int | None,
+    sink: Listener,
+    cancel: Cancel | None,
+    local: Callable[[Any], HostResult],
+) -> Iterator[Callable[[Any], HostResult]]:
+    """How a host is run: ``local`` (on this process's thread), or by worker processes when
+    `deploy.engine.shards.worker_count` says so."""
+    count = shards.worker_count(
+        workers, busy, cores=shards.cores(), shardable=job.open_host is ssh_host
+    )
+    if count < 2:
+        yield local
+        return
+    from deploy.engine.workers import Pool
+
+    log.info("running the hosts in %d processes", count)
+    with Pool(count, job, sink, cancel, local) as pool:
+        yield lambda host: pool.run(host, job.name(host))
 
 
 def _user() -> str:
@@ -231,7 +191,7 @@ def _settle(
     names: Sequence[str],
     got: dict[int, HostResult],
     started: set[int],
-    tracker: _Tracker | None,
+    tracker: Tracker | None,
     timeout: float | None,
     doing: str = "before its first step",
 ) -> list[HostResult | None]:
@@ -266,15 +226,17 @@ def run_apply(
     serial: Sequence[Size] | None = None,
     max_fail: Size | None = None,
     timeout: float | None = None,
+    workers: int | None = None,
 ) -> RunResult:
     """Apply each host's steps, batch by batch; results in inventory order.
 
     ``serial`` is ignored under ``--check`` (nothing changes, so every host is planned at
-    once). ``max_fail`` defaults to 0 when there are batches.
+    once). ``max_fail`` defaults to 0 when there are batches. ``workers``: processes to run
+    the hosts in (`deploy.engine.shards`; None: chosen, 1: this one).
     """
     began = time.monotonic()
     deadline = _Deadline(timeout)
-    tracker = _Tracker(options.progress)
+    tracker = Tracker(options.progress)
     options = dataclasses.replace(options, progress=tracker)
     run = _new_run(
         options.run_id,
@@ -294,40 +256,47 @@ def run_apply(
         run.batches = batches
     limit = max_fail or Size(0)
     results: dict[str, HostResult] = {}
-    for number, batch in enumerate(batches, 1):
-        if deadline.expired:
-            run.stopped = f"--timeout {timeout:g} s expired before batch {number} of {len(batches)}"
-            break
-        if options.cancel.is_set():
-            run.stopped = f"{options.cancel.reason} before batch {number} of {len(batches)}"
-            break
-        if len(batches) > 1:
-            tracker.run_event(f"batch {number} of {len(batches)}: {', '.join(batch)}")
-        plans = [plan_of[name] for name in batch]
+    local = partial(apply_host, options=options)
+    busy = shards.busy_at_once(forks, [len(batch) for batch in batches])
+    with _runner(ApplyJob.of(options), busy, workers, tracker, options.cancel, local) as run_host:
+        for number, batch in enumerate(batches, 1):
+            if deadline.expired:
+                run.stopped = (
+                    f"--timeout {timeout:g} s expired before batch {number} of {len(batches)}"
+                )
+                break
+            if options.cancel.is_set():
+                run.stopped = f"{options.cancel.reason} before batch {number} of {len(batches)}"
+                break
+            if len(batches) > 1:
+                tracker.run_event(f"batch {number} of {len(batches)}: {', '.join(batch)}")
+            plans = [plan_of[name] for name in batch]
 
-        def one(i: int, plans: list[HostPlan] = plans) -> HostResult:
-            return apply_host(plans[i], options)
+            def one(i: int, plans: list[HostPlan] = plans) -> HostResult:
+                return run_host(plans[i])
 
-        got, started = _in_parallel(batch, one, forks, deadline, options.cancel)
-        for result in _settle(batch, got, started, tracker, timeout):
-            if result is not None:
-                results[result.host] = result
-        if options.cancel.is_set() and not options.check_mode:
-            run.stopped = f"{options.cancel.reason} during batch {number} of {len(batches)}"
-            tracker.run_event(run.stopped)
-            break
-        if len(results) < len(names) and deadline.expired:
-            run.stopped = f"--timeout {timeout:g} s expired during batch {number} of {len(batches)}"
-            tracker.run_event(run.stopped)
-            break
-        failures = sum(1 for name in batch if name in results and failed(results[name]))
-        if number < len(batches) and exceeds(failures, len(batch), limit):
-            run.stopped = (
-                f"batch {number} of {len(batches)}: {failures} of {len(batch)} host(s) failed, "
-                f"more than max_fail {limit} allows; the remaining batches were not started"
-            )
-            tracker.run_event(run.stopped)
-            break
+            got, started = _in_parallel(batch, one, forks, deadline, options.cancel)
+            for result in _settle(batch, got, started, tracker, timeout):
+                if result is not None:
+                    results[result.host] = result
+            if options.cancel.is_set() and not options.check_mode:
+                run.stopped = f"{options.cancel.reason} during batch {number} of {len(batches)}"
+                tracker.run_event(run.stopped)
+                break
+            if len(results) < len(names) and deadline.expired:
+                run.stopped = (
+                    f"--timeout {timeout:g} s expired during batch {number} of {len(batches)}"
+                )
+                tracker.run_event(run.stopped)
+                break
+            failures = sum(1 for name in batch if name in results and failed(results[name]))
+            if number < len(batches) and exceeds(failures, len(batch), limit):
+                run.stopped = (
+                    f"batch {number} of {len(batches)}: {failures} of {len(batch)} host(s) failed, "
+                    f"more than max_fail {limit} allows; the remaining batches were not started"
+                )
+                tracker.run_event(run.stopped)
+                break
     run.hosts = [results.get(name) or _skipped(name, run.stopped) for name in names]
     run.duration = round(time.monotonic() - began, 3)
     return run
@@ -360,6 +329,7 @@ def run_rollback(
     progress: Any = None,
     open_host: HostOpener = ssh_host,
     halt: Cancel | None = None,
+    workers: int | None = None,
 ) -> RunResult:
     """Undo ``target_run`` on every host given (those the run touched).
 
@@ -367,42 +337,19 @@ def run_rollback(
     with ``busy``/``idle`` also keeps a heartbeat for the host while it works. ``halt`` (the
     first SIGINT/SIGTERM, `deploy.cli.interrupts`): no host starts after it; a host being
     undone finishes its undo (its ``busy`` set names it for a second signal's message), and
-    the hosts never started are reported skipped.
+    the hosts never started are reported skipped. ``workers`` as for `run_apply`.
     """
     began = time.monotonic()
     deadline = _Deadline(timeout)
     run = _new_run(run_id, "rollback", playbook, False)
     run.target_run = target_run
 
-    def work(i: int) -> HostResult:
-        name, spec = hosts[i]
-        if halt is not None and halt.is_set():
-            return _skipped(name, halt.reason)
-        remote = open_host(name, spec, accept_new_host_keys)
-        note = None
-        if progress is not None:
-            note = partial(progress.host_event, name)
-            getattr(progress, "busy", lambda *_: None)(name, "rollback")
-        if halt is not None:
-            halt.busy.add(name)
-        try:
-            return rollback_host(
-                remote,
-                spec.state_dir,
-                target_run,
-                force=force,
-                holder=holder_info(run_id, "rollback"),
-                note=note,
-            )
-        finally:
-            if halt is not None:
-                halt.busy.discard(name)
-            remote.close()
-            if progress is not None:
-                getattr(progress, "idle", lambda *_: None)(name)
-
+    job = RollbackJob(run_id, target_run, force, accept_new_host_keys, open_host)
+    local = partial(job.run, progress=progress, halt=halt)
     names = [h[0] for h in hosts]
-    got, started = _in_parallel(names, work, forks, deadline, halt=halt)
+    busy = shards.busy_at_once(forks, [len(hosts)])
+    with _runner(job, busy, workers, progress, halt, local) as run_host:
+        got, started = _in_parallel(names, lambda i: run_host(hosts[i]), forks, deadline, halt=halt)
     settled = _settle(names, got, started, None, timeout, "while rolling back")
     if halt is not None and halt.is_set():
         run.stopped = f"{halt.reason}: no host started after it"

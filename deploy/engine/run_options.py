@@ -96,6 +96,16 @@ class RunOptions:
     open_host: HostOpener = ssh_host
 
 
+#: The run's own process, named in locks and journals: a worker process of the run
+#: (`deploy.engine.worker`) names the ``deploy`` command it works for, not itself.
+_RUN_PID: list[int] = []
+
+
+def run_by(pid: int) -> None:
+    """In a worker process: the pid of the run's process, for `holder_info`."""
+    _RUN_PID[:] = [pid]
+
+
 def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
     """Who holds a lock: enough for another operator to find the run and its owner."""
     try:
@@ -106,7 +116,7 @@ def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
         "run_id": run_id,
         "user": user,
         "workstation": socket.gethostname(),
-        "pid": os.getpid(),
+        "pid": _RUN_PID[0] if _RUN_PID else os.getpid(),
         "since": now_iso(),
         "playbook": playbook,
     }

@@ -51,6 +51,37 @@ def set_prompter(prompt: Callable[[str], str] | None) -> None:
         _PROMPTER.append(prompt)
 
 
+def secrets_for_worker() -> dict[str, Any]:
+    """What a worker process needs of this run's secrets (sent over its pipe, never argv,
+    environment or file): those asked for, the passphrases known, whether one may be asked."""
+    with _SECRETS_LOCK:
+        return {
+            "provided": dict(_PROVIDED),
+            "passphrases": dict(_PASSPHRASES),
+            "can_ask": bool(_PROMPTER),
+        }
+
+
+def take_secrets(secrets: dict[str, Any], ask: Callable[[str], str] | None) -> None:
+    """In a worker process: the run's secrets (`secrets_for_worker`), and how to ask the
+    parent for a key's passphrase (None when the parent cannot ask either)."""
+    _PROVIDED.update(secrets["provided"])
+    _PASSPHRASES.update(secrets["passphrases"])
+    set_prompter(ask if secrets["can_ask"] else None)
+
+
+_ASKED: dict[str, str] = {}
+
+
+def ask_passphrase(prompt: str) -> str:
+    """In the parent, for a worker: ask ``prompt`` on the terminal, once per key for all the
+    workers (a wrong answer is the worker's to report, as when one process asks)."""
+    with _SECRETS_LOCK:
+        if prompt not in _ASKED:
+            _ASKED[prompt] = _PROMPTER[0](prompt) if _PROMPTER else ""
+        return _ASKED[prompt]
+
+
 def _password(settings: ConnectSettings) -> str | None:
     prompted = provided_secret("password")
     if prompted is not None:

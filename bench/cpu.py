@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -127,6 +128,7 @@ def main(argv: list[str]) -> int:
     finally:
         if options.baseline_ref:
             remove_worktree(where)
+        shutil.rmtree(base, ignore_errors=True)
     options.out.write_text(json.dumps({"sizes": sizes, "loads": loads, "cpu": found}, indent=1))
     print(report(sizes, found, loads))
     return 0

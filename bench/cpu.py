@@ -39,13 +39,18 @@ from bench.tools import Command, DeployTool, FloorTool
 from bench.workload import PLAYBOOK
 
 
+class WrongResult(Exception):
+    """A run exited 0 but the files say otherwise: never discarded as a bad round."""
+
+
 def _cpu(command: Command) -> float:
     """CPU-seconds (user + system) of ``command``'s process and its children; raises if it failed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     outcome = run(command)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if outcome.exit_status != 0:
-        raise RuntimeError(f"{command.argv[:4]}: {outcome.reason()}")
+        said = (outcome.stdout + outcome.stderr).strip().splitlines()[-12:]
+        raise RuntimeError(f"{command.argv[:4]}: {outcome.reason()}\n" + "\n".join(said))
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -103,28 +108,23 @@ def main(argv: list[str]) -> int:
                 return _profile(views[options.profile], builds["deploy"], options.out)
             for view in views.values():
                 floor.prepare(view, len(view.hosts))
-            for round_ in range(-1, options.rounds):  # round -1: warm-up, not kept
+            round_, failed = -1, 0  # round -1: warm-up, not kept
+            while round_ < options.rounds:
                 loads.append(os.getloadavg()[0])
                 names = list(builds) if round_ % 2 else list(reversed(builds))
-                for n, view in views.items():
-                    for name in names:
-                        tool = builds[name]
-                        view.reset()
-                        cpu = _cpu(tool.command(view, n))
-                        wrong = change_wrong(tool, view)
-                        if wrong:
-                            raise RuntimeError(f"{name} N={n}: {wrong[:2]}")
-                        if round_ >= 0:
-                            found.setdefault(f"{name} change {n}", []).append(cpu)
-                        if options.rerun:
-                            cpu = _cpu(tool.command(view, n))
-                            if round_ >= 0:
-                                found.setdefault(f"{name} rerun {n}", []).append(cpu)
-                    cpu = _cpu(floor.command(view, n))
-                    if round_ >= 0:
-                        found.setdefault(f"floor connect {n}", []).append(cpu)
+                try:
+                    measured = _round(views, builds, names, floor, options.rerun)
+                except RuntimeError as exc:  # a run failed (a host timed out under load)
+                    failed += 1
+                    print(f"cpu: round discarded: {exc}", file=sys.stderr)
+                    if failed > options.rounds:
+                        raise
+                    continue
                 if round_ >= 0:
+                    for key, cpu in measured.items():
+                        found.setdefault(key, []).append(cpu)
                     print(f"cpu: round {round_ + 1}/{options.rounds} done", file=sys.stderr)
+                round_ += 1
     finally:
         if options.baseline_ref:
             remove_worktree(where)
@@ -132,6 +132,30 @@ def main(argv: list[str]) -> int:
     options.out.write_text(json.dumps({"sizes": sizes, "loads": loads, "cpu": found}, indent=1))
     print(report(sizes, found, loads))
     return 0
+
+
+def _round(
+    views: dict[int, Fleet],
+    builds: dict[str, DeployTool],
+    names: list[str],
+    floor: FloorTool,
+    rerun: bool,
+) -> dict[str, float]:
+    """One round: each build's change run (and re-run) and the floor, at each size; a round
+    is kept whole or not at all (a failed run raises), so that builds stay paired."""
+    measured: dict[str, float] = {}
+    for n, view in views.items():
+        for name in names:
+            tool = builds[name]
+            view.reset()
+            measured[f"{name} change {n}"] = _cpu(tool.command(view, n))
+            wrong = change_wrong(tool, view)
+            if wrong:
+                raise WrongResult(f"{name} N={n}: {wrong[:2]}")
+            if rerun:
+                measured[f"{name} rerun {n}"] = _cpu(tool.command(view, n))
+        measured[f"floor connect {n}"] = _cpu(floor.command(view, n))
+    return measured
 
 
 def _profile(view: Fleet, tool: DeployTool, out: Path) -> int:

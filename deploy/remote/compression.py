@@ -1,11 +1,11 @@
 """SSH compression after login (``zlib@openssh.com``): fewer bytes, so fewer round trips.
 
-A run's traffic is text: the lock's command line carries the host programs (~38 KB of Python
+A run's traffic is text: the lock's command line carries the host programs (~36 KB of Python
 and shell), the host answers with the files read (the SGLang model file is 29 KB), a change
 run sends the new bytes, the saved copy and journal records. A fresh TCP connection may have
-only 10 segments (~14 KB) in flight, doubling once per round trip, so a 38 KB burst costs one
+only 10 segments (~14 KB) in flight, doubling once per round trip, so a 36 KB burst costs one
 round trip more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it).
-zlib brings the lock's exec to ~12.5 KB, under that window, for ~1 ms of CPU per 100 KB.
+zlib brings the lock's exec to ~11.5 KB, under that window, for ~1 ms of CPU per 100 KB.
 
 Only the delayed method is offered (as OpenSSH since 7.4): nothing an unauthenticated peer
 sends is decompressed. A server offering no compression is used without it;

@@ -160,6 +160,15 @@ class HostSpec(StrictModel):
     connect_timeout: float = Field(
         default=10.0, gt=0, description="Seconds to wait for TCP + SSH handshake."
     )
+    lock_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Seconds the lock's exec may stay silent (the login shell with its .bashrc, the"
+            " state_dir checks, the lock) before the host counts as not answering (exit 4)."
+            " Raise it for hosts whose login is slow under load."
+        ),
+    )
     compression: bool = Field(
         default=True,
         description=(

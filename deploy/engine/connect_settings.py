@@ -18,6 +18,7 @@ def connect_settings(name: str, spec: HostSpec, *, accept_new: bool = False) -> 
         accept_new_host_keys=spec.accept_new_host_keys or accept_new,
         password_env=spec.password_env,
         connect_timeout=spec.connect_timeout,
+        lock_timeout=spec.lock_timeout,
         ssh_config=spec.ssh_config,
         become=bool(spec.become),
         become_user=spec.become_user or "root",

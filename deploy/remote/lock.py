@@ -149,12 +149,17 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
+#: Seconds of silence from the lock's exec before a host counts as not answering, for a
+#: `Host` without settings (`deploy.remote.settings.ConnectSettings.lock_timeout`).
+DEFAULT_LOCK_TIMEOUT = 60.0
+
+
 @trace.spanned("lock.acquire")
 def acquire(
     remote: Host,
     state_dir: str,
     holder: dict[str, object],
-    timeout: float = 30.0,
+    timeout: float | None = None,
     prefetch: Sequence[str] = (),
     speculate: Sequence[str] = (),
 ) -> HostLock:
@@ -165,13 +170,18 @@ def acquire(
     answers the run may use if nothing changed first (the compile check of a file it may leave
     as it is), run after them in the same round trip with
     `deploy.checks.compile.AHEAD_VARIABLE` set, so that a command may answer from what is
-    recorded only rather than do work a change run would throw away.
+    recorded only rather than do work a change run would throw away. ``timeout``: seconds of
+    silence before the host counts as not answering (default: the host's ``lock_timeout``).
 
     Raises:
+        HostUnreachable: the host stayed silent for ``timeout`` seconds.
         LockHeld: another run holds the lock (nothing was changed).
         StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
+    if timeout is None:
+        settings = getattr(remote, "settings", None)
+        timeout = float(getattr(settings, "lock_timeout", DEFAULT_LOCK_TIMEOUT))
     paths = list(dict.fromkeys(prefetch))
     # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
     # lock discards them unread), so reading costs no round trip of its own.
@@ -219,7 +229,8 @@ def acquire(
                 break
             if time.monotonic() > deadline:
                 raise HostUnreachable(
-                    f"{remote.name}: no answer while taking the lock in {state_dir}"
+                    f"{remote.name}: no answer for {timeout:g} s while taking the lock in "
+                    f"{state_dir} (a slow login shell? raise the host's lock_timeout)"
                 )
             # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
             # wake-ups of the GIL per run at 50 hosts).

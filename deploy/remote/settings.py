@@ -26,6 +26,8 @@ class ConnectSettings:
     accept_new_host_keys: bool = False
     password_env: str | None = None
     connect_timeout: float = 10.0
+    #: Seconds the lock's exec may stay silent before the host counts as not answering.
+    lock_timeout: float = 60.0
     #: The one ssh_config file to read (``ssh -F``); None: Fabric's defaults.
     ssh_config: str | None = None
     #: Run every host operation as ``become_user`` through sudo (`deploy.remote.become`).

@@ -18,7 +18,10 @@ Processes, not threads of a fork: each worker is a fresh ``python -m deploy.engi
 Frames are pickles over the worker's stdin and stdout (`deploy.engine.shards.encode`); the
 run's secrets (passwords asked for with ``--ask-pass``/``-K``, key passphrases) go over that
 pipe too, never on a command line, in the environment or in a file. A key passphrase a worker
-finds missing is asked for by the parent, on its terminal, once per key.
+finds missing is asked for by the parent, on its terminal, once per key. Masking
+(`deploy.masking`) is the parent's, which writes every output: a worker is given the secrets
+registered so far (its stderr masks them too), and a secret a worker's host finds (a server's
+API key) is sent to the parent before anything that could quote it.
 
 Signals: workers run in a process group of their own, so the terminal's Ctrl-C reaches only
 the parent, whose handler decides as before; the first signal (or ``--timeout``) is passed on
@@ -45,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from deploy import masking
 from deploy.engine import shards
 from deploy.engine.results import HostResult
 from deploy.engine.run_options import Cancel
@@ -135,6 +139,7 @@ class Pool:
         init = {
             "job": job,
             "secrets": _secrets(),
+            "masked": masking.MASKER.secrets(),
             "log_level": _log_level(),
             "run_pid": os.getpid(),
         }
@@ -230,6 +235,8 @@ class Pool:
                 worker.load -= 1
             ticket.result = result
             ticket.done.set()
+        elif kind == "secret":  # found on a host (an API key): every output here masks it
+            masking.register(message[1])
         elif kind == "log":
             _, name, level, text = message
             logging.getLogger(name).log(level, "%s", text)

@@ -305,3 +305,36 @@ def test_workers_end_when_the_run_is_killed(make_kimi_hosts, tmp_path: Path) -> 
 
     _wait_for(lambda: all(_gone(pid) for pid in workers), 10)
     (tmp_path / "go").touch()
+
+
+def test_a_key_a_worker_finds_on_a_host_is_masked_by_the_run(  # type: ignore[no-untyped-def]
+    make_gpu_hosts, tmp_path: Path
+) -> None:
+    """An operator's server started with ``--api-key KEY`` (in no inventory): the host that
+    finds it registers it as a secret (`deploy.services.endpoint`). On a worker's host, the
+    run's own process must learn it too: the server's log (``api_key='KEY'`` in its
+    ``server_args`` line) is quoted in a failed wait, which the terminal, ``--json``, the log
+    file and history show."""
+    from deploy.sandbox import gpu_host
+
+    keys = ["sk-own-found-5e3cr3t-never-printed", "sk-worker-found-5e3cr3t-never-printed"]
+    gpus, deploy = make_gpu_hosts(["0.5.9", "0.5.9"])
+    for gpu, key in zip(gpus, keys, strict=True):  # one host here, one in the worker
+        gpu_host.start_old_server(
+            gpu, address="127.0.0.7", extra_args=["--host", "127.0.0.7", "--api-key", key]
+        )
+        gpu.configure(eagle3_load_seconds=8.0)  # the new server is not ready in time
+    log = tmp_path / "run.log"
+    result = deploy(
+        "apply", "kimi-eagle3", "--yes", "--json", "--log-file", str(log), "-v",
+        "-e", "sglang_ready_timeout=3", "--workers", "2",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    document = report(result.stdout)
+    assert {h["outcome"] for h in document["hosts"]} == {"rolled back"}, result.output
+    assert "api_key=" in result.stdout, "the server's log line is quoted (masked)"
+    history = deploy("history", "--json")
+    for key in keys:
+        assert key not in result.output
+        assert key not in log.read_text()
+        assert key not in history.output

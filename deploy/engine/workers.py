@@ -31,7 +31,9 @@ parent at once: a worker sees its stdin close and exits at once too, as the thre
 one-process run die with it. A worker that dies (killed, crashed) closes its stdout: each host
 it had is reported — "interrupted" (a human must look: its journal says what changed) if it had
 begun, "not attempted" if not — with one line saying which worker died and how; the run goes
-on with the others (its own process included), and never waits for the dead one.
+on with the others (its own process included), and never waits for the dead one. A worker
+that cannot be started at all (``sys.executable`` gone) is one line, and its share of the
+hosts runs in the others.
 """
 
 from __future__ import annotations
@@ -143,7 +145,18 @@ class Pool:
             "log_level": _log_level(),
             "run_pid": os.getpid(),
         }
-        self.workers = [_Worker(number, init) for number in range(1, count)]
+        self.workers: list[_Worker] = []
+        for number in range(1, count):
+            try:
+                self.workers.append(_Worker(number, init))
+            except OSError as exc:  # no interpreter to start (a removed virtualenv's)
+                log.warning(
+                    "worker process %d cannot start (%s: %s): its share of the hosts runs in "
+                    "the other processes",
+                    number,
+                    sys.executable or "no Python interpreter",
+                    exc.strerror or exc,
+                )
         for worker in self.workers:
             threading.Thread(
                 target=self._read, args=(worker,), name=f"worker-{worker.number}", daemon=True

@@ -338,3 +338,29 @@ def test_a_key_a_worker_finds_on_a_host_is_masked_by_the_run(  # type: ignore[no
         assert key not in result.output
         assert key not in log.read_text()
         assert key not in history.output
+
+
+def test_workers_that_cannot_start_leave_the_run_to_its_own_process(  # type: ignore[no-untyped-def]
+    make_kimi_hosts, tmp_path: Path
+) -> None:
+    """``sys.executable`` names no program (a virtualenv removed under a long-lived shell):
+    one line says so and the hosts run in the run's own process, as with ``--workers 1``.
+    Before, a traceback, exit 1, no report, and history saying every host was left mid-run."""
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 3)
+    originals = {h.host.name: sha256(h.model_file) for h in hosts}
+    playbook = write_playbook(tmp_path, "unstartable")
+    broken = Deploy(deploy.workdir, deploy.inventory, "tests.integration.unstartable_workers")
+
+    result = broken("apply", str(playbook), "--yes", "--json", "--workers", "3")
+
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "worker process 1 cannot start (/nonexistent/python3: No such file or directory)" in (
+        result.stderr
+    )
+    document = report(result.stdout)
+    assert set(outcomes(document).values()) == {"changed"}
+    assert all(sha256(h.model_file) != originals[h.host.name] for h in hosts)
+    history = deploy("history", "--json")
+    assert history.exit_code == 0, history.output
+    assert [h["outcome"] for h in json.loads(history.stdout)[0]["hosts"]] == ["changed"] * 3

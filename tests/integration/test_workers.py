@@ -364,3 +364,32 @@ def test_workers_that_cannot_start_leave_the_run_to_its_own_process(  # type: ig
     history = deploy("history", "--json")
     assert history.exit_code == 0, history.output
     assert [h["outcome"] for h in json.loads(history.stdout)[0]["hosts"]] == ["changed"] * 3
+
+
+def test_a_stalled_worker_is_abandoned_by_the_second_sigint(  # type: ignore[no-untyped-def]
+    make_kimi_hosts, tmp_path: Path
+) -> None:
+    """A worker that stalls mid-host (stopped, not dead) holds the run as a stuck host of a
+    one-process run does; the second Ctrl-C abandons at once, names its hosts, and the
+    stopped worker does not outlive the run (its process group is orphaned: SIGHUP)."""
+    _, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    marks, go = tmp_path / "marks", tmp_path / "go"
+    marks.mkdir()
+    hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {go} ]; do sleep 0.05; done"
+    process = _popen_group(
+        deploy, "apply", str(_held_playbook(tmp_path, hold)), "--yes", "--workers", "3"
+    )
+    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    stalled, other = _children(process.pid)
+    os.kill(stalled, signal.SIGSTOP)
+
+    os.killpg(process.pid, signal.SIGINT)
+    go.touch()  # every host but the stalled worker's rolls back
+    time.sleep(3.0)
+    assert process.poll() is None, "the stalled worker's host is waited for"
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+
+    assert process.returncode == 3, out + err
+    assert "abandoned at once; left mid-run: " in err, err
+    _wait_for(lambda: _gone(stalled) and _gone(other), 10)

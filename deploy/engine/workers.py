@@ -215,9 +215,17 @@ class Pool:
                 return
 
     def _read(self, worker: _Worker) -> None:
-        """Everything a worker says, until its stdout ends (its exit, or its death)."""
+        """Everything a worker says, until its stdout ends (its exit, or its death) or a frame
+        cannot be read (a bug): then the worker is killed and its hosts reported as for a
+        death — the run never waits for results that can no longer come."""
         while True:
-            message = shards.read_message(worker.stdout)
+            try:
+                message = shards.read_message(worker.stdout)
+            except Exception as exc:  # a frame this process cannot read: the worker is lost
+                log.error("worker %d: unreadable frame (%r): ending it", worker.number, exc)
+                with contextlib.suppress(OSError):
+                    worker.process.kill()
+                break
             if message is None:
                 break
             try:

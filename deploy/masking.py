@@ -33,7 +33,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any
 
 MASK = "***"
@@ -70,6 +70,9 @@ class Masker:
 
     def __init__(self) -> None:
         self._values: set[str] = set()
+        #: The values as registered (``_values`` also holds their JSON-escaped forms).
+        self._secrets: set[str] = set()
+        self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
 
@@ -93,12 +96,28 @@ class Masker:
             if forms <= self._values:
                 return
             self._values |= forms
+            self._secrets.add(text)
             longest_first = sorted(self._values, key=len, reverse=True)
             self._pattern = re.compile("|".join(map(re.escape, longest_first)))
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(text)
+
+    def secrets(self) -> list[str]:
+        """The values registered so far (for a worker process: `deploy.engine.workers`)."""
+        with self._lock:
+            return sorted(self._secrets)
+
+    def on_add(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(value)`` for each value registered from now on (a worker process
+        tells the run's process of a key it found on a host: the run's outputs mask it)."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
+            self._secrets.clear()
             self._pattern = None
 
     def mask(self, text: str) -> str:

@@ -197,8 +197,8 @@ workers_option = click.option(
     type=click.IntRange(0, 64),
     default=None,
     metavar="N",
-    help="Processes the hosts run in, this one included (1: one; default: several on a "
-    "multi-core workstation from 64 hosts at once; --forks stays the total).",
+    help="Processes the hosts run in, this one included (1: one; 0 or unset: chosen, several "
+    "on a multi-core workstation from 64 hosts at once; --forks stays the total).",
 )
 json_option = click.option(
     "--json",

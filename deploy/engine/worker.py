@@ -3,7 +3,7 @@
 It reads frames on stdin: the run's job and secrets first, then hosts to run and, maybe, a
 cancel. Each host runs on a thread of its own through the job, as in a one-process run, and
 all it says goes back on stdout as frames (stdout is the pipe alone: anything printed goes to
-stderr). SIGINT and SIGTERM are ignored: the parent decides and sends a cancel. When stdin
+stderr, masked with the run's secrets: the parent's terminal or log file). SIGINT and SIGTERM are ignored: the parent decides and sends a cancel. When stdin
 ends — the run is over, or the parent died — the worker exits at once, leaving any host it
 still has as a dead run's threads would: its journal says what changed.
 """
@@ -164,6 +164,13 @@ def main() -> None:
     from deploy.remote.sshauth import take_secrets
 
     take_secrets(init["secrets"], asks)
+    from deploy import masking
+
+    for value in init["masked"]:
+        masking.register(value)
+    # A key a host finds goes to the parent first: the frames that may quote it come after.
+    masking.MASKER.on_add(lambda value: out.send(("secret", value)))
+    sys.stdout = sys.stderr = masking.MaskedStream(sys.stderr)  # tracebacks, lastResort logs
     relay_logs = _LogRelay(out)
     relay_logs.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger("deploy")

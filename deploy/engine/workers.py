@@ -18,7 +18,10 @@ Processes, not threads of a fork: each worker is a fresh ``python -m deploy.engi
 Frames are pickles over the worker's stdin and stdout (`deploy.engine.shards.encode`); the
 run's secrets (passwords asked for with ``--ask-pass``/``-K``, key passphrases) go over that
 pipe too, never on a command line, in the environment or in a file. A key passphrase a worker
-finds missing is asked for by the parent, on its terminal, once per key.
+finds missing is asked for by the parent, on its terminal, once per key. Masking
+(`deploy.masking`) is the parent's, which writes every output: a worker is given the secrets
+registered so far (its stderr masks them too), and a secret a worker's host finds (a server's
+API key) is sent to the parent before anything that could quote it.
 
 Signals: workers run in a process group of their own, so the terminal's Ctrl-C reaches only
 the parent, whose handler decides as before; the first signal (or ``--timeout``) is passed on
@@ -28,7 +31,9 @@ parent at once: a worker sees its stdin close and exits at once too, as the thre
 one-process run die with it. A worker that dies (killed, crashed) closes its stdout: each host
 it had is reported — "interrupted" (a human must look: its journal says what changed) if it had
 begun, "not attempted" if not — with one line saying which worker died and how; the run goes
-on with the others (its own process included), and never waits for the dead one.
+on with the others (its own process included), and never waits for the dead one. A worker
+that cannot be started at all (``sys.executable`` gone) is one line, and its share of the
+hosts runs in the others.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from deploy import masking
 from deploy.engine import shards
 from deploy.engine.results import HostResult
 from deploy.engine.run_options import Cancel
@@ -135,10 +141,22 @@ class Pool:
         init = {
             "job": job,
             "secrets": _secrets(),
+            "masked": masking.MASKER.secrets(),
             "log_level": _log_level(),
             "run_pid": os.getpid(),
         }
-        self.workers = [_Worker(number, init) for number in range(1, count)]
+        self.workers: list[_Worker] = []
+        for number in range(1, count):
+            try:
+                self.workers.append(_Worker(number, init))
+            except OSError as exc:  # no interpreter to start (a removed virtualenv's)
+                log.warning(
+                    "worker process %d cannot start (%s: %s): its share of the hosts runs in "
+                    "the other processes",
+                    number,
+                    sys.executable or "no Python interpreter",
+                    exc.strerror or exc,
+                )
         for worker in self.workers:
             threading.Thread(
                 target=self._read, args=(worker,), name=f"worker-{worker.number}", daemon=True
@@ -197,9 +215,17 @@ class Pool:
                 return
 
     def _read(self, worker: _Worker) -> None:
-        """Everything a worker says, until its stdout ends (its exit, or its death)."""
+        """Everything a worker says, until its stdout ends (its exit, or its death) or a frame
+        cannot be read (a bug): then the worker is killed and its hosts reported as for a
+        death — the run never waits for results that can no longer come."""
         while True:
-            message = shards.read_message(worker.stdout)
+            try:
+                message = shards.read_message(worker.stdout)
+            except Exception as exc:  # a frame this process cannot read: the worker is lost
+                log.error("worker %d: unreadable frame (%r): ending it", worker.number, exc)
+                with contextlib.suppress(OSError):
+                    worker.process.kill()
+                break
             if message is None:
                 break
             try:
@@ -230,6 +256,8 @@ class Pool:
                 worker.load -= 1
             ticket.result = result
             ticket.done.set()
+        elif kind == "secret":  # found on a host (an API key): every output here masks it
+            masking.register(message[1])
         elif kind == "log":
             _, name, level, text = message
             logging.getLogger(name).log(level, "%s", text)

@@ -74,8 +74,9 @@ _ASKED: dict[str, str] = {}
 
 
 def ask_passphrase(prompt: str) -> str:
-    """In the parent, for a worker: ask ``prompt`` on the terminal, once per key for all the
-    workers (a wrong answer is the worker's to report, as when one process asks)."""
+    """In the parent, for a worker: ask ``prompt`` on the terminal, once per key for the whole
+    run — its own hosts (`_load_key`) and all the workers' share the answer (a wrong answer
+    is the worker's to report, as when one process asks)."""
     with _SECRETS_LOCK:
         if prompt not in _ASKED:
             _ASKED[prompt] = _PROMPTER[0](prompt) if _PROMPTER else ""
@@ -150,12 +151,14 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
             raise HostUnreachable(
                 f"{settings.name}: cannot read the private key {path}: {exc.strerror}"
             ) from exc
-        answer = _PROMPTER[0](f"Passphrase for key {path}")
+        prompt = f"Passphrase for key {path}"
+        # Asked already for a worker's host (`ask_passphrase`): that answer, not a new prompt.
+        answer = _ASKED[prompt] if prompt in _ASKED else _PROMPTER[0](prompt)
         try:
             key = _from_path(path, answer)
         except (paramiko.SSHException, ValueError) as exc:
             raise HostUnreachable(f"{settings.name}: wrong passphrase for the key {path}") from exc
-        _PASSPHRASES[str(path)] = answer
+        _PASSPHRASES[str(path)] = _ASKED[prompt] = answer  # the workers' hosts take it too
         return key
 
 

@@ -305,3 +305,91 @@ def test_workers_end_when_the_run_is_killed(make_kimi_hosts, tmp_path: Path) -> 
 
     _wait_for(lambda: all(_gone(pid) for pid in workers), 10)
     (tmp_path / "go").touch()
+
+
+def test_a_key_a_worker_finds_on_a_host_is_masked_by_the_run(  # type: ignore[no-untyped-def]
+    make_gpu_hosts, tmp_path: Path
+) -> None:
+    """An operator's server started with ``--api-key KEY`` (in no inventory): the host that
+    finds it registers it as a secret (`deploy.services.endpoint`). On a worker's host, the
+    run's own process must learn it too: the server's log (``api_key='KEY'`` in its
+    ``server_args`` line) is quoted in a failed wait, which the terminal, ``--json``, the log
+    file and history show."""
+    from deploy.sandbox import gpu_host
+
+    keys = ["sk-own-found-5e3cr3t-never-printed", "sk-worker-found-5e3cr3t-never-printed"]
+    gpus, deploy = make_gpu_hosts(["0.5.9", "0.5.9"])
+    for gpu, key in zip(gpus, keys, strict=True):  # one host here, one in the worker
+        gpu_host.start_old_server(
+            gpu, address="127.0.0.7", extra_args=["--host", "127.0.0.7", "--api-key", key]
+        )
+        gpu.configure(eagle3_load_seconds=8.0)  # the new server is not ready in time
+    log = tmp_path / "run.log"
+    result = deploy(
+        "apply", "kimi-eagle3", "--yes", "--json", "--log-file", str(log), "-v",
+        "-e", "sglang_ready_timeout=3", "--workers", "2",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    document = report(result.stdout)
+    assert {h["outcome"] for h in document["hosts"]} == {"rolled back"}, result.output
+    assert "api_key=" in result.stdout, "the server's log line is quoted (masked)"
+    history = deploy("history", "--json")
+    for key in keys:
+        assert key not in result.output
+        assert key not in log.read_text()
+        assert key not in history.output
+
+
+def test_workers_that_cannot_start_leave_the_run_to_its_own_process(  # type: ignore[no-untyped-def]
+    make_kimi_hosts, tmp_path: Path
+) -> None:
+    """``sys.executable`` names no program (a virtualenv removed under a long-lived shell):
+    one line says so and the hosts run in the run's own process, as with ``--workers 1``.
+    Before, a traceback, exit 1, no report, and history saying every host was left mid-run."""
+    hosts, deploy = make_kimi_hosts(["0.5.9"] * 3)
+    originals = {h.host.name: sha256(h.model_file) for h in hosts}
+    playbook = write_playbook(tmp_path, "unstartable")
+    broken = Deploy(deploy.workdir, deploy.inventory, "tests.integration.unstartable_workers")
+
+    result = broken("apply", str(playbook), "--yes", "--json", "--workers", "3")
+
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "worker process 1 cannot start (/nonexistent/python3: No such file or directory)" in (
+        result.stderr
+    )
+    document = report(result.stdout)
+    assert set(outcomes(document).values()) == {"changed"}
+    assert all(sha256(h.model_file) != originals[h.host.name] for h in hosts)
+    history = deploy("history", "--json")
+    assert history.exit_code == 0, history.output
+    assert [h["outcome"] for h in json.loads(history.stdout)[0]["hosts"]] == ["changed"] * 3
+
+
+def test_a_stalled_worker_is_abandoned_by_the_second_sigint(  # type: ignore[no-untyped-def]
+    make_kimi_hosts, tmp_path: Path
+) -> None:
+    """A worker that stalls mid-host (stopped, not dead) holds the run as a stuck host of a
+    one-process run does; the second Ctrl-C abandons at once, names its hosts, and the
+    stopped worker does not outlive the run (its process group is orphaned: SIGHUP)."""
+    _, deploy = make_kimi_hosts(["0.5.9"] * 4)
+    marks, go = tmp_path / "marks", tmp_path / "go"
+    marks.mkdir()
+    hold = f"touch {marks}/{{{{ inventory_hostname }}}}; while [ ! -e {go} ]; do sleep 0.05; done"
+    process = _popen_group(
+        deploy, "apply", str(_held_playbook(tmp_path, hold)), "--yes", "--workers", "3"
+    )
+    _wait_for(lambda: len(list(marks.iterdir())) == 4)
+    stalled, other = _children(process.pid)
+    os.kill(stalled, signal.SIGSTOP)
+
+    os.killpg(process.pid, signal.SIGINT)
+    go.touch()  # every host but the stalled worker's rolls back
+    time.sleep(3.0)
+    assert process.poll() is None, "the stalled worker's host is waited for"
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+
+    assert process.returncode == 3, out + err
+    assert "abandoned at once; left mid-run: " in err, err
+    _wait_for(lambda: _gone(stalled) and _gone(other), 10)

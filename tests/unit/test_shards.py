@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,41 @@ def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_onc
         sshauth._PASSPHRASES.update(saved[1])
         sshauth._PROMPTER[:] = saved[2]
         sshauth._ASKED.clear()
+
+
+def test_a_key_asked_for_here_is_not_asked_again_for_a_worker(tmp_path: Path) -> None:
+    """One prompt per key for the whole run: the run's own hosts and the workers' hosts
+    (`deploy.remote.sshauth.ask_passphrase`) share the answer, whichever asked first."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from deploy.remote import sshauth
+
+    key = tmp_path / "locked"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "correct horse", "-f", str(key)], check=True
+    )
+    settings: Any = SimpleNamespace(name="gpu-1")
+    asked: list[str] = []
+    saved = list(sshauth._PROMPTER)
+
+    def forget() -> None:
+        sshauth._PASSPHRASES.clear()
+        sshauth._ASKED.clear()
+        sshauth._KEYS.clear()
+
+    try:
+        sshauth.set_prompter(lambda prompt: asked.append(prompt) or "correct horse")
+        forget()
+        assert sshauth._load_key(settings, key, None) is not None  # a host of this process
+        assert sshauth.ask_passphrase(f"Passphrase for key {key}") == "correct horse"
+        assert len(asked) == 1, "a worker's host does not ask again"
+
+        forget()
+        asked.clear()
+        assert sshauth.ask_passphrase(f"Passphrase for key {key}") == "correct horse"
+        assert sshauth._load_key(settings, key, None) is not None
+        assert len(asked) == 1, "a host of this process does not ask again"
+    finally:
+        forget()
+        sshauth._PROMPTER[:] = saved

@@ -36,6 +36,8 @@ from bench.usage import TreeSampler, cpu_children
 from bench.workload import check_patched
 
 RUN_TIMEOUT = 300.0
+#: Seconds a run is given per host beyond `RUN_TIMEOUT`'s (200 hosts on one loaded core).
+RUN_TIMEOUT_PER_HOST = 3.0
 #: Lines of a tool's output that say why it failed (the rest is progress chatter).
 _TELLING = re.compile(
     r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception",
@@ -203,7 +205,8 @@ def rerun_wrong(
 def _timed(tool: Tool, fleet: Fleet, forks: int, placement: Placement) -> Outcome:
     command = tool.command(fleet, forks)
     try:
-        return run(Command(placement.argv(command.argv), command.cwd, command.env))
+        timeout = max(RUN_TIMEOUT, RUN_TIMEOUT_PER_HOST * forks)
+        return run(Command(placement.argv(command.argv), command.cwd, command.env), timeout)
     finally:
         tool.after(command)
 

@@ -130,6 +130,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="do not run TOOL on fleets larger than N (the page says so), e.g. ansible=50",
     )
     parser.add_argument(
+        "--forks",
+        type=int,
+        default=0,
+        metavar="F",
+        help="--scale: at most F hosts at a time for every tool (deploy and ansible --forks, "
+        "pyinfra --parallel, the floor's and the Fabric script's threads); default: all hosts",
+    )
+    parser.add_argument(
+        "--change-only",
+        action="store_true",
+        help="--scale: time the change runs only, no re-runs (when the time is short)",
+    )
+    parser.add_argument(
         "--deploy-workers",
         type=int,
         default=0,

@@ -36,8 +36,8 @@ from bench.usage import TreeSampler, cpu_children
 from bench.workload import check_patched
 
 RUN_TIMEOUT = 300.0
-#: Seconds a run is given per host beyond `RUN_TIMEOUT`'s (200 hosts on one loaded core).
-RUN_TIMEOUT_PER_HOST = 3.0
+#: Seconds a run is given per host beyond `RUN_TIMEOUT`'s (200 hosts on one loaded core: 4 min for the floor).
+RUN_TIMEOUT_PER_HOST = 5.0
 #: Lines of a tool's output that say why it failed (the rest is progress chatter).
 _TELLING = re.compile(
     r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception",
@@ -205,7 +205,7 @@ def rerun_wrong(
 def _timed(tool: Tool, fleet: Fleet, forks: int, placement: Placement) -> Outcome:
     command = tool.command(fleet, forks)
     try:
-        timeout = max(RUN_TIMEOUT, RUN_TIMEOUT_PER_HOST * forks)
+        timeout = max(RUN_TIMEOUT, RUN_TIMEOUT_PER_HOST * len(fleet.hosts))
         return run(Command(placement.argv(command.argv), command.cwd, command.env), timeout)
     finally:
         tool.after(command)
@@ -215,10 +215,12 @@ def _timed(tool: Tool, fleet: Fleet, forks: int, placement: Placement) -> Outcom
 ANYWHERE = Placement()
 
 
-def measure(tool: Tool, fleet: Fleet, forks: int, placement: Placement = ANYWHERE) -> list[Attempt]:
-    """Reset, time a change run and check it; then, if it succeeded, time a re-run and check
-    it. The floor makes one attempt of kind "connect". ``placement``: the cores the tool
-    runs on (the hosts' are set beforehand, `Placement.apply_hosts`)."""
+def measure(
+    tool: Tool, fleet: Fleet, forks: int, placement: Placement = ANYWHERE, rerun: bool = True
+) -> list[Attempt]:
+    """Reset, time a change run and check it; then, if it succeeded (and ``rerun``), time a
+    re-run and check it. The floor makes one attempt of kind "connect". ``placement``: the
+    cores the tool runs on (the hosts' are set beforehand, `Placement.apply_hosts`)."""
     fleet.reset()
     kind = "change" if tool.changes_files else "connect"
     first = Attempt(kind, _timed(tool, fleet, forks, placement))
@@ -227,6 +229,8 @@ def measure(tool: Tool, fleet: Fleet, forks: int, placement: Placement = ANYWHER
     if first.failed:
         return [first]
     first.wrong = change_wrong(tool, fleet)
+    if not rerun:
+        return [first]
     before, backups = fleet.contents(), _backups(tool, fleet)
     second = Attempt("rerun", _timed(tool, fleet, forks, placement))
     if not second.failed:

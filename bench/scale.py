@@ -154,6 +154,14 @@ class Scale:
                 count,
                 f"`--max-hosts {tool}={count}`, to keep the run within its time limit",
             )
+        if options.change_only:
+            self.results.notes.append("change runs only (`--change-only`): no re-runs were timed")
+        if options.forks:
+            self.results.notes.append(
+                f"every tool ran at most {options.forks} hosts at a time (`--forks "
+                f"{options.forks}`: deploy's and ansible's `--forks`, pyinfra's `--parallel`, the "
+                "floor's and the Fabric script's threads)"
+            )
         left_out = sorted(set(options.tools) - set(made))
         if left_out:
             self.results.notes.append(f"not run (no toolchain): {', '.join(left_out)}")
@@ -186,6 +194,8 @@ class Scale:
                 if self.results.runs(tool.name, count):
                     tool.prepare(fleet, count)
                     kinds = ("change", "rerun") if tool.changes_files else ("connect",)
+                    if self.options.change_only:
+                        kinds = kinds[:1]
                     for placement in self.results.placements:
                         for kind in kinds:
                             key = (placement.name, tool.name, count, kind)
@@ -222,18 +232,20 @@ class Scale:
             self.log(f"round {round_} done in {last:.0f} s")
 
     def one(self, tool: Tool, fleet: Fleet, count: int, placement: Placement, round_: int) -> None:
-        attempts = measure(tool, fleet, count, placement)
+        forks = min(self.options.forks or count, count)
+        attempts = measure(tool, fleet, forks, placement, rerun=not self.options.change_only)
         for attempt in attempts:
             key = (placement.name, tool.name, count, attempt.kind)
             self.results.series[key].add(attempt, f"round {round_}", timed=True)
-        if tool.changes_files and len(attempts) == 1:
+        if tool.changes_files and len(attempts) == 1 and not self.options.change_only:
             self.results.series[(placement.name, tool.name, count, "rerun")].skipped += 1
         self.log(
             f"N={count} {placement.name} round {round_} {tool.name}: "
             + " / ".join(
                 f"{a.kind} {a.outcome.seconds:.2f} s {a.outcome.cpu:.2f} CPU-s "
                 f"{a.outcome.peak_rss / 2**20:.0f} MiB"
-                + (" FAILED" if a.failed else " WRONG" if a.wrong else "")
+                + (f" FAILED: {a.outcome.reason()}" if a.failed else "")
+                + (f" WRONG: {a.wrong[0]}" if a.wrong else "")
                 for a in attempts
             )
         )

@@ -143,6 +143,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="--scale: time the change runs only, no re-runs (when the time is short)",
     )
     parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="--scale: write the section again from a run's raw figures (the .scale.json "
+        "beside the page), measuring nothing",
+    )
+    parser.add_argument(
         "--deploy-workers",
         type=int,
         default=0,

@@ -103,10 +103,16 @@ def ratio(top: Series | None, bottom: Series | None, what: str = "wall") -> floa
     return None if high is None or low is None or low == 0 else high / low
 
 
+def _measured_kinds(results: ScaleResults, tool: str) -> list[str]:
+    """The kinds of run of ``tool`` that have a series (``--change-only``: no re-runs)."""
+    have = {key[3] for key in results.series if key[1] == tool}
+    return [kind for kind in _kinds(tool) if kind in have] or list(_kinds(tool)[:1])
+
+
 def _metric_table(results: ScaleResults, cell: str) -> list[str]:
     rows = []
     for tool in results.tools:
-        for kind in _kinds(tool):
+        for kind in _measured_kinds(results, tool):
             cells = []
             for placement, count in _columns(results):
                 if not results.runs(tool, count):
@@ -139,8 +145,9 @@ RATIOS = [
 
 def _ratio_rows(results: ScaleResults) -> list[list[str]]:
     rows = []
+    kinds = {key[1:4:2] for key in results.series}  # (tool, kind) pairs measured
     for label, top, top_kind, bottom, bottom_kind in RATIOS:
-        if top not in results.tools or bottom not in results.tools:
+        if (top, top_kind) not in kinds or (bottom, bottom_kind) not in kinds:
             continue
         for what in ("wall", "cpu"):
             cells = []
@@ -156,7 +163,7 @@ def _ratio_rows(results: ScaleResults) -> list[list[str]]:
                     text += " met" if found >= TARGET else " **missed**"
                 cells.append(text)
             rows.append([label, "wall time" if what == "wall" else "CPU-seconds", *cells])
-    for kind in ("change", "rerun"):
+    for kind in _measured_kinds(results, "deploy"):
         cells = []
         for placement, count in _columns(results):
             above = per_host_above(
@@ -166,7 +173,38 @@ def _ratio_rows(results: ScaleResults) -> list[list[str]]:
             )
             cells.append("—" if above is None else f"{above:+.1f}")
         rows.append([f"`deploy` {KIND_LABEL[kind]} − floor, per host", "CPU ms", *cells])
+        rows.append(
+            [
+                f"`deploy` {KIND_LABEL[kind]} − floor, per added host",
+                "CPU ms",
+                *_slopes(results, kind),
+            ]
+        )
     return rows
+
+
+def _slopes(results: ScaleResults, kind: str) -> list[str]:
+    """Per placement, from each size to the next: (Δ deploy − Δ floor) CPU ÷ Δ hosts, in ms —
+    the per-host cost above the floor with the fixed costs of both taken out."""
+    cells = []
+    for placement, count in _columns(results):
+        smaller = [n for n in results.sizes if n < count]
+        if not smaller:
+            cells.append("—")
+            continue
+        low = smaller[-1]
+        ends = [
+            _median(results.get(placement, tool, n, k), "cpu")
+            for tool, k in (("deploy", kind), ("floor", "connect"))
+            for n in (low, count)
+        ]
+        if any(v is None for v in ends):
+            cells.append("—")
+            continue
+        d_low, d_high, f_low, f_high = (float(v or 0) for v in ends)
+        slope = ((d_high - d_low) - (f_high - f_low)) / (count - low) * 1000
+        cells.append(f"{slope:+.1f} (N = {low} → {count})")
+    return cells
 
 
 def _targeted(top: str, bottom: str, kind: str) -> bool:

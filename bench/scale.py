@@ -25,16 +25,19 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import machine, toolchain
 from bench.deploybuild import REPO, deploy_executable, ensure_bytecode
 from bench.fleet import Fleet, start_fleet
+from bench.options import parse
 from bench.pinning import Placement
 from bench.report_scale import render, splice
 from bench.runner import Series, measure
@@ -111,6 +114,31 @@ class ScaleResults:
             "capped": self.capped,
             "series": [{"placement": k[0], **asdict(s)} for k, s in sorted(self.series.items())],
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScaleResults:
+        """The results `to_json` wrote; the placements from the command line it records."""
+        options = parse(shlex.split(data["command"])[3:])
+        placements = [Placement()] + ([options.placement] if options.placement.pinned else [])
+        results = cls(
+            sizes=list(data["sizes"]),
+            tools=list(data["tools"]),
+            placements=placements,
+            repeat=options.repeat,
+            command=data["command"],
+            workers=options.deploy_workers,
+        )
+        results.rounds = {int(k): int(v) for k, v in data["rounds"].items()}
+        results.spent = {int(k): float(v) for k, v in data["spent"].items()}
+        results.load = dict(data["load"])
+        results.facts = dict(data["facts"])
+        results.notes = list(data["notes"])
+        results.capped = {k: (int(v[0]), str(v[1])) for k, v in data["capped"].items()}
+        for entry in data["series"]:
+            fields = {k: v for k, v in entry.items() if k != "placement"}
+            series = Series(**fields)
+            results.series[(entry["placement"], series.tool, series.hosts, series.kind)] = series
+        return results
 
 
 class Scale:
@@ -273,7 +301,18 @@ class Scale:
         return 0 if all(s.ok and not s.failures for s in every) else 1
 
 
+def rerender(source: Path, out: Path) -> int:
+    """The section again from a run's JSON (``--from-json``), into ``out``: no measuring."""
+    results = ScaleResults.from_json(json.loads(source.read_text()))
+    page = out.read_text() if out.exists() else "# Performance\n"
+    out.write_text(splice(page, render(results)))
+    print(f"bench --scale: wrote {out} from {source}", file=sys.stderr)
+    return 0
+
+
 def main(options: argparse.Namespace, argv: list[str]) -> int:
+    if options.from_json is not None:
+        return rerender(options.from_json, options.out)
     if os.cpu_count() == 1 and options.placement.pinned:
         print("bench --scale: pinning needs two cores", file=sys.stderr)
         return 2

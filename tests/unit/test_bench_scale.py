@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from bench.report import render as render_page
 from bench.report_scale import busy, per_host_above, ratio, render, splice
 from bench.results import Results
 from bench.runner import Series
-from bench.scale import ScaleResults
+from bench.scale import ScaleResults, rerender
 
 MIB = 2**20
 PINNED = Placement(frozenset({0}), frozenset({1}))
@@ -31,7 +32,7 @@ def _results() -> ScaleResults:
         tools=["deploy", "ansible", "pyinfra", "floor"],
         placements=[Placement(), PINNED],
         repeat=3,
-        command="python -m bench --scale --hosts 100,200",
+        command="python -m bench --scale --hosts 100,200 --pin-client 0 --pin-hosts 1",
     )
     results.facts = {"machine": "2 cores (x), Linux, loopback", "date (UTC)": "2026-12-04 23:00"}
     results.capped["ansible"] = (
@@ -103,6 +104,9 @@ def test_ratios_busy_shares_and_per_host_cpu_above_the_floor() -> None:
     assert ratio(deploy, floor) == 22 / 16
     assert ratio(deploy, floor, "cpu") == 12 / 6
     assert per_host_above(deploy, floor, 200) == (12 - 6) / 200 * 1000
+    # from 100 to 200 hosts deploy's CPU grows 6 s, the floor's 3 s: 30 ms per added host
+    row = "| `deploy` change run − floor, per added host | CPU ms | — | +30.0 (N = 100 → 200) |"
+    assert row in render(results)
     # CPU ÷ wall over the one client core, median over the three runs
     assert busy(deploy, 1) == pytest.approx(12 / 22)  # 10/20, 12/22, 14/24
     assert ratio(None, floor) is None and busy(None, 1) is None
@@ -163,3 +167,22 @@ def test_the_main_page_has_cpu_and_memory_tables_beside_the_seconds() -> None:
     assert "| `deploy` | change run | 0.50 (25.0 ms/host) |" in text
     assert "| floor | connect + `true` | 2.00 (40 in all) |" in text
     assert text.index("## Seconds") < text.index("## Client CPU") < text.index("## Ratios")
+
+
+def test_the_raw_figures_give_the_same_section_again(tmp_path: Path) -> None:
+    results = _results()
+    source = tmp_path / "performance.scale.json"
+    source.write_text(json.dumps(results.to_json()))
+    page = tmp_path / "performance.md"
+    page.write_text("# P\n\n## Ablation\n\na\n")
+    assert rerender(source, page) == 0
+    assert page.read_text() == "# P\n\n" + render(results) + "\n## Ablation\n\na\n"
+
+
+def test_change_only_runs_have_no_rerun_rows() -> None:
+    results = _results()
+    for key in [k for k in results.series if k[3] == "rerun"]:
+        del results.series[key]
+    text = render(results)
+    assert "no-change re-run" not in text
+    assert "| `deploy` | change run | 11.00 [10.00–12.00] |" in text

@@ -108,10 +108,8 @@ def test_a_pinned_client_really_runs_on_its_core(tmp_path: Path) -> None:
 def test_the_options_of_a_pinned_scale_run() -> None:
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two cores")
-    options = parse(
-        ["--scale", "--hosts", "100,200", "--pin-client", "0", "--pin-hosts", "1"]
-        + ["--max-hosts", "ansible=50", "--deploy-workers", "2"]
-    )
+    scale = ["--scale", "--hosts", "100,200", "--pin-client", "0", "--pin-hosts", "1"]
+    options = parse([*scale, "--max-hosts", "ansible=50", "--deploy-workers", "2"])
     assert options.scale and options.hosts == [100, 200]
     assert options.placement == Placement(frozenset({0}), frozenset({1}))
     assert options.max_hosts == {"ansible": 50} and options.deploy_workers == 2

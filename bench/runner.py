@@ -40,9 +40,12 @@ RUN_TIMEOUT = 300.0
 RUN_TIMEOUT_PER_HOST = 5.0
 #: Lines of a tool's output that say why it failed (the rest is progress chatter).
 _TELLING = re.compile(
-    r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception",
+    r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception"
+    r"|no answer",
     re.IGNORECASE,
 )
+#: Of those, the ones that say why (a host's error line) rather than what (a summary row).
+_WHY = re.compile(r"error|timed out|refused|traceback|exception|no answer|lost", re.IGNORECASE)
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Outcome:
         text = [line.strip() for line in (self.stdout + "\n" + self.stderr).splitlines()]
         text = [line for line in text if line]
         telling = [line for line in text if _TELLING.search(line)]
+        telling.sort(key=lambda line: not _WHY.search(line))  # stable: the causes first
         chosen = telling[:lines] if telling else text[-lines:]
         return " / ".join(chosen) or f"exit status {self.exit_status}, no output"
 

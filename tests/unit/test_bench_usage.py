@@ -13,7 +13,7 @@ import pytest
 
 from bench.options import parse
 from bench.pinning import Placement, cpu_list, from_options, parse_cpus
-from bench.runner import run
+from bench.runner import Outcome, run
 from bench.tools import Command
 from bench.usage import TreeSampler, resident_bytes, session_of
 
@@ -123,3 +123,15 @@ def test_bad_scale_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         parse(argv)
     assert exit_.value.code == 2
+
+
+def test_a_failed_runs_reason_puts_the_cause_before_the_summary_rows() -> None:
+    output = (
+        "HOST     OUTCOME        CHANGED  TIME\n"
+        "gpu-01   not attempted  -        30.5 s\n"
+        "gpu-68: no answer while taking the lock in /srv/state\n"
+    )
+    reason = Outcome(31.0, 4, output, "").reason(lines=2)
+    assert reason == (
+        "gpu-68: no answer while taking the lock in /srv/state / gpu-01   not attempted  -        30.5 s"
+    )

@@ -141,10 +141,14 @@ def test_splice_replaces_the_section_or_puts_it_before_the_ablation() -> None:
 def test_a_regenerated_page_keeps_the_fleet_scale_section(tmp_path: Path) -> None:
     page = tmp_path / "performance.md"
     page.write_text(
-        "# P\n\n## Seconds\nold\n\n## Fleet scale (issue 33)\n\nf\n\n## Ablation\n\na\n"
+        "# P\n\n## Seconds\nold\n\n## Fleet scale (issue 33)\n\nf\n\n"
+        "## Findings at 100 and 200 hosts (issue 33)\n\nh\n\n## Ablation\n\na\n"
     )
-    kept = kept_sections(page)
-    assert kept == "\n## Fleet scale (issue 33)\n\nf\n\n## Ablation\n\na\n"
+    assert kept_sections(page) == (
+        "\n## Fleet scale (issue 33)\n\nf\n"
+        "\n## Findings at 100 and 200 hosts (issue 33)\n\nh\n"
+        "\n## Ablation\n\na\n"
+    )
 
 
 def test_the_main_page_has_cpu_and_memory_tables_beside_the_seconds() -> None:

@@ -219,7 +219,8 @@ def per_host_above(tool: Series | None, floor: Series | None, count: int) -> flo
 
 def _busy_rows(results: ScaleResults) -> list[list[str]]:
     rows = []
-    for tool in results.tools:
+    measured = {key[1] for key in results.series}
+    for tool in [t for t in results.tools if t in measured]:
         kind = _kinds(tool)[0]
         cells = []
         for placement in results.placements:

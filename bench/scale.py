@@ -196,6 +196,7 @@ class Scale:
         self.results.notes.append(ensure_bytecode())
         self.base = Path(tempfile.mkdtemp(prefix="deploy-bench-scale-"))
         self.original = kimi_k25_source(PATCH_NEEDED)
+        self.facts_at_start: dict[str, str] = {}
 
     def log(self, message: str) -> None:
         print(f"bench --scale: {message}", file=sys.stderr, flush=True)
@@ -279,9 +280,15 @@ class Scale:
         )
 
     def write(self) -> None:
-        """The section into the page and the raw figures beside it (after every round)."""
+        """The section into the page and the raw figures beside it (after every round).
+
+        The versions are those at the start (`main`): the checkout may move while a long run
+        goes on; the date and the closing load average are the latest write's."""
         results = self.results
-        results.facts = machine.describe(REPO, self.toolchain, self.load_at_start)
+        latest = machine.describe(REPO, self.toolchain, self.load_at_start)
+        results.facts = {**latest, **self.facts_at_start}
+        for label in ("date (UTC)", "load average (1/5/15 min) at end"):
+            results.facts[label] = latest[label]
         out: Path = self.options.out
         out.parent.mkdir(parents=True, exist_ok=True)
         page = out.read_text() if out.exists() else "# Performance\n"
@@ -289,6 +296,7 @@ class Scale:
         out.with_suffix(".scale.json").write_text(json.dumps(results.to_json(), indent=1) + "\n")
 
     def main(self) -> int:
+        self.facts_at_start = machine.describe(REPO, self.toolchain, self.load_at_start)
         try:
             self.warm_up()
             with contextlib.ExitStack() as stack:

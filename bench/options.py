@@ -157,6 +157,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="N",
         help="--scale: also time `deploy apply --workers N` (worker processes) in the rounds",
     )
+    parser.add_argument(
+        "--workers-ref",
+        default=None,
+        metavar="REV",
+        help="--scale --deploy-workers: run that variant from git revision REV (a temporary "
+        "worktree, PYTHONPATH on it), e.g. a branch that has --workers before it is merged",
+    )
     options = parser.parse_args(argv)
     if options.initial_window < 0:
         parser.error("--initial-window wants a number of segments >= 0 (0: no window model)")

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, toolchain
-from bench.deploybuild import REPO, deploy_executable, ensure_bytecode
+from bench.deploybuild import (
+    REPO,
+    baseline_worktree,
+    deploy_executable,
+    ensure_bytecode,
+    remove_worktree,
+)
 from bench.fleet import Fleet, start_fleet
 from bench.options import parse
 from bench.pinning import Placement
@@ -57,13 +63,18 @@ class DeployWorkersTool(DeployTool):
 
     name = WORKERS
 
-    def __init__(self, executable: list[str], playbook: Path, workers: int) -> None:
+    def __init__(
+        self, executable: list[str], playbook: Path, workers: int, where: Path | None = None
+    ) -> None:
         super().__init__(executable, playbook)
         self.workers = workers
+        #: ``--workers-ref``: a worktree of that revision, run with PYTHONPATH on it.
+        self.where = where
 
     def command(self, fleet: Fleet, forks: int) -> Command:
         plain = super().command(fleet, forks)
-        return Command([*plain.argv, "--workers", str(self.workers)], plain.cwd, plain.env)
+        env = plain.env if self.where is None else {**plain.env, "PYTHONPATH": str(self.where)}
+        return Command([*plain.argv, "--workers", str(self.workers)], plain.cwd, env)
 
 
 #: A series' key here: (placement name, tool, hosts, kind).
@@ -162,8 +173,26 @@ class Scale:
             made["ansible"] = AnsibleTool(self.toolchain, methods)
             made["pyinfra"] = PyinfraTool(self.toolchain, methods)
         names = [n for n in options.tools if n in made]
+        self.base = Path(tempfile.mkdtemp(prefix="deploy-bench-scale-"))
+        self.workers_tree: Path | None = None
+        self.notes_ahead: list[str] = []
         if options.deploy_workers:
-            made[WORKERS] = DeployWorkersTool(executable, playbook, options.deploy_workers)
+            tool = DeployWorkersTool(executable, playbook, options.deploy_workers)
+            if options.workers_ref:
+                self.workers_tree = baseline_worktree(options.workers_ref, self.base / "workers")
+                tool = DeployWorkersTool(
+                    [sys.executable, "-m", "deploy.cli"],
+                    playbook,
+                    options.deploy_workers,
+                    self.workers_tree,
+                )
+                commit = machine.revision(REPO, options.workers_ref)
+                self.notes_ahead = [
+                    f"`deploy --workers {options.deploy_workers}` is deploy as of "
+                    f"`{options.workers_ref}` ({commit}: a git worktree of it, run with "
+                    "PYTHONPATH on it); `deploy` is this checkout's"
+                ]
+            made[WORKERS] = tool
             names.insert(names.index("deploy") + 1 if "deploy" in names else 0, WORKERS)
         self.tools = [made[n] for n in names]
         placements = [Placement()]
@@ -193,8 +222,8 @@ class Scale:
         left_out = sorted(set(options.tools) - set(made))
         if left_out:
             self.results.notes.append(f"not run (no toolchain): {', '.join(left_out)}")
+        self.results.notes += self.notes_ahead
         self.results.notes.append(ensure_bytecode())
-        self.base = Path(tempfile.mkdtemp(prefix="deploy-bench-scale-"))
         self.original = kimi_k25_source(PATCH_NEEDED)
         self.facts_at_start: dict[str, str] = {}
 
@@ -302,6 +331,8 @@ class Scale:
             with contextlib.ExitStack() as stack:
                 self.rounds(self.fleets(stack))
         finally:
+            if self.workers_tree is not None:
+                remove_worktree(self.workers_tree)
             shutil.rmtree(self.base, ignore_errors=True)
         self.write()
         self.log(f"wrote {self.options.out}")

@@ -115,6 +115,8 @@ def test_the_options_of_a_pinned_scale_run() -> None:
     assert options.scale and options.hosts == [100, 200]
     assert options.placement == Placement(frozenset({0}), frozenset({1}))
     assert options.max_hosts == {"ansible": 50} and options.deploy_workers == 2
+    later = parse([*scale, "--forks", "25", "--change-only", "--workers-ref", "fleet33"])
+    assert later.forks == 25 and later.change_only and later.workers_ref == "fleet33"
     assert not parse([]).placement.pinned
 
 

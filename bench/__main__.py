@@ -24,6 +24,12 @@ the proxy proves that it adds at least the RTT asked for.
 each speed mechanism switched off against all on instead (`bench.ablate`); its section of the
 page is written by hand from that output and kept when the page is regenerated (`KEPT`).
 
+Every timed run also records the CPU-seconds and the peak memory of the tool's process tree
+(`bench.usage`); ``--pin-client CPUS --pin-hosts CPUS`` runs the tools and the hosts' daemons
+on different cores (`bench.pinning`). ``python -m bench --scale --hosts 100,200 [--pin-client 0
+--pin-hosts 1]`` measures the "Fleet scale" section only, unpinned and pinned in the same rounds,
+and writes it into the page with its raw figures beside it (`bench.scale`).
+
 ``--baseline-ref REV`` times deploy as of REV too, in the same rounds (`bench.deploybuild`),
 so that "no worse than before" is read from one run. The command line is `bench.options`;
 what is measured of deploy alone after the rounds, `bench.deploy_extras`.

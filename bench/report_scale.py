@@ -8,11 +8,10 @@ and cannot show. `splice` puts the section into the page in place of an older on
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING
 
+from bench.cells import busy, cpu_cell, median_of, memory_cell, per_host_above, ratio, wall_cell
 from bench.markdown import KIND_LABEL, table
-from bench.runner import Series
 
 if TYPE_CHECKING:
     from bench.scale import ScaleResults
@@ -21,7 +20,6 @@ HEADING = "## Fleet scale"
 #: pyinfra ÷ deploy, change run, wall time, at least (issue 33, point 4) at N >= TARGET_HOSTS.
 TARGET = 1.5
 TARGET_HOSTS = 100
-MIB = 2**20
 LABEL = {
     "floor": "floor",
     "fabric": "plain Fabric script",
@@ -43,64 +41,6 @@ def _columns(results: ScaleResults) -> list[tuple[str, int]]:
 
 def _column(placement: str, count: int) -> str:
     return f"{placement}, N = {count}"
-
-
-def _failed(series: Series) -> str:
-    if series.wrong:
-        return "**WRONG**"
-    return f" ({len(series.failures)} failed†)" if series.failures else ""
-
-
-def wall_cell(series: Series | None) -> str:
-    """``median [min–max]`` seconds."""
-    if series is None:
-        return "not run"
-    if not series.ok:
-        return "—" + _failed(series)
-    low, high = min(series.seconds), max(series.seconds)
-    return f"{series.median:.2f} [{low:.2f}–{high:.2f}]" + _failed(series)
-
-
-def cpu_cell(series: Series | None, count: int) -> str:
-    """Median CPU-seconds of the tool's process tree, and per host in ms."""
-    if series is None:
-        return "not run"
-    cpu = series.cpu_median
-    if cpu is None:
-        return "—" + _failed(series)
-    return f"{cpu:.2f} ({cpu / count * 1000:.1f} ms/host)"
-
-
-def memory_cell(series: Series | None, count: int) -> str:
-    """Median peak summed RSS per host, and in all, in MiB."""
-    if series is None:
-        return "not run"
-    rss = series.rss_median
-    if rss is None:
-        return "—" + _failed(series)
-    return f"{rss / count / MIB:.2f} ({rss / MIB:.0f} in all)"
-
-
-def busy(series: Series | None, cores: int) -> float | None:
-    """The share of its ``cores`` the tool kept busy: median over runs of CPU ÷ wall ÷ cores."""
-    if series is None or not series.ok or not series.cpu:
-        return None
-    shares = [c / s / cores for c, s in zip(series.cpu, series.seconds, strict=True) if s > 0]
-    return statistics.median(shares) if shares else None
-
-
-def _median(series: Series | None, what: str) -> float | None:
-    if series is None or not series.ok:
-        return None
-    if what == "cpu":
-        return series.cpu_median
-    return series.median
-
-
-def ratio(top: Series | None, bottom: Series | None, what: str = "wall") -> float | None:
-    """``top`` ÷ ``bottom`` of medians, wall time or CPU-seconds."""
-    high, low = _median(top, what), _median(bottom, what)
-    return None if high is None or low is None or low == 0 else high / low
 
 
 def _measured_kinds(results: ScaleResults, tool: str) -> list[str]:
@@ -194,7 +134,7 @@ def _slopes(results: ScaleResults, kind: str) -> list[str]:
             continue
         low = smaller[-1]
         ends = [
-            _median(results.get(placement, tool, n, k), "cpu")
+            median_of(results.get(placement, tool, n, k), "cpu")
             for tool, k in (("deploy", kind), ("floor", "connect"))
             for n in (low, count)
         ]
@@ -209,12 +149,6 @@ def _slopes(results: ScaleResults, kind: str) -> list[str]:
 
 def _targeted(top: str, bottom: str, kind: str) -> bool:
     return top == "pyinfra" and bottom in ("deploy", "deploy-workers") and kind == "change"
-
-
-def per_host_above(tool: Series | None, floor: Series | None, count: int) -> float | None:
-    """(tool's CPU − the floor's CPU) ÷ hosts, medians, in ms."""
-    high, low = _median(tool, "cpu"), _median(floor, "cpu")
-    return None if high is None or low is None else (high - low) / count * 1000
 
 
 def _busy_rows(results: ScaleResults) -> list[list[str]]:

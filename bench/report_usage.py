@@ -7,8 +7,8 @@ cores the hosts share (loopback), CPU-seconds hold where wall time drifts with t
 
 from __future__ import annotations
 
+from bench.cells import cpu_cell, memory_cell
 from bench.markdown import KIND_LABEL, column, table
-from bench.report_scale import cpu_cell, memory_cell
 from bench.results import Results
 
 

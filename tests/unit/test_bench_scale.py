@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import kept_sections
+from bench.cells import busy, per_host_above, ratio
 from bench.pinning import Placement
 from bench.report import render as render_page
-from bench.report_scale import busy, per_host_above, ratio, render, splice
+from bench.report_scale import render, splice
 from bench.results import Results
 from bench.runner import Series
 from bench.scale import ScaleResults, rerender

@@ -24,6 +24,12 @@ the proxy proves that it adds at least the RTT asked for.
 each speed mechanism switched off against all on instead (`bench.ablate`); its section of the
 page is written by hand from that output and kept when the page is regenerated (`KEPT`).
 
+Every timed run also records the CPU-seconds and the peak memory of the tool's process tree
+(`bench.usage`); ``--pin-client CPUS --pin-hosts CPUS`` runs the tools and the hosts' daemons
+on different cores (`bench.pinning`). ``python -m bench --scale --hosts 100,200 [--pin-client 0
+--pin-hosts 1]`` measures the "Fleet scale" section only, unpinned and pinned in the same rounds,
+and writes it into the page with its raw figures beside it (`bench.scale`).
+
 ``--baseline-ref REV`` times deploy as of REV too, in the same rounds (`bench.deploybuild`),
 so that "no worse than before" is read from one run. The command line is `bench.options`;
 what is measured of deploy alone after the rounds, `bench.deploy_extras`.
@@ -142,6 +148,11 @@ class Bench:
                 "byte-compiled, run with `python -m deploy.cli` and PYTHONPATH on it), timed in "
                 "the same rounds as this checkout's deploy"
             )
+        if options.placement.pinned:
+            self.results.notes.append(
+                f"pinned: {options.placement.describe()}; the delay proxy and the bench itself "
+                "are not pinned"
+            )
         if options.sftp != "internal-sftp":
             self.results.notes.append(
                 f"the hosts' sshd runs `Subsystem sftp {options.sftp}`: every SFTP session "
@@ -188,6 +199,8 @@ class Bench:
             began = time.monotonic()
             fleet = start_fleet(sandbox, count, self.original, REPO, base / "workstation")
             self.log(f"{count} host(s) up in {time.monotonic() - began:.1f} s")
+            if self.options.placement.pinned:
+                self.options.placement.apply_hosts(fleet)
             for index, rtt in enumerate(self.options.rtt):
                 later = self.later_weight(count, index)
                 if self.remaining() < 0:
@@ -263,7 +276,7 @@ class Bench:
                 break
             began = time.monotonic()
             for tool in tools:
-                attempts = measure(tool, fleet, count)
+                attempts = measure(tool, fleet, count, self.options.placement)
                 label = f"round {round_}" if round_ else "warm-up"
                 for attempt in attempts:
                     series[(tool.name, attempt.kind)].add(attempt, label, timed=round_ > 0)
@@ -355,8 +368,9 @@ class Bench:
         return 0 if self.results.all_ok() else 1
 
 
-#: Sections of the page written from other runs (`bench.ablate`), kept when it is regenerated.
-KEPT = ("## Ablation",)
+#: Sections of the page written by other runs (``--scale``: `bench.scale`; what was read from
+#: it and `bench.ablate`'s, by hand), kept when the page is regenerated.
+KEPT = ("## Fleet scale", "## Findings at 100 and 200 hosts", "## Ablation")
 
 
 def kept_sections(page: Path) -> str:
@@ -385,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     os.environ.pop("SSH_AUTH_SOCK", None)
     try:
+        if options.scale:  # the 100/200-host section only (`bench.scale`)
+            from bench import scale
+
+            return scale.main(options, argv)
         return Bench(options, argv).main()
     except (
         toolchain.ToolchainError,

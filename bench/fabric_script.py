@@ -97,7 +97,8 @@ def main(argv: list[str]) -> int:
     with open(argv[1]) as handle:
         job = json.load(handle)
     hosts = job["hosts"]
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+    parallel = int(argv[argv.index("--parallel") + 1]) if "--parallel" in argv else len(hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
         failures = [f for f in pool.map(lambda h: one_host(h, job), hosts) if f]
     for failure in failures:
         print(f"fabric: {failure}", file=sys.stderr)

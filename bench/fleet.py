@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.workload import MODEL_REL
-from deploy.sandbox.sshd import SshdSandbox, SshHost
+from deploy.sandbox.sshd import READY_TIMEOUT, SshdSandbox, SshHost
 
+#: Seconds each daemon of a large fleet is given to come up (`start_fleet`).
+READY_SECONDS_PER_HOST = 0.3
 #: Variables that would let a tool reach an agent or the developer's own configuration.
 _HIDDEN_ENV = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "DEPLOY_INVENTORY", "ANSIBLE_CONFIG")
 
@@ -83,10 +85,14 @@ def start_fleet(
 
     The other tools' files are written by their `bench.tools` adapters, from the same hosts.
 
+    The daemons are given ``READY_SECONDS_PER_HOST`` each to answer, at least the sandbox's
+    own 10 s: 200 of them forking their readiness probes at once on 2 busy cores take longer.
+
     Raises:
         SandboxError: a daemon did not come up.
     """
-    hosts = sandbox.start_many([f"gpu-{i + 1:02d}" for i in range(count)])
+    timeout = max(READY_TIMEOUT, READY_SECONDS_PER_HOST * count)
+    hosts = sandbox.start_many([f"gpu-{i + 1:02d}" for i in range(count)], timeout=timeout)
     workdir.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(sandbox, hosts, workdir, original, os.path.realpath(sys.executable))
     fleet.home.mkdir(exist_ok=True)

@@ -9,6 +9,7 @@ every other tool (``RejectPolicy``), since skipping that check would be a cheat.
 
 ``HOSTS.json`` is a list of ``{address, port, user, identity_file, known_hosts}``. With
 ``--execs K`` each host runs ``true`` K times, one exec after the other on the same connection.
+With ``--parallel P`` at most P hosts at a time (default: all of them).
 With ``--nodelay`` the TCP socket has Nagle's algorithm off (TCP_NODELAY), as deploy's has:
 paramiko leaves it on, and its login then waits ~40 ms for a delayed ACK.
 Exit status 0 if every ``true`` succeeded, 1 otherwise (one line per failure on stderr).
@@ -62,7 +63,8 @@ def main(argv: list[str]) -> int:
     nodelay = "--nodelay" in argv
     with open(argv[1]) as handle:
         hosts = json.load(handle)
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+    parallel = int(argv[argv.index("--parallel") + 1]) if "--parallel" in argv else len(hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
         failures = [f for f in pool.map(lambda h: touch(h, execs, nodelay), hosts) if f]
     for failure in failures:
         print(f"floor: {failure}", file=sys.stderr)

@@ -51,6 +51,11 @@ def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def revision(repo: Path, ref: str) -> str:
+    """The short commit hash of ``ref`` ("?" if git cannot say)."""
+    return _output(["git", "rev-parse", "--short", ref], repo) or "?"
+
+
 def describe(repo: Path, toolchain: Toolchain | None, load_at_start: str) -> dict[str, str]:
     """Versions and machine facts, as label -> text, in the order the report shows them."""
     commit = _output(["git", "rev-parse", "--short", "HEAD"], repo) or "?"

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.deploybuild import REPO
+from bench.pinning import from_options, parse_cpus
 from bench.window import INITIAL_SEGMENTS, MSS
 
 TOOLS = ("deploy", "ansible", "pyinfra", "fabric", "floor", "floor-nodelay")
@@ -36,6 +37,14 @@ def _tools(text: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"--tools: choose among {', '.join(TOOLS)}")
     return [name for name in TOOLS if name in names]
+
+
+def _cap(text: str) -> tuple[str, int]:
+    """``TOOL=N`` of ``--max-hosts``."""
+    tool, _, count = text.partition("=")
+    if tool not in TOOLS or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"--max-hosts wants TOOL=N, TOOL among {', '.join(TOOLS)}")
+    return tool, int(count)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -91,7 +100,76 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the RTT at which every SSH message of one run of each kind is logged for "
         "'Where the round trips go' (default: the largest --rtt; 0: skip)",
     )
+    parser.add_argument(
+        "--pin-client",
+        type=parse_cpus,
+        default=None,
+        metavar="CPUS",
+        help="run the tool under test on these cores (taskset list, e.g. 0); with --pin-hosts",
+    )
+    parser.add_argument(
+        "--pin-hosts",
+        type=parse_cpus,
+        default=None,
+        metavar="CPUS",
+        help="run the hosts' sshd daemons and their sessions on these cores (e.g. 1)",
+    )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="measure the 'Fleet scale' section only (loopback; unpinned, and pinned as well "
+        "when --pin-client/--pin-hosts are given, in the same rounds) and write it into --out, "
+        "keeping the rest of the page",
+    )
+    parser.add_argument(
+        "--max-hosts",
+        type=_cap,
+        action="append",
+        default=[],
+        metavar="TOOL=N",
+        help="do not run TOOL on fleets larger than N (the page says so), e.g. ansible=50",
+    )
+    parser.add_argument(
+        "--forks",
+        type=int,
+        default=0,
+        metavar="F",
+        help="--scale: at most F hosts at a time for every tool (deploy and ansible --forks, "
+        "pyinfra --parallel, the floor's and the Fabric script's threads); default: all hosts",
+    )
+    parser.add_argument(
+        "--change-only",
+        action="store_true",
+        help="--scale: time the change runs only, no re-runs (when the time is short)",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="--scale: write the section again from a run's raw figures (the .scale.json "
+        "beside the page), measuring nothing",
+    )
+    parser.add_argument(
+        "--deploy-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--scale: also time `deploy apply --workers N` (worker processes) in the rounds",
+    )
+    parser.add_argument(
+        "--workers-ref",
+        default=None,
+        metavar="REV",
+        help="--scale --deploy-workers: run that variant from git revision REV (a temporary "
+        "worktree, PYTHONPATH on it), e.g. a branch that has --workers before it is merged",
+    )
     options = parser.parse_args(argv)
     if options.initial_window < 0:
         parser.error("--initial-window wants a number of segments >= 0 (0: no window model)")
+    try:
+        options.placement = from_options(options.pin_client, options.pin_hosts)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    options.max_hosts = dict(options.max_hosts)
     return options

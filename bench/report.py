@@ -16,6 +16,7 @@ from bench.deploybuild import BASELINE
 from bench.markdown import KIND_LABEL, column, table
 from bench.report_deploy import profiles, round_trips
 from bench.report_targets import targets_section
+from bench.report_usage import usage_section
 from bench.results import Results
 from bench.runner import Series
 from bench.toolchain import REQUIREMENTS
@@ -335,6 +336,7 @@ def render(results: Results) -> str:
     if results.notes:
         lines += [*[f"- Note: {note}" for note in results.notes], ""]
     lines += _seconds(results)
+    lines += usage_section(results, {tool: _label(results, tool) for tool in results.tools})
     lines += _ratios(results)
     lines += targets_section(results)
     lines += _failures(results)

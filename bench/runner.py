@@ -1,7 +1,8 @@
 """Timing whole processes, and checking after each one (untimed) that the job was done.
 
 A sample is the wall time of one process from ``fork`` to exit, as an operator sees it:
-interpreter start, imports, connections, the work, teardown. Files are reset before every
+interpreter start, imports, connections, the work, teardown; with it, what the process tree
+cost the workstation — CPU-seconds and peak memory (`bench.usage`). Files are reset before every
 change run and checked after it; the re-run starts from what the change run left (that is the
 point of a re-run) and must leave every byte as it found it and make no new backup.
 
@@ -19,22 +20,32 @@ rolled back and have work to do), so it is skipped for that round.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
 
 from bench.fleet import Fleet
+from bench.pinning import Placement
 from bench.tools import Command, Tool
+from bench.usage import TreeSampler, cpu_children
 from bench.workload import check_patched
 
 RUN_TIMEOUT = 300.0
+#: Seconds a run is given per host beyond `RUN_TIMEOUT`'s (200 hosts on one loaded core: 4 min for the floor).
+RUN_TIMEOUT_PER_HOST = 5.0
 #: Lines of a tool's output that say why it failed (the rest is progress chatter).
 _TELLING = re.compile(
-    r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception",
+    r"fail|error|rolled back|not attempted|unreachable|timed out|refused|traceback|exception"
+    r"|no answer",
     re.IGNORECASE,
 )
+#: Of those, the ones that say why (a host's error line) rather than what (a summary row).
+_WHY = re.compile(r"error|timed out|refused|traceback|exception|no answer|lost", re.IGNORECASE)
 
 
 @dataclass
@@ -45,12 +56,17 @@ class Outcome:
     exit_status: int
     stdout: str
     stderr: str
+    #: User + system CPU-seconds of the whole process tree (`bench.usage`).
+    cpu: float = 0.0
+    #: The largest summed RSS of the tree's processes at one sample, in bytes.
+    peak_rss: int = 0
 
     def reason(self, lines: int = 3) -> str:
         """The output lines that say what went wrong (else the last ones), joined."""
         text = [line.strip() for line in (self.stdout + "\n" + self.stderr).splitlines()]
         text = [line for line in text if line]
         telling = [line for line in text if _TELLING.search(line)]
+        telling.sort(key=lambda line: not _WHY.search(line))  # stable: the causes first
         chosen = telling[:lines] if telling else text[-lines:]
         return " / ".join(chosen) or f"exit status {self.exit_status}, no output"
 
@@ -76,6 +92,9 @@ class Series:
     hosts: int
     kind: str
     seconds: list[float] = field(default_factory=list)
+    #: CPU-seconds and peak summed RSS (bytes) of the same runs, in the same order.
+    cpu: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
     #: Runs that exited non-zero: "round R: reason".
     failures: list[str] = field(default_factory=list)
     #: Runs that exited 0 with a wrong result: "round R: what is wrong".
@@ -103,26 +122,59 @@ class Series:
             self.wrong.append(f"{label}: {'; '.join(attempt.wrong[:3])}")
         elif timed:
             self.seconds.append(attempt.outcome.seconds)
+            self.cpu.append(attempt.outcome.cpu)
+            self.rss.append(attempt.outcome.peak_rss)
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu) if self.cpu and self.ok else None
+
+    @property
+    def rss_median(self) -> float | None:
+        return statistics.median(self.rss) if self.rss and self.ok else None
 
 
 def run(command: Command, timeout: float = RUN_TIMEOUT) -> Outcome:
-    """Start ``command`` and wait for it; a run past ``timeout`` is killed and reported."""
+    """Start ``command`` in a session of its own and wait for it, sampling its tree's memory;
+    a run past ``timeout`` is killed (its whole session) and reported."""
+    cpu_before = cpu_children()
     began = time.perf_counter()
+    proc = subprocess.Popen(
+        command.argv,
+        cwd=command.cwd,
+        env=command.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    sampler = TreeSampler(proc.pid).start()
     try:
-        proc = subprocess.run(
-            command.argv,
-            cwd=command.cwd,
-            env=command.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        sampler.stop()
+        return Outcome(
+            time.perf_counter() - began,
+            -1,
+            stdout or "",
+            f"timed out after {timeout:g} s",
+            cpu_children() - cpu_before,
+            sampler.peak,
         )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return Outcome(time.perf_counter() - began, -1, out, f"timed out after {timeout:g} s")
-    return Outcome(time.perf_counter() - began, proc.returncode, proc.stdout, proc.stderr)
+    seconds = time.perf_counter() - began
+    sampler.stop()
+    return Outcome(
+        seconds,
+        proc.returncode,
+        stdout,
+        stderr,
+        cpu_children() - cpu_before,
+        sampler.peak,
+    )
 
 
 def _backups(tool: Tool, fleet: Fleet) -> dict[str, list[str]]:
@@ -154,26 +206,37 @@ def rerun_wrong(
     ]
 
 
-def _timed(tool: Tool, fleet: Fleet, forks: int) -> Outcome:
+def _timed(tool: Tool, fleet: Fleet, forks: int, placement: Placement) -> Outcome:
     command = tool.command(fleet, forks)
     try:
-        return run(command)
+        timeout = max(RUN_TIMEOUT, RUN_TIMEOUT_PER_HOST * len(fleet.hosts))
+        return run(Command(placement.argv(command.argv), command.cwd, command.env), timeout)
     finally:
         tool.after(command)
 
 
-def measure(tool: Tool, fleet: Fleet, forks: int) -> list[Attempt]:
-    """Reset, time a change run and check it; then, if it succeeded, time a re-run and check
-    it. The floor makes one attempt of kind "connect"."""
+#: The tool and the hosts anywhere: the default of `measure`.
+ANYWHERE = Placement()
+
+
+def measure(
+    tool: Tool, fleet: Fleet, forks: int, placement: Placement = ANYWHERE, rerun: bool = True
+) -> list[Attempt]:
+    """Reset, time a change run and check it; then, if it succeeded (and ``rerun``), time a
+    re-run and check it. The floor makes one attempt of kind "connect". ``placement``: the
+    cores the tool runs on (the hosts' are set beforehand, `Placement.apply_hosts`)."""
     fleet.reset()
-    first = Attempt("change" if tool.changes_files else "connect", _timed(tool, fleet, forks))
+    kind = "change" if tool.changes_files else "connect"
+    first = Attempt(kind, _timed(tool, fleet, forks, placement))
     if not tool.changes_files:
         return [first]
     if first.failed:
         return [first]
     first.wrong = change_wrong(tool, fleet)
+    if not rerun:
+        return [first]
     before, backups = fleet.contents(), _backups(tool, fleet)
-    second = Attempt("rerun", _timed(tool, fleet, forks))
+    second = Attempt("rerun", _timed(tool, fleet, forks, placement))
     if not second.failed:
         second.wrong = rerun_wrong(tool, fleet, before, backups)
     return [first, second]

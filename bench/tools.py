@@ -348,6 +348,8 @@ class FabricTool(Tool):
 
     def command(self, fleet: Fleet, forks: int) -> Command:
         argv = [self.python, str(FABRIC_SCRIPT), "fabric.json"]
+        if forks < len(fleet.hosts):
+            argv += ["--parallel", str(forks)]
         return Command(argv, fleet.workdir, fleet.env())
 
     def backups(self, fleet: Fleet, host: SshHost) -> list[Path]:
@@ -385,6 +387,8 @@ class FloorTool(Tool):
 
     def command(self, fleet: Fleet, forks: int) -> Command:
         argv = [self.python, str(FLOOR_SCRIPT), "floor.json", "--execs", str(self.execs)]
+        if forks < len(fleet.hosts):
+            argv += ["--parallel", str(forks)]
         return Command(argv, fleet.workdir, fleet.env())
 
 

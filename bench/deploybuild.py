@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.fleet import Fleet
 from bench.tools import Command, DeployTool
+from bench.workload import PLAYBOOK
 
 REPO = Path(__file__).resolve().parents[1]
 #: The baseline build's name among the tools (results, ratios, the plot).
@@ -78,14 +79,30 @@ def remove_worktree(where: Path) -> None:
     )
 
 
+def baseline_playbook(where: Path, playbook: Path) -> Path:
+    """The baseline's own copy of ``playbook`` (same path in its worktree), else ``playbook``.
+
+    Today's playbook may use settings an older build rejects (kimi-eagle3's ``unit_dir``: exit
+    2 in 0.3 s, every run), so each build runs the playbook of its own revision."""
+    try:
+        own = where / playbook.absolute().relative_to(REPO)
+    except ValueError:
+        return playbook
+    return own if own.is_file() else playbook
+
+
 def baseline_tool(where: Path, playbook: Path) -> DeployTool:
-    """The baseline build as a contestant: `DeployTool` with the worktree on ``PYTHONPATH``."""
+    """The baseline build as a contestant: `DeployTool` with the worktree on ``PYTHONPATH``,
+    running its own revision's playbook (`baseline_playbook`)."""
+    playbook = baseline_playbook(where, playbook)
 
     class BaselineDeployTool(DeployTool):
         name = BASELINE
 
         def command(self, fleet: Fleet, forks: int) -> Command:
             plain = super().command(fleet, forks)
-            return Command(plain.argv, plain.cwd, {**plain.env, "PYTHONPATH": str(where)})
+            # The playbook by path: by name, the fleet's workdir would find today's.
+            argv = [str(playbook) if word == PLAYBOOK else word for word in plain.argv]
+            return Command(argv, plain.cwd, {**plain.env, "PYTHONPATH": str(where)})
 
     return BaselineDeployTool([sys.executable, "-m", "deploy.cli"], playbook)

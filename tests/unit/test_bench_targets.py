@@ -111,3 +111,18 @@ def test_an_anchor_target_shows_what_a_tool_at_the_floor_would_score() -> None:
     # the floor-limit targets carry no ceiling
     (line,) = [x for x in page.splitlines() if x.startswith("- `deploy` change run ÷ floor ≤ 1.3×")]
     assert "a tool at the floor" not in line
+
+
+def test_a_baseline_runs_its_own_revisions_playbook(tmp_path: Path) -> None:
+    """`--baseline-ref`: an older build is given the playbook of its own worktree (today's may
+    use settings it rejects), and today's when the worktree has none."""
+    from bench.deploybuild import REPO, baseline_playbook
+
+    today = REPO / "playbooks" / "kimi-eagle3.yaml"
+    assert baseline_playbook(tmp_path, today) == today
+    own = tmp_path / "playbooks" / "kimi-eagle3.yaml"
+    own.parent.mkdir()
+    own.write_text("name: old\n")
+    assert baseline_playbook(tmp_path, today) == own
+    elsewhere = tmp_path / "x.yaml"
+    assert baseline_playbook(tmp_path / "wt", elsewhere) == elsewhere

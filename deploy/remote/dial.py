@@ -12,10 +12,10 @@ told it is its ``local_version`` (a public attribute, which the key exchange has
 socket (`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
 
 A socket is used only for the exact ``(host, port)`` Fabric resolves for a connection without
-a gateway, and only within `MAX_AGE` of its connect (sshd drops a silent client after
-``LoginGraceTime``, 120 s by default); any other is closed unused. `start` dials nothing when
-an ssh_config file Fabric reads could move the connection (`movable`): the only address ever
-dialed ahead is the one the login itself would reach.
+a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
+silent client after ``LoginGraceTime``, 120 s by default); any other is closed unused.
+`start` dials nothing when an ssh_config file Fabric reads could move the connection
+(`movable`): the only address ever dialed ahead is the one the login itself would reach.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from typing import Any
 
 from deploy import ablation
 
-#: Seconds a socket dialed ahead stays usable (well inside sshd's default 120 s grace time).
-MAX_AGE = 10.0
+#: Seconds a socket dialed ahead stays usable: a login normally takes it within ~0.1 s; one
+#: that waited longer (a passphrase typed) connects anew, well inside sshd's LoginGraceTime.
+MAX_AGE = 5.0
 #: ssh_config keywords that change where Fabric connects (``Include`` is followed instead).
 _MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
@@ -136,10 +137,25 @@ def take(host: str, port: int) -> socket.socket | None:
     if dial.error is not None:
         raise dial.error
     sock = dial.sock
-    if sock is not None and time.monotonic() - dial.done > MAX_AGE:
+    if sock is not None and (time.monotonic() - dial.done > MAX_AGE or _closed_by_peer(sock)):
         sock.close()
         return None
     return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server already hung up (sshd's ``LoginGraceTime``, a restart): then the
+    login connects anew rather than read a banner that will never come."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # a socket with a timeout would wait for data first
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False  # nothing yet, connection open
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 def close_all() -> None:

@@ -7,9 +7,9 @@ the key exchange can start: the TCP handshake, and the client's banner to sshd's
 sends it once it has the client's banner). `start` makes both on threads first, so that they
 overlap the imports; `deploy.remote.connect` hands the socket to paramiko as ``sock=`` (public
 API: Fabric passes a ProxyJump channel the same way), and paramiko finds sshd's banner and
-KEXINIT waiting. The banner sent is paramiko's own identification string; the transport is
-told it is its ``local_version`` (a public attribute, which the key exchange hashes), and the
-socket (`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
+KEXINIT waiting. The transport is told that the banner sent (`BANNER`) is its
+``local_version`` (a public attribute, which the key exchange hashes), and the socket
+(`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
 
 A socket is used only for the exact ``(host, port)`` Fabric resolves for a connection without
 a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import importlib.metadata
 import os
 import socket
 import threading
@@ -41,10 +40,10 @@ _MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
 
 
-def banner() -> str:
-    """paramiko's identification string (``Transport.local_version``), read without importing
-    paramiko (its distribution's version, which is its ``__version__``)."""
-    return f"SSH-2.0-paramiko_{importlib.metadata.version('paramiko')}"
+#: The client banner of a dialed connection: paramiko's form (``SSH-2.0-paramiko_<version>``),
+#: without the version, which costs ~2-4 ms of the critical path to look up before paramiko
+#: is imported. The transport is told it is its ``local_version`` (`deploy.remote.hostkeys`).
+BANNER = "SSH-2.0-paramiko_deploy"
 
 
 class _BannerSent(socket.socket):
@@ -110,14 +109,10 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     """
     if ablation.off("dial") or any(movable(path) for path in set(ssh_configs)):
         return 0
-    try:
-        ident = banner()
-    except importlib.metadata.PackageNotFoundError:  # paramiko vendored, not installed
-        return 0
     with _LOCK:
         for address, port, timeout in targets:
             if (address, port) not in _AHEAD:
-                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, ident)
+                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, BANNER)
                 dial.start()
         return len(_AHEAD)
 

@@ -79,7 +79,7 @@ def _server() -> socket.socket:
     return socket.create_server(("127.0.0.1", 0))
 
 
-def test_a_dialed_socket_has_sent_paramikos_banner_and_drops_paramikos_write_of_it(
+def test_a_dialed_socket_has_sent_the_banner_and_drops_paramikos_write_of_it(
     no_configs: None,
 ) -> None:
     server = _server()
@@ -88,8 +88,8 @@ def test_a_dialed_socket_has_sent_paramikos_banner_and_drops_paramikos_write_of_
     peer, _ = server.accept()
     sock = dial.take("127.0.0.1", port)
     assert sock is not None and isinstance(sock, socket.socket)
-    line = f"{dial.banner()}\r\n".encode()
-    assert sock.banner == dial.banner()  # type: ignore[attr-defined]  # a _BannerSent
+    line = f"{dial.BANNER}\r\n".encode()
+    assert sock.banner == dial.BANNER  # type: ignore[attr-defined]  # a _BannerSent
     # paramiko writes its banner, then (in a later call) its packets: only the packets go
     assert sock.send(line) == len(line)
     assert sock.send(b"KEXINIT") == 7

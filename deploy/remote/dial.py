@@ -15,7 +15,9 @@ A socket is used only for the exact ``(host, port)`` Fabric resolves for a conne
 a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
 silent client after ``LoginGraceTime``, 120 s by default); any other is closed unused.
 `start` dials nothing when an ssh_config file Fabric reads could move the connection
-(`movable`): the only address ever dialed ahead is the one the login itself would reach.
+(`movable`), or when Fabric's own config files (``~/.fabric.yaml``, ``/etc/fabric.yaml``: its
+`Config` loads them) set ``port``, ``gateway`` or ``ssh_config_path`` (`fabric_moves`): the only
+address ever dialed ahead is the one the login itself would reach.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib.metadata
+import json
 import os
 import socket
 import threading
@@ -39,6 +42,11 @@ MAX_AGE = 5.0
 #: ssh_config keywords that change where Fabric connects (``Include`` is followed instead).
 _MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
+#: Fabric's config files (invoke's system and user prefixes; each suffix invoke loads) and the
+#: settings there that change where a login connects (``ssh_config_path`` replaces the files
+#: `movable` reads, even the inventory's ``ssh_config``).
+_FABRIC = ("/etc/fabric.", "~/.fabric.")
+_FABRIC_MOVING = frozenset({"port", "gateway", "ssh_config_path"})
 
 
 def banner() -> str:
@@ -108,7 +116,7 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     Nothing is dialed when one of ``ssh_configs`` (the files the hosts' logins read; None:
     Fabric's defaults) could move a connection: the logins then connect as without this.
     """
-    if ablation.off("dial") or any(movable(path) for path in set(ssh_configs)):
+    if ablation.off("dial") or fabric_moves() or any(movable(p) for p in set(ssh_configs)):
         return 0
     try:
         ident = banner()
@@ -197,6 +205,35 @@ def movable(path: str | None, depth: int = 0) -> bool:
         if keyword == "include" and len(words) > 1:
             nested = (movable(found, depth + 1) for found in _included(words[1], file))
             if depth >= 16 or any(nested):
+                return True
+    return False
+
+
+def fabric_moves() -> bool:
+    """Whether Fabric's own config files set where logins connect (``port``, ``gateway``,
+    ``ssh_config_path``): Fabric's `Config` reads them for every connection, and the inventory
+    does not see them. Conservative: a Python config file, an unreadable or unparsable one
+    counts."""
+    import yaml
+
+    for prefix in _FABRIC:
+        for suffix in ("yaml", "yml", "json", "py"):
+            file = Path(prefix + suffix).expanduser()
+            try:
+                text = file.read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True
+            if suffix == "py":  # Python: anything may be set
+                return True
+            try:
+                data = json.loads(text) if suffix == "json" else yaml.safe_load(text)
+            except (ValueError, yaml.YAMLError):
+                return True
+            if not isinstance(data, dict | None):
+                return True
+            if data and _FABRIC_MOVING & set(data):
                 return True
     return False
 

@@ -24,9 +24,11 @@ def _nothing_left() -> Iterator[None]:
 
 @pytest.fixture
 def no_configs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fabric's default ssh_config files: none (this machine's own must not decide a test)."""
+    """Fabric's default ssh_config files and its own config files: none (this machine's own
+    must not decide a test)."""
     monkeypatch.setattr(dial, "_USER", str(tmp_path / "absent-user-config"))
     monkeypatch.setattr(dial, "_SYSTEM", str(tmp_path / "absent-system-config"))
+    monkeypatch.setattr(dial, "_FABRIC", (str(tmp_path / "absent-etc-fabric."),))
 
 
 @pytest.mark.parametrize(
@@ -175,6 +177,46 @@ def test_nothing_is_dialed_under_a_moving_config_or_the_ablation(
     monkeypatch.setattr("deploy.ablation.OFF", frozenset({"dial"}))
     assert dial.start([("127.0.0.1", 9, 5.0)], [None]) == 0
     assert dial.take("127.0.0.1", 9) is None
+
+
+@pytest.mark.parametrize(
+    "text", ["gateway: jump.invalid\n", "port: 2200\n", "ssh_config_path: {moving}\n"]
+)
+def test_fabrics_own_config_file_that_moves_a_login_stops_every_dial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_configs: None, text: str
+) -> None:
+    """~/.fabric.yaml is read by Fabric's `Config` for every login (deploy.remote.connect):
+    a gateway there sends the login through a jump host, a port elsewhere, an
+    ssh_config_path replaces even the inventory's ssh_config. A dial would reach a host (or
+    port) the login never does."""
+    from fabric import Config, Connection
+
+    home = tmp_path / "home"
+    home.mkdir()
+    moving = tmp_path / "moving"
+    moving.write_text("Host *\n  HostName 127.0.0.9\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(dial, "_FABRIC", (str(tmp_path / "etc-fabric."), "~/.fabric."))
+    (home / ".fabric.yaml").write_text(text.format(moving=moving))
+    inventory_config = tmp_path / "inventory-ssh-config"
+    inventory_config.write_text("Host *\n  User ops\n")
+    conn = Connection("127.0.0.1", config=Config(runtime_ssh_path=str(inventory_config)))
+    assert (conn.host, conn.port, conn.gateway) != ("127.0.0.1", 22, None)  # the login moved
+    server = _server()
+    port = server.getsockname()[1]
+    assert dial.start([("127.0.0.1", port, 5.0)], [str(inventory_config)]) == 0
+    assert dial.take("127.0.0.1", port) is None
+    server.close()
+
+
+def test_fabric_config_that_cannot_move_a_login_allows_the_dial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_configs: None
+) -> None:
+    monkeypatch.setattr(dial, "_FABRIC", (str(tmp_path / "fabric."),))
+    (tmp_path / "fabric.yaml").write_text("user: ops\nconnect_kwargs: {}\n")
+    assert not dial.fabric_moves()
+    (tmp_path / "fabric.py").write_text("port = 2200\n")
+    assert dial.fabric_moves()  # Python: whatever it sets counts
 
 
 def _prepared(names: list[str], serial: str | None = None) -> Prepared:

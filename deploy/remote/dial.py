@@ -39,8 +39,11 @@ from deploy import ablation
 #: Seconds a socket dialed ahead stays usable: a login normally takes it within ~0.1 s; one
 #: that waited longer (a passphrase typed) connects anew, well inside sshd's LoginGraceTime.
 MAX_AGE = 5.0
-#: ssh_config keywords that change where Fabric connects (``Include`` is followed instead).
-_MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
+#: ssh_config keywords that change where Fabric connects (``Include`` is followed instead);
+#: paramiko's lookup canonicalizes a name (CanonicalizeHostname with CanonicalDomains) too.
+_MOVING = frozenset(
+    {"hostname", "port", "proxyjump", "proxycommand", "match", "canonicalizehostname"}
+)
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
 #: Fabric's config files (invoke's system and user prefixes; each suffix invoke loads) and the
 #: settings there that change where a login connects (``ssh_config_path`` replaces the files

@@ -47,6 +47,18 @@ def test_a_config_that_can_move_a_login_stops_every_dial(tmp_path: Path, text: s
     assert dial.movable(str(config))
 
 
+def test_canonicalize_hostname_moves_a_login_so_it_stops_every_dial(tmp_path: Path) -> None:
+    """paramiko's `SSHConfig.lookup` canonicalizes (CanonicalizeHostname, CanonicalDomains):
+    Fabric's ``conn.host`` becomes another name than the inventory's address."""
+    from fabric import Config, Connection
+
+    config = tmp_path / "config"
+    config.write_text("CanonicalizeHostname yes\nCanonicalizeMaxDots 2\nCanonicalDomains 1\n")
+    conn = Connection("127.0.0", config=Config(runtime_ssh_path=str(config)))
+    assert conn.host == "127.0.0.1"  # the login's address; a dial would go to "127.0.0"
+    assert dial.movable(str(config))
+
+
 def test_a_config_that_cannot_move_a_login_allows_the_dial(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text(

@@ -13,6 +13,7 @@ an input error (exit 2): a scheduled run uses ``password_env`` / ``become_passwo
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -135,10 +136,19 @@ def with_connection(items: list[T]) -> list[T]:
 
 def dial_ahead(plans: list[Any]) -> None:
     """Start the TCP connects of ``plans``' hosts (after `with_connection`: its overrides name
-    the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing."""
+    the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing.
+
+    A host whose ``password_env`` names an unset variable is left out: its login stops before
+    any connect and it is reported "not attempted" (`deploy.remote.sshauth`), so nothing may
+    reach it.
+    """
     from deploy.remote import dial
 
-    specs = [(plan.name, plan.spec) for plan in plans]
+    specs = [
+        (plan.name, plan.spec)
+        for plan in plans
+        if not plan.spec.password_env or plan.spec.password_env in os.environ
+    ]
     dial.start(
         [(spec.address or name, spec.port or 22, spec.connect_timeout) for name, spec in specs],
         [spec.ssh_config for _, spec in specs],

@@ -169,14 +169,29 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         sock.settimeout(timeout)
 
 
+def discard(host: str, port: int) -> None:
+    """Close the socket dialed to ``(host, port)``, if any: its login stopped before taking it
+    (a key nobody can decrypt), and the host must not keep an unauthenticated client until
+    the run ends."""
+    with _LOCK:
+        dial = _AHEAD.pop((host, port), None)
+    if dial is not None:
+        _abandon([dial])
+
+
 def close_all() -> None:
     """Close every socket not taken (hosts never reached: an early end, max_fail, Ctrl-C)."""
     with _LOCK:
         left = list(_AHEAD.values())
         _AHEAD.clear()
-        for dial in left:
+    _abandon(left)
+
+
+def _abandon(dials: list[_Dial]) -> None:
+    with _LOCK:
+        for dial in dials:
             dial.abandoned = True  # a connect still under way closes its socket itself
-    for dial in left:
+    for dial in dials:
         if dial.sock is not None:
             with contextlib.suppress(OSError):
                 dial.sock.close()

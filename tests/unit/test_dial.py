@@ -249,3 +249,42 @@ def test_the_first_wave_is_the_first_batch_up_to_forks() -> None:
 def test_no_wave_when_the_hosts_go_to_worker_processes() -> None:
     names = [f"h{i}" for i in range(6)]
     assert _prepared(names).first_wave(6, 2, check=False) == []
+
+
+def test_a_login_refused_before_its_connect_closes_the_socket_dialed_for_it(
+    no_configs: None, tmp_path: Path
+) -> None:
+    """A login that stops before it takes its socket (here: an encrypted key and nobody to ask
+    for its passphrase) closes the socket dialed for it at once, rather than leaving an
+    unauthenticated client on the host until the whole run ends (`dial.close_all`)."""
+    import paramiko
+
+    from deploy.errors import HostUnreachable
+    from deploy.remote.connect import open_connection
+    from deploy.remote.settings import ConnectSettings
+    from deploy.remote.sshauth import set_prompter
+
+    key = tmp_path / "id_rsa"
+    paramiko.RSAKey.generate(1024).write_private_key_file(str(key), password="secret")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  IdentitiesOnly yes\n")
+    server = _server()
+    port = server.getsockname()[1]
+    assert dial.start([("127.0.0.1", port, 5.0)], [str(config)]) == 1
+    peer, _ = server.accept()
+    peer.settimeout(5)
+    assert peer.recv(100).startswith(b"SSH-2.0-")
+    set_prompter(None)
+    settings = ConnectSettings(
+        name="h",
+        address="127.0.0.1",
+        port=port,
+        identity_file=str(key),
+        known_hosts=str(tmp_path / "known_hosts"),
+        ssh_config=str(config),
+    )
+    with pytest.raises(HostUnreachable, match="passphrase"):
+        open_connection(settings)
+    assert peer.recv(100) == b""  # closed by the client now
+    peer.close()
+    server.close()

@@ -197,15 +197,22 @@ def _abandon(dials: list[_Dial]) -> None:
                 dial.sock.close()
 
 
-def movable(path: str | None, depth: int = 0) -> bool:
+def movable(path: str | None) -> bool:
     """Whether an ssh_config Fabric reads (``path``; None: the user's and the system's) sets
     anything that changes where a login connects: then nothing is dialed ahead.
 
     Conservative: any such keyword anywhere (whatever ``Host`` it is under), an unreadable
-    file or ``Include`` nesting past 16 levels counts.
+    file or ``Include`` nesting past 16 levels counts. So does a ``path`` Fabric will not
+    open (it tests ``os.path.exists`` before expanding ``~``): every login is then an input
+    error, and its host is not to be touched.
     """
     if path is None:
-        return movable(_USER, depth) or movable(_SYSTEM, depth)
+        return _moves(_USER) or _moves(_SYSTEM)
+    return not os.path.exists(path) or _moves(path)
+
+
+def _moves(path: str, depth: int = 0) -> bool:
+    """`movable` for one file Fabric reads and those it includes (a missing one: nothing)."""
     file = Path(path).expanduser()
     try:
         text = file.read_text(encoding="utf-8", errors="replace")
@@ -221,7 +228,7 @@ def movable(path: str | None, depth: int = 0) -> bool:
         if keyword in _MOVING:
             return True
         if keyword == "include" and len(words) > 1:
-            nested = (movable(found, depth + 1) for found in _included(words[1], file))
+            nested = (_moves(found, depth + 1) for found in _included(words[1], file))
             if depth >= 16 or any(nested):
                 return True
     return False

@@ -66,7 +66,6 @@ def test_a_config_that_cannot_move_a_login_allows_the_dial(tmp_path: Path) -> No
         "  SendEnv LANG LC_*\n  UserKnownHostsFile ~/.ssh/known_hosts\n"
     )
     assert not dial.movable(str(config))
-    assert not dial.movable(str(tmp_path / "absent"))
 
 
 def test_includes_are_followed_relative_to_the_including_file(
@@ -83,6 +82,27 @@ def test_includes_are_followed_relative_to_the_including_file(
     loop = tmp_path / "loop"
     loop.write_text(f"Include {loop}\n")
     assert dial.movable(str(loop))  # an Include loop counts as "could move", never hangs
+
+
+@pytest.mark.parametrize("name", ["absent", "~/exists-only-expanded"])
+def test_an_ssh_config_fabric_cannot_open_stops_every_dial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_configs: None, name: str
+) -> None:
+    """The inventory's ``ssh_config`` (or --ssh-config) that Fabric will not open (a typo;
+    Fabric tests ``os.path.exists`` before expanding ``~``) makes every login an input error
+    ("not attempted", nothing done on the host): nothing may be dialed to those hosts."""
+    from fabric import Config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "exists-only-expanded").write_text("Host *\n  User ops\n")
+    monkeypatch.chdir(tmp_path)
+    path = name if name.startswith("~") else str(tmp_path / name)
+    with pytest.raises(FileNotFoundError):
+        Config(runtime_ssh_path=path)
+    server = _server()
+    port = server.getsockname()[1]
+    assert dial.start([("127.0.0.1", port, 5.0)], [path]) == 0
+    server.close()
 
 
 def test_an_unreadable_config_counts_as_moving(tmp_path: Path) -> None:

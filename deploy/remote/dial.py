@@ -27,6 +27,7 @@ import glob
 import importlib.metadata
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -45,6 +46,8 @@ _MOVING = frozenset(
     {"hostname", "port", "proxyjump", "proxycommand", "match", "canonicalizehostname"}
 )
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
+#: A line as paramiko's `SSHConfig.parse` reads it (``SETTINGS_REGEX``): keyword and value.
+_SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")
 #: Fabric's config files (invoke's system and user prefixes; each suffix invoke loads) and the
 #: settings there that change where a login connects (``ssh_config_path`` replaces the files
 #: `movable` reads, even the inventory's ``ssh_config``).
@@ -220,15 +223,17 @@ def _moves(path: str, depth: int = 0) -> bool:
         return False
     except OSError:
         return True
-    for line in text.splitlines():
-        words = line.strip().replace("=", " ", 1).split(None, 1)
-        if not words or words[0].startswith("#"):
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
             continue
-        keyword = words[0].lower()
+        setting = _SETTING.match(line)
+        if setting is None:  # paramiko refuses the file: every login fails before connecting
+            return True
+        keyword = setting[1].lower()
         if keyword in _MOVING:
             return True
-        if keyword == "include" and len(words) > 1:
-            nested = (_moves(found, depth + 1) for found in _included(words[1], file))
+        if keyword == "include":
+            nested = (_moves(found, depth + 1) for found in _included(setting[2], file))
             if depth >= 16 or any(nested):
                 return True
     return False

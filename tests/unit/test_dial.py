@@ -105,6 +105,19 @@ def test_an_ssh_config_fabric_cannot_open_stops_every_dial(
     server.close()
 
 
+def test_a_config_paramiko_cannot_parse_stops_every_dial(tmp_path: Path) -> None:
+    """A line paramiko refuses (a keyword without its value) fails every login before it
+    connects: nothing may be dialed."""
+    import paramiko
+    from fabric import Config
+
+    config = tmp_path / "config"
+    config.write_text("Host *\n  IdentitiesOnly\n")
+    with pytest.raises(paramiko.SSHException, match="Unparsable"):
+        Config(runtime_ssh_path=str(config))
+    assert dial.movable(str(config))
+
+
 def test_an_unreadable_config_counts_as_moving(tmp_path: Path) -> None:
     assert dial.movable(str(tmp_path))  # a directory: cannot be read as a file
 

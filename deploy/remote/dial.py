@@ -28,6 +28,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import socket
 import threading
 import time
@@ -218,10 +219,10 @@ def _moves(path: str, depth: int = 0) -> bool:
     """`movable` for one file Fabric reads and those it includes (a missing one: nothing)."""
     file = Path(path).expanduser()
     try:
-        text = file.read_text(encoding="utf-8", errors="replace")
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         return False
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # Fabric cannot read it either: no login connects
         return True
     for line in map(str.strip, text.splitlines()):
         if not line or line.startswith("#"):
@@ -230,13 +231,22 @@ def _moves(path: str, depth: int = 0) -> bool:
         if setting is None:  # paramiko refuses the file: every login fails before connecting
             return True
         keyword = setting[1].lower()
-        if keyword in _MOVING:
+        if keyword in _MOVING or (keyword == "host" and not _split(setting[2])):
             return True
         if keyword == "include":
             nested = (_moves(found, depth + 1) for found in _included(setting[2], file))
             if depth >= 16 or any(nested):
                 return True
     return False
+
+
+def _split(hosts: str) -> bool:
+    """Whether paramiko can split a ``Host`` line's patterns (shell words) at all."""
+    try:
+        shlex.split(hosts)
+    except ValueError:
+        return False
+    return True
 
 
 def fabric_moves() -> bool:

@@ -105,15 +105,18 @@ def test_an_ssh_config_fabric_cannot_open_stops_every_dial(
     server.close()
 
 
-def test_a_config_paramiko_cannot_parse_stops_every_dial(tmp_path: Path) -> None:
-    """A line paramiko refuses (a keyword without its value) fails every login before it
-    connects: nothing may be dialed."""
+@pytest.mark.parametrize(
+    "text", [b"Host *\n  IdentitiesOnly\n", b'Host "db\n  User ops\n', b"# caf\xe9\nHost *\n"]
+)
+def test_a_config_paramiko_cannot_read_stops_every_dial(tmp_path: Path, text: bytes) -> None:
+    """A file Fabric cannot load (a keyword without its value, a Host line shlex cannot split,
+    bytes that are not UTF-8) fails every login before it connects: nothing may be dialed."""
     import paramiko
     from fabric import Config
 
     config = tmp_path / "config"
-    config.write_text("Host *\n  IdentitiesOnly\n")
-    with pytest.raises(paramiko.SSHException, match="Unparsable"):
+    config.write_bytes(text)
+    with pytest.raises((paramiko.SSHException, ValueError)):
         Config(runtime_ssh_path=str(config))
     assert dial.movable(str(config))
 

@@ -63,21 +63,37 @@ def banner() -> str:
 
 
 class _BannerSent(socket.socket):
-    """A connected socket whose client banner (``banner``) was sent at the connect: the first
-    `send`, paramiko's write of that banner, is dropped (anything after it in the call goes)."""
+    """A connected socket whose client banner (``banner``) was sent at the connect: paramiko's
+    write of that banner is dropped (anything after it goes), whether it comes through `send`
+    or `sendall`, in one call or in pieces; a write that is not that banner is refused."""
 
     banner = ""
     unsent = b""
 
     def send(self, data: Any, flags: int = 0) -> int:
-        pending, self.unsent = self.unsent, b""
-        if not pending:
+        rest = self._after_banner(data)
+        if rest is None:
             return super().send(data, flags)
-        if bytes(data[: len(pending)]) != pending:  # not paramiko's banner: refuse, never mix
-            raise OSError(f"the SSH banner was already sent as {pending!r}")
-        if len(data) > len(pending):
-            super().sendall(data[len(pending) :], flags)
+        if rest:
+            super().sendall(rest, flags)
         return len(data)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        rest = self._after_banner(data)
+        super().sendall(data if rest is None else rest, flags)
+
+    def _after_banner(self, data: Any) -> bytes | None:
+        """What of ``data`` follows the part of the banner it repeats; None: nothing is
+        pending (write ``data`` as is)."""
+        pending = self.unsent
+        if not pending:
+            return None
+        written = bytes(data)
+        common = min(len(written), len(pending))
+        if written[:common] != pending[:common]:  # not paramiko's banner: refuse, never mix
+            raise OSError(f"the SSH banner was already sent as {self.banner!r}")
+        self.unsent = pending[common:]
+        return written[common:]
 
 
 class _Dial(threading.Thread):

@@ -153,6 +153,37 @@ def test_a_dialed_socket_has_sent_paramikos_banner_and_drops_paramikos_write_of_
     server.close()
 
 
+@pytest.mark.parametrize("way", ["sendall", "in pieces"])
+def test_paramikos_banner_is_dropped_whichever_way_it_is_written(
+    no_configs: None, way: str
+) -> None:
+    """A paramiko that writes its banner with `sendall`, or in pieces, still logs in: the
+    banner reaches the server once (sshd reads a second one as a broken packet), and no piece
+    is refused as "not the banner" (the login would fail instead of connecting)."""
+    server = _server()
+    port = server.getsockname()[1]
+    dial.start([("127.0.0.1", port, 5.0)], [None])
+    peer, _ = server.accept()
+    sock = dial.take("127.0.0.1", port)
+    assert sock is not None
+    line = f"{dial.banner()}\r\n".encode()
+    if way == "sendall":
+        sock.sendall(line)
+        sock.sendall(b"KEXINIT")
+    else:
+        assert sock.send(line[:-2]) == len(line) - 2
+        assert sock.send(b"\r\nKEX") == 5
+        sock.sendall(b"INIT")
+    peer.settimeout(5)
+    received = b""
+    while len(received) < len(line) + 7:
+        received += peer.recv(100)
+    assert received == line + b"KEXINIT"
+    sock.close()
+    peer.close()
+    server.close()
+
+
 def test_a_different_first_write_is_refused_not_mixed_in(no_configs: None) -> None:
     server = _server()
     port = server.getsockname()[1]

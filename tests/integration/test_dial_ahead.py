@@ -189,18 +189,27 @@ def test_no_host_is_dialed_that_the_run_may_not_touch(
         assert listener.lines == []
 
 
+@pytest.mark.parametrize(
+    "unset",
+    [
+        {"password_env": "DEPLOY_TEST_UNSET_PASSWORD"},
+        {"become": True, "become_password_env": "DEPLOY_TEST_UNSET_PASSWORD"},
+    ],
+)
 def test_a_host_not_attempted_for_an_unset_password_env_is_not_dialed(
     kimi_059: tuple[KimiHost, Deploy],
     listener: Listener,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    unset: dict[str, object],
 ) -> None:
-    """A host whose ``password_env`` names an unset variable is reported "not attempted"
-    (nothing done on it, `deploy.engine.host_run`): its login stops before any connect, so no
-    connect may be made ahead to it either (sshd would log an unauthenticated client)."""
+    """A host whose ``password_env`` or ``become_password_env`` names an unset variable is
+    reported "not attempted" (nothing done on it, `deploy.engine.host_run`): its login stops
+    before any connect, so no connect may be made ahead to it either (sshd would log an
+    unauthenticated client)."""
     _, deploy = kimi_059
     monkeypatch.delenv("DEPLOY_TEST_UNSET_PASSWORD", raising=False)
-    _add_host(deploy, "gpu-listener", listener.port, password_env="DEPLOY_TEST_UNSET_PASSWORD")
+    _add_host(deploy, "gpu-listener", listener.port, **unset)
     log = tmp_path / "dial.jsonl"
     result = _probe(deploy, log, monkeypatch)(
         "apply", "kimi-eagle3", "--yes", "--skip-tags", "service", "--forks", "2"

@@ -171,7 +171,8 @@ def apply(
             )
         # Everything that can refuse the run has passed: the first hosts' TCP connects go now,
         # and overlap the import of the SSH stack and the engine below (deploy.remote.dial).
-        dial_ahead(prepared.first_wave(forks, workers, check=check))
+        # Without --yes the hosts are first opened by the preview, a --check run.
+        dial_ahead(prepared.first_wave(forks, workers, check=check or not yes))
     except DeployError as exc:
         _fail(exc, out)
     from deploy import api

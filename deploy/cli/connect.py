@@ -13,6 +13,7 @@ an input error (exit 2): a scheduled run uses ``password_env`` / ``become_passwo
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -135,14 +136,26 @@ def with_connection(items: list[T]) -> list[T]:
 
 def dial_ahead(plans: list[Any]) -> None:
     """Start the TCP connects of ``plans``' hosts (after `with_connection`: its overrides name
-    the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing."""
+    the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing.
+
+    A host whose ``password_env`` (or, under become, ``become_password_env``) names an unset
+    variable is left out: its login stops before any connect and it is reported "not
+    attempted" (`deploy.remote.sshauth`, `deploy.remote.host`), so nothing may reach it.
+    """
     from deploy.remote import dial
 
-    specs = [(plan.name, plan.spec) for plan in plans]
+    specs = [(plan.name, plan.spec) for plan in plans if _secrets_set(plan.spec)]
     dial.start(
         [(spec.address or name, spec.port or 22, spec.connect_timeout) for name, spec in specs],
         [spec.ssh_config for _, spec in specs],
     )
+
+
+def _secrets_set(spec: Any) -> bool:
+    """Whether the variables a host's login reads its secrets from are set (-K's or
+    --ask-pass's answer aside: conservative)."""
+    names = [spec.password_env, spec.become_password_env if spec.become else None]
+    return all(name in os.environ for name in names if name)
 
 
 def _overrides(given: dict[str, Any]) -> dict[str, Any]:

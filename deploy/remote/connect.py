@@ -117,7 +117,11 @@ def open_connection(settings: ConnectSettings) -> Connection:
             cannot be decrypted; one line each (`deploy.remote.sshfail`).
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
-    conn, attempt = _prepared(settings)
+    try:
+        conn, attempt = _prepared(settings)
+    except BaseException:  # no login will take a socket dialed ahead for this host
+        dial.discard(settings.address, settings.port or 22)
+        raise
     try:
         if conn.gateway is None:
             target = (conn.host, conn.port or 22)

@@ -15,14 +15,19 @@ A socket is used only for the exact ``(host, port)`` Fabric resolves for a conne
 a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
 silent client after ``LoginGraceTime``, 120 s by default); any other is closed unused.
 `start` dials nothing when an ssh_config file Fabric reads could move the connection
-(`movable`): the only address ever dialed ahead is the one the login itself would reach.
+(`movable`), or when Fabric's own config files (``~/.fabric.yaml``, ``/etc/fabric.yaml``: its
+`Config` loads them) set ``port``, ``gateway`` or ``ssh_config_path`` (`fabric_moves`): the only
+address ever dialed ahead is the one the login itself would reach.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
+import re
+import shlex
 import socket
 import threading
 import time
@@ -35,9 +40,19 @@ from deploy import ablation
 #: Seconds a socket dialed ahead stays usable: a login normally takes it within ~0.1 s; one
 #: that waited longer (a passphrase typed) connects anew, well inside sshd's LoginGraceTime.
 MAX_AGE = 5.0
-#: ssh_config keywords that change where Fabric connects (``Include`` is followed instead).
-_MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
+#: ssh_config keywords that change where Fabric connects (``Include`` is followed instead);
+#: paramiko's lookup canonicalizes a name (CanonicalizeHostname with CanonicalDomains) too.
+_MOVING = frozenset(
+    {"hostname", "port", "proxyjump", "proxycommand", "match", "canonicalizehostname"}
+)
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
+#: A line as paramiko's `SSHConfig.parse` reads it (``SETTINGS_REGEX``): keyword and value.
+_SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")
+#: Fabric's config files (invoke's system and user prefixes; each suffix invoke loads) and the
+#: settings there that change where a login connects (``ssh_config_path`` replaces the files
+#: `movable` reads, even the inventory's ``ssh_config``).
+_FABRIC = ("/etc/fabric.", "~/.fabric.")
+_FABRIC_MOVING = frozenset({"port", "gateway", "ssh_config_path"})
 
 
 #: The client banner of a dialed connection: paramiko's form (``SSH-2.0-paramiko_<version>``),
@@ -47,21 +62,37 @@ BANNER = "SSH-2.0-paramiko_deploy"
 
 
 class _BannerSent(socket.socket):
-    """A connected socket whose client banner (``banner``) was sent at the connect: the first
-    `send`, paramiko's write of that banner, is dropped (anything after it in the call goes)."""
+    """A connected socket whose client banner (``banner``) was sent at the connect: paramiko's
+    write of that banner is dropped (anything after it goes), whether it comes through `send`
+    or `sendall`, in one call or in pieces; a write that is not that banner is refused."""
 
     banner = ""
     unsent = b""
 
     def send(self, data: Any, flags: int = 0) -> int:
-        pending, self.unsent = self.unsent, b""
-        if not pending:
+        rest = self._after_banner(data)
+        if rest is None:
             return super().send(data, flags)
-        if bytes(data[: len(pending)]) != pending:  # not paramiko's banner: refuse, never mix
-            raise OSError(f"the SSH banner was already sent as {pending!r}")
-        if len(data) > len(pending):
-            super().sendall(data[len(pending) :], flags)
+        if rest:
+            super().sendall(rest, flags)
         return len(data)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        rest = self._after_banner(data)
+        super().sendall(data if rest is None else rest, flags)
+
+    def _after_banner(self, data: Any) -> bytes | None:
+        """What of ``data`` follows the part of the banner it repeats; None: nothing is
+        pending (write ``data`` as is)."""
+        pending = self.unsent
+        if not pending:
+            return None
+        written = bytes(data)
+        common = min(len(written), len(pending))
+        if written[:common] != pending[:common]:  # not paramiko's banner: refuse, never mix
+            raise OSError(f"the SSH banner was already sent as {self.banner!r}")
+        self.unsent = pending[common:]
+        return written[common:]
 
 
 class _Dial(threading.Thread):
@@ -107,7 +138,7 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     Nothing is dialed when one of ``ssh_configs`` (the files the hosts' logins read; None:
     Fabric's defaults) could move a connection: the logins then connect as without this.
     """
-    if ablation.off("dial") or any(movable(path) for path in set(ssh_configs)):
+    if ablation.off("dial") or fabric_moves() or any(movable(p) for p in set(ssh_configs)):
         return 0
     with _LOCK:
         for address, port, timeout in targets:
@@ -153,45 +184,107 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         sock.settimeout(timeout)
 
 
+def discard(host: str, port: int) -> None:
+    """Close the socket dialed to ``(host, port)``, if any: its login stopped before taking it
+    (a key nobody can decrypt), and the host must not keep an unauthenticated client until
+    the run ends."""
+    with _LOCK:
+        dial = _AHEAD.pop((host, port), None)
+    if dial is not None:
+        _abandon([dial])
+
+
 def close_all() -> None:
     """Close every socket not taken (hosts never reached: an early end, max_fail, Ctrl-C)."""
     with _LOCK:
         left = list(_AHEAD.values())
         _AHEAD.clear()
-        for dial in left:
+    _abandon(left)
+
+
+def _abandon(dials: list[_Dial]) -> None:
+    with _LOCK:
+        for dial in dials:
             dial.abandoned = True  # a connect still under way closes its socket itself
-    for dial in left:
+    for dial in dials:
         if dial.sock is not None:
             with contextlib.suppress(OSError):
                 dial.sock.close()
 
 
-def movable(path: str | None, depth: int = 0) -> bool:
+def movable(path: str | None) -> bool:
     """Whether an ssh_config Fabric reads (``path``; None: the user's and the system's) sets
     anything that changes where a login connects: then nothing is dialed ahead.
 
     Conservative: any such keyword anywhere (whatever ``Host`` it is under), an unreadable
-    file or ``Include`` nesting past 16 levels counts.
+    file or ``Include`` nesting past 16 levels counts. So does a ``path`` Fabric will not
+    open (it tests ``os.path.exists`` before expanding ``~``): every login is then an input
+    error, and its host is not to be touched.
     """
     if path is None:
-        return movable(_USER, depth) or movable(_SYSTEM, depth)
+        return _moves(_USER) or _moves(_SYSTEM)
+    return not os.path.exists(path) or _moves(path)
+
+
+def _moves(path: str, depth: int = 0) -> bool:
+    """`movable` for one file Fabric reads and those it includes (a missing one: nothing)."""
     file = Path(path).expanduser()
     try:
-        text = file.read_text(encoding="utf-8", errors="replace")
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         return False
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # Fabric cannot read it either: no login connects
         return True
-    for line in text.splitlines():
-        words = line.strip().replace("=", " ", 1).split(None, 1)
-        if not words or words[0].startswith("#"):
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
             continue
-        keyword = words[0].lower()
-        if keyword in _MOVING:
+        setting = _SETTING.match(line)
+        if setting is None:  # paramiko refuses the file: every login fails before connecting
             return True
-        if keyword == "include" and len(words) > 1:
-            nested = (movable(found, depth + 1) for found in _included(words[1], file))
+        keyword = setting[1].lower()
+        if keyword in _MOVING or (keyword == "host" and not _split(setting[2])):
+            return True
+        if keyword == "include":
+            nested = (_moves(found, depth + 1) for found in _included(setting[2], file))
             if depth >= 16 or any(nested):
+                return True
+    return False
+
+
+def _split(hosts: str) -> bool:
+    """Whether paramiko can split a ``Host`` line's patterns (shell words) at all."""
+    try:
+        shlex.split(hosts)
+    except ValueError:
+        return False
+    return True
+
+
+def fabric_moves() -> bool:
+    """Whether Fabric's own config files set where logins connect (``port``, ``gateway``,
+    ``ssh_config_path``): Fabric's `Config` reads them for every connection, and the inventory
+    does not see them. Conservative: a Python config file, an unreadable or unparsable one
+    counts."""
+    import yaml
+
+    for prefix in _FABRIC:
+        for suffix in ("yaml", "yml", "json", "py"):
+            file = Path(prefix + suffix).expanduser()
+            try:
+                text = file.read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True
+            if suffix == "py":  # Python: anything may be set
+                return True
+            try:
+                data = json.loads(text) if suffix == "json" else yaml.safe_load(text)
+            except (ValueError, yaml.YAMLError):
+                return True
+            if not isinstance(data, dict | None):
+                return True
+            if data and _FABRIC_MOVING & set(data):
                 return True
     return False
 

@@ -10,6 +10,7 @@ them is seen.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import yaml
 
 from deploy.remote.dial import BANNER
 from tests.integration.conftest import Deploy, KimiHost
+from tests.integration.terminal import on_terminal
 
 PROBE = "tests.integration.dial_probe"
 
@@ -182,3 +184,58 @@ def test_no_host_is_dialed_that_the_run_may_not_touch(
         )
     else:
         assert listener.lines == []
+
+
+@pytest.mark.parametrize(
+    "unset",
+    [
+        {"password_env": "DEPLOY_TEST_UNSET_PASSWORD"},
+        {"become": True, "become_password_env": "DEPLOY_TEST_UNSET_PASSWORD"},
+    ],
+)
+def test_a_host_not_attempted_for_an_unset_password_env_is_not_dialed(
+    kimi_059: tuple[KimiHost, Deploy],
+    listener: Listener,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unset: dict[str, object],
+) -> None:
+    """A host whose ``password_env`` or ``become_password_env`` names an unset variable is
+    reported "not attempted" (nothing done on it, `deploy.engine.host_run`): its login stops
+    before any connect, so no connect may be made ahead to it either (sshd would log an
+    unauthenticated client)."""
+    _, deploy = kimi_059
+    monkeypatch.delenv("DEPLOY_TEST_UNSET_PASSWORD", raising=False)
+    _add_host(deploy, "gpu-listener", listener.port, **unset)
+    log = tmp_path / "dial.jsonl"
+    result = _probe(deploy, log, monkeypatch)(
+        "apply", "kimi-eagle3", "--yes", "--skip-tags", "service", "--forks", "2"
+    )
+    assert "DEPLOY_TEST_UNSET_PASSWORD" in result.output, result.output
+    assert [e["dialed"] for e in _events(log) if e["event"] == "start"] == [1]  # the other host
+    assert listener.lines == []
+
+
+def test_the_preview_dials_the_hosts_it_opens_itself_not_the_runs(
+    kimi_059: tuple[KimiHost, Deploy], tmp_path: Path
+) -> None:
+    """At a terminal without --yes the hosts are first opened by the preview, a --check run
+    (every host in one batch: ``serial`` does not apply), and the sockets not taken are closed
+    after it. With ``--serial 1 --workers 2`` the run itself would be one process (one host at
+    a time) but the preview goes to two worker processes, which connect on their own: a dial
+    for the run's first host is never used, and that host sees a connection more."""
+    _, deploy = kimi_059
+    listeners = [Listener(), Listener()]
+    try:
+        for number, found in enumerate(listeners):
+            _add_host(deploy, f"gpu-listener-{number}", found.port)
+        env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
+        args = ["apply", "kimi-eagle3", "--skip-tags", "service", "--serial", "1"]
+        args += ["--workers", "2", "--forks", "2", "--limit", "gpu-listener-0,gpu-listener-1"]
+        code, shown = on_terminal(args, deploy.workdir, env, [("Apply these changes?", "n")])
+        assert "gpu-listener-0" in shown, shown
+        # each listener: the preview's own login (a worker's), and nothing else
+        assert [len(found.lines) for found in listeners] == [1, 1], (code, shown)
+    finally:
+        for found in listeners:
+            found.close()

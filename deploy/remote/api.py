@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class WriteOptions(TypedDict, total=False):
     """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets),
-    spelled once for the protocol, `RemoteHost` and `deploy.remote.hostfiles.HostFiles`."""
+    spelled once for the protocol and `deploy.remote.hostfiles.HostFiles`."""
 
     #: Owner, mode and xattrs to give the new file (undo: what the journal recorded) [the
     #: current target's, kept: setuid and capabilities included].

@@ -6,8 +6,7 @@ connection, a `deploy.remote.transport.Transport` from a *connector* (by default
 unchanged on it). SFTP opens on first use. Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
 go to its shell (`deploy.remote.session`: one login shell per host per run); the file
-operations are `deploy.remote.hostfiles.HostFiles` (``self.files``), exposed here so callers
-keep one door.
+operations are its base class, `deploy.remote.hostfiles.HostFiles`.
 """
 
 from __future__ import annotations
@@ -18,19 +17,17 @@ import select
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
-from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.connect import ConnectSettings
-from deploy.remote.hostfiles import HostFiles, helper_error
+from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 from deploy.remote.sshauth import provided_secret
 from deploy.remote.transport import Channel, Transport, rest_after_exit
 
@@ -50,7 +47,7 @@ def ssh_connector(settings: ConnectSettings) -> Transport:
     return SshTransport.connect(settings)
 
 
-class RemoteHost:
+class RemoteHost(HostFiles):
     """One host, one connection, for one run. Not thread-safe: one thread per host."""
 
     def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
@@ -59,14 +56,11 @@ class RemoteHost:
         self._connector = connector or ssh_connector
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
-        self.files = HostFiles(self)  # the file operations, exposed below as our own
         #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.
         self.session: Session | None = None
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.become: Become | None = None  # set by `open` under become
-        #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once.
-        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}
-        self.speculated: dict[str, tuple[int, bytes, str]] = {}
+        self.prefetched, self.speculated = {}, {}
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
 
@@ -106,23 +100,6 @@ class RemoteHost:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None
-
-    def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
-        """See `deploy.remote.api.Host.ran_ahead`."""
-        return self.speculated.pop(command, None)
-
-    def keep_read_ahead(
-        self,
-        files: dict[str, tuple[FileStat | None, bytes | None]],
-        commands: dict[str, tuple[int, bytes, str]],
-    ) -> None:
-        """See `deploy.remote.api.Host.keep_read_ahead`."""
-        self.prefetched, self.speculated = files, commands
-
-    def forget_read_ahead(self) -> None:
-        """See `deploy.remote.api.Host.forget_read_ahead`."""
-        self.prefetched.clear()
-        self.speculated.clear()
 
     def __enter__(self) -> RemoteHost:
         return self.open()
@@ -220,7 +197,7 @@ class RemoteHost:
         if self.session is not None:
             status, out, err, timed_out = self._run_in_session(command, stdin, timeout)
         else:
-            status, out, err, timed_out = self._run_on_exec(command, stdin, timeout)
+            status, out, err, timed_out = self.exec_collect(command, stdin, timeout)
         result = CommandResult(
             command=command,
             exit_status=-1 if timed_out else status,
@@ -257,11 +234,13 @@ class RemoteHost:
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
         except (CallFailed, NoHelper, SessionLost) as exc:
             # CallFailed: a write sent earlier failed; the command was not run.
-            raise helper_error(self, "running", command[:60], exc) from exc
+            raise self._helper_error("running", command[:60], exc) from exc
 
-    def _run_on_exec(
+    def exec_collect(
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
+        """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
+        timed out). `run` without the lock, and what must not go to its shell (`read_ahead`)."""
         began = time.monotonic()
         channel = self.start(command)
         self.ops["wait"] += 1
@@ -303,13 +282,6 @@ class RemoteHost:
             channel.close()
         return status, b"".join(out), b"".join(err), timed_out
 
-    def exec_collect(
-        self, command: str, stdin: bytes | None, timeout: float | None
-    ) -> tuple[int, bytes, bytes, bool]:
-        """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
-        timed out). For what must not go to the lock's shell (`HostFiles.read_ahead`)."""
-        return self._run_on_exec(command, stdin, timeout)
-
     # -- services -----------------------------------------------------------------------------
 
     def http(
@@ -330,46 +302,6 @@ class RemoteHost:
             self.transport, address, port, method, path, body=body, timeout=timeout,
             headers=headers,
         )  # fmt: skip
-
-    # -- files (`deploy.remote.hostfiles`) ----------------------------------------------------
-
-    def stat(self, path: str) -> FileStat | None:
-        return self.files.stat(path)
-
-    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
-        return self.files.fetch(path)
-
-    def read(self, path: str) -> bytes:
-        return self.files.read(path)
-
-    def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
-    ) -> Call | None:
-        return self.files.write_atomic(path, data, **options)
-
-    def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
-        return self.files.append_file(path, data, durable=durable)
-
-    def mkdir(self, path: str, mode: int = 0o700) -> None:
-        self.files.mkdir(path, mode)
-
-    def listdir(self, path: str) -> list[str]:
-        return self.files.listdir(path)
-
-    def remove(self, path: str) -> None:
-        self.files.remove(path)
-
-    def remove_temp_leftovers(self, path: str) -> list[str]:
-        return self.files.remove_temp_leftovers(path)
-
-    def flush(self) -> None:
-        self.files.flush()
-
-    def read_ahead(self, paths: list[str]) -> None:
-        self.files.read_ahead(paths)
 
 
 def quote(value: str) -> str:

@@ -13,8 +13,8 @@ import os
 
 #: Every switch, with what turning it off does.
 MECHANISMS = {
-    "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
-    "compression": "no delayed zlib compression (deploy.remote.compression)",
+    "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.wire)",
+    "compression": "no delayed zlib compression (deploy.remote.wire)",
     "readahead": "no file reads or compile checks sent with the lock's exec",
 }
 

@@ -1,7 +1,7 @@
-"""Opening one SSH connection: Fabric for ssh_config and ProxyJump, our rules for host keys.
+"""One SSH connection: Fabric for ssh_config and ProxyJump, our rules for host keys.
 
 Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here known_hosts is
-read the way OpenSSH reads it (`deploy.remote.knownhosts`: ``@revoked``, ``@cert-authority``,
+read the way OpenSSH reads it (`deploy.remote.hostkeys`: ``@revoked``, ``@cert-authority``,
 several keys per host) and every key the server offers is judged by `KnownHostsPolicy`: an
 unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``accept-new``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
@@ -12,26 +12,31 @@ ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
 Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
-Logging in (keys, passphrases, passwords, prompts) is `deploy.remote.sshauth`.
-
-Every paramiko and socket error is translated here, at the edge, into our exception classes,
-with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
+Logging in (keys, passphrases, passwords, prompts) is `deploy.remote.sshauth`. Every paramiko
+and socket error is translated here, at the edge, into our exception classes, with one line
+that says the likely cause and the fix (`deploy.remote.sshfail`). The open connection is an
+`SshTransport` (`deploy.remote.transport.Transport`): exec channels for commands and the lock's
+shell, direct-tcpip channels for HTTP to the host's loopback, SFTP for reads without the lock;
+paramiko's channel refusals become `ConnectionRefusedError`, its other failures `OSError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
-from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
-from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
+from deploy.remote.hostkeys import policy_for
+from deploy.remote.settings import ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
 from deploy.remote.sshfail import Attempt, describe
+from deploy.remote.transport import Channel, Stream
+from deploy.remote.wire import preferring
 
 # paramiko logs expected events ("channel open FAILED: Connection refused" while a server
 # loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
@@ -40,15 +45,6 @@ logging.getLogger("paramiko").propagate = False
 
 if TYPE_CHECKING:
     from fabric import Connection
-
-
-__all__ = [
-    "DEFAULT_KNOWN_HOSTS",
-    "ConnectSettings",
-    "fingerprint",
-    "known_hosts_name",
-    "open_connection",
-]
 
 
 def _guard(conn: Connection, settings: ConnectSettings) -> None:
@@ -149,3 +145,59 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt
+
+
+class SshTransport:
+    """One open Fabric `Connection`; `close` ends it (and every channel on it)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.user = str(conn.user)
+
+    @classmethod
+    def connect(cls, settings: ConnectSettings) -> SshTransport:
+        """Open the connection (see `open_connection` for what it raises)."""
+        return cls(open_connection(settings))
+
+    def _transport(self) -> Any:
+        transport = self._conn.client.get_transport()
+        if transport is None:
+            raise OSError("the SSH connection is closed")
+        return transport
+
+    @property
+    def sock(self) -> Any:
+        """The TCP socket under the connection (tests check its options)."""
+        return self._transport().sock
+
+    def is_active(self) -> bool:
+        transport = self._conn.client.get_transport()
+        return transport is not None and bool(transport.is_active())
+
+    def open_exec(self, command: str, timeout: float) -> Channel:
+        try:
+            channel = self._transport().open_session(timeout=timeout)
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError) as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        result: Channel = channel
+        return result
+
+    def open_stream(self, address: str, port: int, timeout: float) -> Stream:
+        try:
+            channel = self._transport().open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise ConnectionRefusedError(exc.text or "connect failed") from exc
+        except (paramiko.SSHException, EOFError) as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        result: Stream = channel
+        return result
+
+    def open_sftp(self) -> Any:
+        return paramiko.SFTPClient.from_transport(self._transport())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()

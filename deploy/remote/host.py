@@ -2,7 +2,7 @@
 
 ``RemoteHost(settings)`` does nothing until ``open()`` (or ``with``) makes the run's one
 connection, a `deploy.remote.transport.Transport` from a *connector* (by default
-`deploy.remote.ssh.SshTransport.connect`; tests give a local one, and everything here runs
+`deploy.remote.connect.SshTransport.connect`; tests give a local one, and everything here runs
 unchanged on it). SFTP opens on first use. Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
 go to its shell (`deploy.remote.session`: one login shell per host per run); the file
@@ -25,9 +25,10 @@ from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
 from deploy.remote.become import Become, become_password, handshake, sftp_command
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.connect import ConnectSettings
+from deploy.remote.connect import SshTransport
 from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import Session
+from deploy.remote.settings import ConnectSettings
 from deploy.remote.sshauth import provided_secret
 from deploy.remote.transport import Channel, Transport, rest_after_exit
 
@@ -40,20 +41,13 @@ if TYPE_CHECKING:
 Connector = Callable[[ConnectSettings], Transport]
 
 
-def ssh_connector(settings: ConnectSettings) -> Transport:
-    """The default `Connector`: one SSH connection (`deploy.remote.ssh`)."""
-    from deploy.remote.ssh import SshTransport
-
-    return SshTransport.connect(settings)
-
-
 class RemoteHost(HostFiles):
     """One host, one connection, for one run. Not thread-safe: one thread per host."""
 
     def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
         self.settings = settings
         self.name = settings.name
-        self._connector = connector or ssh_connector
+        self._connector = connector or SshTransport.connect
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
         #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.

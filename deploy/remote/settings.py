@@ -34,7 +34,7 @@ class ConnectSettings:
     become: bool = False
     become_user: str = "root"
     become_password_env: str | None = None
-    #: Offer delayed zlib compression (`deploy.remote.compression`).
+    #: Offer delayed zlib compression (`deploy.remote.wire`).
     compression: bool = True
 
     def known_hosts_path(self) -> Path:

@@ -8,7 +8,7 @@ helper, and fast tests of a reimplementation prove nothing; with the seam here (
 ``BaseTransport`` draws it too), `tests.unit.local_host.LocalTransport` runs the very same
 programs in local processes, and only SSH itself (authentication, host keys, direct-tcpip,
 sudo) is left to the integration suite. The product's implementation is
-`deploy.remote.ssh.SshTransport`. Failures are `OSError` (or paramiko's, inside
+`deploy.remote.connect.SshTransport`. Failures are `OSError` (or paramiko's, inside
 `deploy.remote` only), which callers in `deploy.remote` turn into `deploy.errors` classes.
 """
 
@@ -100,7 +100,7 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    """One open connection to a host, made open by `deploy.remote.ssh.SshTransport.connect`,
+    """One open connection to a host, made open by `deploy.remote.connect.SshTransport.connect`,
     used by one thread, ended by `close`: the only thing `RemoteHost` needs from SSH."""
 
     #: Who the commands run as (the SSH login user; this machine's user locally).

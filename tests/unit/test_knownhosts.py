@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 
-from deploy.remote.knownhosts import KnownHosts, Verdict
+from deploy.remote.hostkeys import KnownHosts, Verdict
 
 K1 = "AAAAC3NzaC1lZDI1NTE5AAAAIDJDBuQ3xRpqt7tImXVLm38i8vviVTv7SL7xr/lATEf9"
 K2 = "AAAAC3NzaC1lZDI1NTE5AAAAIDtq53Nympoo9+oPluVqK5yPewKXMa8nsLqtRJCewWrW"

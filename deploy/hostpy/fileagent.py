@@ -31,6 +31,7 @@ from deploy.hostpy.fileagent_ops import (
     remove,
     remove_temps,
     write,
+    write_all,
 )
 
 
@@ -78,12 +79,6 @@ def _read_exactly(fd, size):
     return b"".join(chunks)
 
 
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def read_payload(header, size):
     """A request's payload: ``size`` bytes from stdin. (The fault suite's helper, built by
     tests/faults/helper_hook.py and never shipped, replaces this function to stop inside a
@@ -111,8 +106,8 @@ def serve(go_fd, ack_fd):
             answer, body = handle(header, payload)
             failed = not answer.get("ok")
         text = dumps(answer).encode("utf-8")
-        _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
-        _write_all(ack_fd, b"1\n" if failed else b"0\n")
+        write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
+        write_all(ack_fd, b"1\n" if failed else b"0\n")
     for fd in _APPENDS.values():
         os.close(fd)
 
@@ -134,7 +129,7 @@ def once():
         else:
             answer, body = handle(header, b"")
         text = dumps(answer).encode("utf-8")
-        _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
+        write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,4 @@
-"""The file helper's operations, ON THE HOST: every read and write through file descriptors.
-
-A part of the file helper (`deploy.hostpy.fileagent` frames requests and answers;
-`deploy.remote.hostprogram` inlines this module into it): standard library only, Python 3.8
-syntax, no annotations.
+"""The file helper's operations (`deploy.hostpy.fileagent`, which frames requests and answers).
 
 Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
 can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
@@ -27,6 +23,7 @@ sticky directory such as ``/tmp`` passing above the last one), unless ``unsafe_d
 """
 
 import binascii
+import contextlib
 import errno as errnomod
 import os
 import stat as statmod
@@ -52,7 +49,7 @@ class Refused(Exception):
 
 
 def temp_prefix(base):
-    """How temp files for a target called ``base`` are named (see sftpfile.temp_prefix)."""
+    """How temp files for a target called ``base`` are named (`remove_temps` finds them)."""
     return "." + base + ".deploy-"
 
 
@@ -166,10 +163,10 @@ def walk(directory, judge=True, unsafe_dir=False):
             os.close(fd)
 
 
-def open_dir(directory, unsafe_dir=False):
-    """An fd on ``directory``, refused when someone other than root or us could write in it
-    or in any directory above it (`walk`)."""
-    return walk(directory, True, unsafe_dir)
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _read_fd(fd, size_hint):
@@ -204,11 +201,7 @@ def read(args):
                 return {"stat": _stat_dict(st)}, b""
             data = _read_fd(fd, st.st_size)
             st = os.fstat(fd)
-            header = {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}
-            if args.get("sha256_only"):
-                header["sha256"] = sha256(data).hexdigest()
-                return header, b""
-            return header, data
+            return {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}, data
         finally:
             os.close(fd)
     finally:
@@ -246,7 +239,7 @@ def _current(dfd, base, path, args):
 ACL_ACCESS = "system.posix_acl_access"
 
 
-def _apply_meta(fd, path, meta, args, exact):
+def _apply_meta(fd, path, meta, exact):
     """fchown, then fchmod, then the xattrs, in that order (module docstring says why).
 
     ``exact`` (a file replaced, or metadata recorded for it): the file gets exactly
@@ -267,11 +260,6 @@ def _apply_meta(fd, path, meta, args, exact):
             if exc.errno not in (errnomod.ENODATA, errnomod.ENOTSUP, errnomod.ENOSYS):
                 raise
     os.fchmod(fd, statmod.S_IMODE(int(meta.get("mode", 0o600))))
-    if xattrs and args.get("xattrs") == "refuse":
-        raise Refused(
-            f"{path} carries extended attributes ({', '.join(sorted(xattrs))}) and the step "
-            "does not allow keeping them"
-        )
     for name in sorted(xattrs):
         try:
             os.setxattr(fd, name, binascii.a2b_base64(xattrs[name]))
@@ -285,7 +273,7 @@ def write(args, data):
     """Replace ``path`` with ``data`` atomically, keeping (or setting) its metadata."""
     path = args["path"]
     directory, base = _split(path)
-    dfd = open_dir(directory, bool(args.get("unsafe_dir")))
+    dfd = walk(directory, unsafe_dir=bool(args.get("unsafe_dir")))
     try:
         current = _current(dfd, base, path, args)
         if current is None and args.get("expect_sha256"):
@@ -300,17 +288,16 @@ def write(args, data):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            _apply_meta(fd, path, meta, args, current is not None or explicit)
+            write_all(fd, data)
+            _apply_meta(fd, path, meta, current is not None or explicit)
             os.fsync(fd)
             st = os.fstat(fd)
             if st.st_size != len(data):
                 raise OSError(errnomod.EIO, f"wrote {st.st_size} of {len(data)} bytes")
             os.rename(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
-            _discard(tmp, dfd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
             raise
         finally:
             os.close(fd)
@@ -322,15 +309,6 @@ def write(args, data):
         return answer
     finally:
         os.close(dfd)
-
-
-def _discard(name, dfd):
-    """Unlink ``name`` in ``dfd`` if it is there (what a failed write leaves)."""
-    try:
-        os.unlink(name, dir_fd=dfd)
-    except OSError:
-        return False
-    return True
 
 
 _APPENDS = {}  # type: dict[str, int]
@@ -350,9 +328,7 @@ def append(args, data):
         finally:
             os.close(dfd)
         _APPENDS[path] = fd
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    write_all(fd, data)
     if args.get("durable"):
         os.fsync(fd)
     return {}

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
 
 class WriteOptions(TypedDict, total=False):
-    """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets),
-    spelled once for the protocol and `deploy.remote.hostfiles.HostFiles`."""
+    """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets)."""
 
     #: Owner, mode and xattrs to give the new file (undo: what the journal recorded) [the
     #: current target's, kept: setuid and capabilities included].
@@ -58,25 +57,17 @@ class Host(Protocol):
     become: Become | None
 
     @property
-    def login_user(self) -> str:
-        """The user the connection logged in as."""
-        ...
-
+    def login_user(self) -> str: ...
     @property
     def acting_user(self) -> str:
         """Whom the host's operations run as: the become user, else the login user."""
         ...
-
-    # -- lifecycle
 
     def open(self) -> Host:
         """Connect (idempotent). Raises `HostNotAttempted` subclasses, or `InputError`."""
         ...
 
     def close(self) -> None: ...
-
-    # -- commands
-
     def start(self, command: str) -> Channel:
         """Start ``command`` on its own channel (a login shell); the caller reads it."""
         ...
@@ -103,31 +94,17 @@ class Host(Protocol):
         """
         ...
 
-    # -- files
-
     def stat(self, path: str) -> FileStat | None: ...
-
     def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]: ...
-
     def read(self, path: str) -> bytes: ...
-
     def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
+        self, path: str, data: bytes, **options: Unpack[WriteOptions]
     ) -> Call | None: ...
-
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None: ...
-
     def mkdir(self, path: str, mode: int = 0o700) -> None: ...
-
     def listdir(self, path: str) -> list[str]: ...
-
     def remove(self, path: str) -> None: ...
-
     def remove_temp_leftovers(self, path: str) -> list[str]: ...
-
     def flush(self) -> None:
         """Wait for every request sent without waiting; raise the first failure."""
         ...
@@ -153,8 +130,6 @@ class Host(Protocol):
     def read_ahead(self, paths: list[str]) -> None:
         """Without the lock: read ``paths`` in one exec, for `fetch` to answer."""
         ...
-
-    # -- services
 
     def http(
         self,

@@ -50,15 +50,12 @@ class RemoteHost(HostFiles):
         self._connector = connector or SshTransport.connect
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
-        #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.
         self.session: Session | None = None
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.become: Become | None = None  # set by `open` under become
         self.prefetched, self.speculated = {}, {}
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
-
-    # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> RemoteHost:
         if self._conn is None:
@@ -81,7 +78,6 @@ class RemoteHost(HostFiles):
 
     @property
     def acting_user(self) -> str:
-        """Whom the host's operations run as: the become user, else the login user."""
         return self.become.user if self.become is not None else self.login_user
 
     @trace.spanned("host.close")
@@ -103,11 +99,7 @@ class RemoteHost(HostFiles):
 
     @property
     def transport(self) -> Transport:
-        """The open connection (`deploy.remote.transport`).
-
-        Raises:
-            HostUnreachable: it was lost.
-        """
+        """The open connection; `HostUnreachable` if it was lost."""
         if self._conn is None:
             raise RuntimeError("RemoteHost used before open()")
         if not self._conn.is_active():
@@ -141,8 +133,6 @@ class RemoteHost(HostFiles):
     def connected(self) -> bool:
         """Whether the connection is still up (tells a full disk from a lost host)."""
         return self._conn is not None and self._conn.is_active()
-
-    # -- commands -----------------------------------------------------------------------------
 
     def start(self, command: str) -> Channel:
         """Start ``command`` on a new exec channel and return it (the caller reads it); under
@@ -275,8 +265,6 @@ class RemoteHost(HostFiles):
         finally:
             channel.close()
         return status, b"".join(out), b"".join(err), timed_out
-
-    # -- services -----------------------------------------------------------------------------
 
     def http(
         self,

@@ -2,8 +2,7 @@
 
 Processes (state, group, session, command line, environment, working directory, interpreter),
 who listens on a port (``/proc/net/tcp{,6}`` matched to each process's socket inodes), and
-where a server's own interpreter would import a module from. Runs ON THE HOST, inside the
-agent's one program (`deploy.remote.hostprogram`): standard library only, no annotations.
+where a server's own interpreter would import a module from.
 """
 
 import contextlib

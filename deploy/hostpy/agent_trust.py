@@ -19,8 +19,6 @@ directory above):
   path anyone may write, or two owners) it is refused, in one line;
 - run as another user, it gets only the variables that decide imports (`lookup_env`): neither
   root's nor the server's secrets.
-
-Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
 """
 
 import glob

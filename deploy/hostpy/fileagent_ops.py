@@ -10,16 +10,12 @@ to one directory fd:
   ``fchown``, ``fchmod`` (chown clears setuid/setgid), the xattrs (POSIX ACLs and capabilities;
   chown clears a capability), ``fsync``, ``renameat`` within the directory fd, and ``fsync`` of
   the directory;
-- a directory writable by group or others, or owned by anyone but root or us, is refused (as
-  OpenSSH's StrictModes) unless ``unsafe_dir``; a target with other hard links is refused
-  unless ``hardlinks`` is ``allow`` (replacing it would split it).
+- a target with other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it
+  would split it).
 
-Paths are walked, never resolved by the kernel in one lookup (issue 32): `walk` opens ``/`` and
-each component relative to the last with ``O_NOFOLLOW``, so a directory another user swaps for
-a symlink mid-run is seen as one. A symlink on the way is followed only if root or we own it
-(``/lib -> usr/lib``), its target walked the same way. For a write (and state_dir's records)
-every directory on the way is judged as StrictModes judges those above a key (a root-owned
-sticky directory such as ``/tmp`` passing above the last one), unless ``unsafe_dir``.
+Paths are walked, never resolved by the kernel in one lookup (issue 32; `walk`), so a directory
+another user swaps for a symlink mid-run is seen as one; the rules, as users read them, are
+`deploy.remote.hostfiles.FILES_RULE`.
 """
 
 import binascii
@@ -107,9 +103,8 @@ def walk(directory, judge=True, unsafe_dir=False):
     """An fd on ``directory`` (absolute), opened from ``/`` one component at a time with
     ``O_NOFOLLOW``; each directory on the way judged (`_judge`) when ``judge`` and not
     ``unsafe_dir``. A symlink on the way is followed only when root or we own it, even with
-    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose);
-    its target is walked the same way. Raises `Refused`, or the OSError of
-    a component that is missing or not a directory."""
+    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose).
+    Raises `Refused`, or the OSError of a component that is missing or not a directory."""
     check = judge and not unsafe_dir
     parts = [part for part in directory.split("/") if part]
     parts.reverse()  # a stack: the next component last

@@ -2,7 +2,7 @@
 
 Sent as ``python3 -I -S -c SOURCE`` (`deploy.remote.hostprogram`) in the run's session behind
 the lock, its arguments as JSON on stdin (the API key among them: never in a command line,
-which every local user can read); it prints one JSON object. Standard library only, Python 3.8.
+which every local user can read); it prints one JSON object.
 
 Why on the host: 32 requests at once through one SSH connection would measure the workstation,
 the link and the connection's window, not the server; and a request relayed whole cannot say

@@ -37,18 +37,12 @@ SFTP_SERVERS = (
 )
 
 
-#: How the login shell starts sudo. sshd runs every command through the login user's shell,
-#: which reads its start-up files first (bash: ``~/.bashrc`` under sshd, ``$BASH_ENV``): a
-#: ``sudo`` function or alias defined there would receive the command and the password.
-#: So sudo is named by absolute path (no PATH lookup) and started by ``exec``, the word quoted
-#: (``\exec``: no alias applies to a quoted word); bash lets a function be named ``exec`` or
-#: ``/usr/bin/sudo`` too, but not in POSIX mode, where special builtins such as ``exec`` are
-#: found before functions — and the plain assignment ``POSIXLY_CORRECT=y``, which no function
-#: can intercept, turns POSIX mode on (a ``readonly`` one fails the assignment, and the ``&&``
-#: then runs nothing). dash and other POSIX shells find special builtins first anyway. sudo's
-#: own ``sh`` is ``/bin/sh``, started by sudo as the target user with sudo's environment.
-#: What remains is documented in docs/operations.md (`SUDO_LIMITS`): a login account its
-#: owner's attacker controls can capture the password whatever is sent to it.
+#: How the login shell starts sudo: `SUDO_LIMITS` says why each part (the login shell reads
+#: start-up files where a ``sudo`` function or alias could wait for the command and password).
+#: bash lets a function be named ``exec`` or ``/usr/bin/sudo`` too, but not in POSIX mode, which
+#: the plain assignment ``POSIXLY_CORRECT=y`` (no function can intercept it) turns on; a
+#: ``readonly`` one fails the assignment, and the ``&&`` then runs nothing. dash and other POSIX
+#: shells find special builtins first anyway. sudo's own ``sh`` is ``/bin/sh``, as the target user.
 SUDO = "/usr/bin/sudo"
 SUDO_LINE = "POSIXLY_CORRECT=y && \\exec " + SUDO
 

@@ -50,16 +50,14 @@ from deploy.statedir.runs import RunInfo, ordered
 
 
 def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = "") -> str:
-    """The lock's exec: ``deploy/hostsh/lock.sh`` (its trust check, scan and loop in place)
-    after the quoted assignments of what varies: state_dir, the holder's JSON, the requests
-    carried in the command line (``ahead``, may be empty) and the file helper's source."""
+    """The lock's exec: ``deploy/hostsh/lock.sh`` after the quoted assignments of what varies:
+    state_dir, the holder's JSON, the requests carried (``ahead``) and the helper's source."""
     return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
 #: What may travel in the lock's command line, which any local user of the host can read
-#: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
-#: reads first and the code of its compile checks, never data (a write's bytes, a journal
-#: record, a service's environment). Anything else held for the lock goes on stdin.
+#: (``ps``, /proc/PID/cmdline): the paths the run reads first and the code of its compile
+#: checks, never data (a write's bytes, a record, an environment). The rest goes on stdin.
 CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
@@ -90,8 +88,7 @@ def _carried(script: str) -> bool:
 
 @dataclass
 class HostLock:
-    """A held lock; ``release()`` (or closing the connection) frees it. While it is held, the
-    remote's commands run in its shell (`RemoteHost.session`)."""
+    """A held lock; ``release()`` (or closing the connection) frees it."""
 
     remote: Host
     channel: Channel
@@ -234,7 +231,7 @@ def acquire(
                 )
             # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
             # wake-ups of the GIL per run at 50 hosts).
-            _wait_readable(channel, min(1.0, max(0.0, deadline - time.monotonic())))
+            select.select([channel], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
         raise HostUnreachable(
@@ -339,7 +336,3 @@ def _prefetched(
     return {
         path: fetch_answer(path, call) for path, call in zip(paths, calls, strict=True) if call.ok
     }
-
-
-def _wait_readable(channel: Channel, seconds: float) -> None:
-    select.select([channel], [], [], seconds)

@@ -44,17 +44,15 @@ GRACE = 15.0
 
 class Session:
     """The client side of ``loop.sh``, on the channel that holds the host's lock; not
-    thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
-    answered in order; `wait` collects every answer due in one round trip, and a command
-    (`run`) collects them with its own. After a failed request the host skips everything
-    until the client saw it (`wait` sends ``CLEAR``): what was sent after a failed write — its
-    ``done`` record, a restart — never happens.
-    """
+    thread-safe, like `RemoteHost`. Requests (`call`, `send_run`) are sent without waiting and
+    answered in order; `wait` collects every answer due in one round trip, `run` collects them
+    with its own. After a failed request the host skips everything until the client saw it
+    (``CLEAR``): what was sent after a failed write — its ``done`` record, a restart — never
+    happens."""
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
-        """``channel`` None: what is sent is held (`held`) until the channel is `attach`ed —
-        the lock puts its first requests in the exec's own command line (`deploy.remote.lock`).
-        """
+        """``channel`` None: what is sent is held (`held`) until one is `attach`ed (the lock
+        puts its first requests in the exec's own command line, `deploy.remote.lock`)."""
         self._channel = channel
         self._held = bytearray()
         # Amortized appends and front deletions: an answer may carry a large file.
@@ -62,7 +60,6 @@ class Session:
         self.broken = False
         #: When the shell was first seen ended (its exit status in): bounds what is read after.
         self._ended_at: float | None = None
-        #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
 
@@ -114,11 +111,8 @@ class Session:
         return call
 
     def send_run(self, command: str, *, timeout: float, check: bool = False) -> Call:
-        """Send a command without waiting (answered in turn, like a `call`).
-
-        ``check``: send it as a ``CHECK`` — if it exits other than 0, the host skips every
-        request and command sent after it, as after a failed request (module docstring).
-        """
+        """Send a command without waiting (answered in turn, like a `call`); ``check``: as a
+        ``CHECK`` (module docstring)."""
         code = command.encode()
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
@@ -132,13 +126,13 @@ class Session:
     def wait(self, timeout: float | None = None) -> None:
         """Collect every outstanding answer (one round trip; none if nothing is outstanding).
 
+        A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
+
         Raises:
             CallFailed: the first request that failed (later ones were skipped on the host).
             NoHelper: the host could not start the helper.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE` (a
                 command sent ahead: within its own time limit + `GRACE`, `Call.timeout`).
-
-        A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
         """
         if not self._pending:
             return
@@ -158,11 +152,8 @@ class Session:
         self._collect(deadline)
 
     def _collect(self, deadline: float | None) -> Call | None:
-        """Read every pending answer; return the first ``CHECK`` that failed (None if none).
-
-        A failed request raises `CallFailed`; a failed check does not (its sender reads its
-        status), but, like a failed request, it is cleared on the host (`_clear`) once seen.
-        """
+        """Read every pending answer; return the first ``CHECK`` that failed (None if none),
+        cleared on the host (`_clear`) once seen, like a failed request (which raises)."""
         failed: Call | None = None
         checked: Call | None = None
         missing = False
@@ -234,9 +225,8 @@ class Session:
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None
     ) -> tuple[int, bytes, bytes, bool]:
-        """Run ``command``; return (exit status, stdout, stderr, timed out).
-
-        Outstanding helper answers are collected in the same round trip, first.
+        """Run ``command``; return (exit status, stdout, stderr, timed out). Outstanding
+        answers are collected in the same round trip, first.
 
         Raises:
             CallFailed: an earlier request failed; the command was not run.
@@ -278,9 +268,9 @@ class Session:
         return status, out, err, timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (the helper's traceback or warning, say)
-        # is no answer's: it is read away, since bytes left in it keep the channel's pipe
-        # readable and the select below would return at once, every wait spinning.
+        # The lock shell's own stderr (the helper's traceback or warning, say) is no answer's:
+        # read it away, since bytes left in it keep the channel's pipe readable and the select
+        # below would return at once, every wait spinning.
         while self.channel.recv_stderr_ready():
             self.channel.recv_stderr(1 << 16)
         while not self.channel.recv_ready():

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from deploy.errors import CommandResult
 from deploy.remote.become import Become
-from deploy.remote.calls import Call
+from deploy.remote.calls import Call, FileStat
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
 
 if TYPE_CHECKING:

@@ -70,30 +70,6 @@ def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket
     return sock
 
 
-def fabric_connection(settings: ConnectSettings) -> Connection:
-    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
-
-    Raises:
-        InputError: unreadable ssh_config.
-    """
-    from fabric import Config, Connection
-
-    try:
-        config = Config(runtime_ssh_path=settings.ssh_config)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
-        ) from exc
-    return Connection(
-        settings.address,
-        user=settings.user,
-        port=settings.port,
-        config=config,
-        connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=timeouts(settings),
-    )
-
-
 def timeouts(settings: ConnectSettings) -> dict[str, float]:
     return {
         "banner_timeout": settings.connect_timeout,
@@ -130,9 +106,28 @@ def open_connection(settings: ConnectSettings) -> Connection:
 
 
 def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
-    """The host's Fabric `Connection` with our login arguments and host-key rules, its hops
-    too; not opened. Loads the keys (a passphrase may be asked for here)."""
-    conn = fabric_connection(settings)
+    """The host's Fabric `Connection` (ssh_config read) with our login arguments and host-key
+    rules, its hops too; not opened. Loads the keys (a passphrase may be asked for here).
+
+    Raises:
+        InputError: unreadable ssh_config.
+    """
+    from fabric import Config, Connection
+
+    try:
+        config = Config(runtime_ssh_path=settings.ssh_config)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
+        ) from exc
+    conn = Connection(
+        settings.address,
+        user=settings.user,
+        port=settings.port,
+        config=config,
+        connect_timeout=int(max(1, round(settings.connect_timeout))),
+        connect_kwargs=timeouts(settings),
+    )
     auth, attempt = auth_kwargs(settings, conn)
     conn.connect_kwargs.update(auth)
     _guard(conn, settings)
@@ -165,11 +160,6 @@ class SshTransport:
             raise OSError("the SSH connection is closed")
         return transport
 
-    @property
-    def sock(self) -> Any:
-        """The TCP socket under the connection (tests check its options)."""
-        return self._transport().sock
-
     def is_active(self) -> bool:
         transport = self._conn.client.get_transport()
         return transport is not None and bool(transport.is_active())
@@ -180,8 +170,7 @@ class SshTransport:
             channel.exec_command(command)
         except (paramiko.SSHException, EOFError) as exc:
             raise OSError(str(exc) or type(exc).__name__) from exc
-        result: Channel = channel
-        return result
+        return channel  # type: ignore[no-any-return]  # a paramiko.Channel
 
     def open_stream(self, address: str, port: int, timeout: float) -> Stream:
         try:
@@ -192,8 +181,7 @@ class SshTransport:
             raise ConnectionRefusedError(exc.text or "connect failed") from exc
         except (paramiko.SSHException, EOFError) as exc:
             raise OSError(str(exc) or type(exc).__name__) from exc
-        result: Stream = channel
-        return result
+        return channel  # type: ignore[no-any-return]  # a paramiko.Channel
 
     def open_sftp(self) -> Any:
         return paramiko.SFTPClient.from_transport(self._transport())

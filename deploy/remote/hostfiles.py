@@ -1,5 +1,4 @@
-"""`HostFiles`, the file half of `RemoteHost` (its base class): stat, fetch, read, write
-atomically, append, list, remove, and what the lock's round trip read ahead.
+"""`HostFiles`, the file half of `RemoteHost` (its base class).
 
 While the lock is held (every run), files go through the host's file helper
 (`deploy.hostpy.fileagent`, started in the lock's shell) by file descriptor, never a check by
@@ -23,10 +22,9 @@ import paramiko
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become
-from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
+from deploy.remote.calls import Call, CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.hostprogram import program
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's
 #: operations are `deploy.hostpy.fileagent_ops`).
@@ -80,12 +78,10 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
 class HostFiles:
     """File operations on one host: through the lock's helper, else over SFTP."""
 
-    # Set by `RemoteHost`, whose other members these operations use are declared below.
+    # `RemoteHost`'s (see `deploy.remote.api.Host`), which these operations use.
     name: str
     ops: dict[str, int]
-    #: The lock's shell while the lock is held, else None (then: SFTP).
     session: Session | None
-    #: Set under become: a refusal then names the become user.
     become: Become | None
     #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once; a write
     #: or removal of the path drops it.
@@ -137,11 +133,8 @@ class HostFiles:
         return StepFailed(f"{self.name}: failed {verb} {where}: {answer.get('error')}")
 
     def _sftp_error(self, exc: BaseException, doing: str, path: str) -> Exception:
-        """Map an SFTP failure to a filesystem error (StepFailed) or a lost connection.
-
-        SFTP reports disk-full, read-only filesystems and the like as a bare "Failure" without
-        errno, so the connection's liveness, not the exception type, tells the two apart.
-        """
+        """A filesystem error (StepFailed) or a lost connection: SFTP reports a full disk and
+        the like as a bare "Failure", so the connection's liveness tells the two apart."""
         if isinstance(exc, PermissionError):
             return PermissionDenied(self.name, path, self.acting_user, self.become is not None)
         if isinstance(exc, OSError) and self.connected():
@@ -153,10 +146,7 @@ class HostFiles:
 
     def _call(self, args: dict[str, Any], payload: bytes = b"", *, wait: bool, doing: str) -> Call:
         """Send one request to the helper; with ``wait``, collect it (and all before it).
-
-        Raises:
-            StepFailed: the lock is not held: only its helper writes (nothing over SFTP).
-        """
+        `StepFailed` without the lock: only its helper writes (nothing over SFTP)."""
         session = self.session
         path = str(args.get("path", ""))
         if session is None:
@@ -234,13 +224,9 @@ class HostFiles:
         )
 
     def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
-        """lstat ``path`` and, if it is a regular file, read it — never through a symlink.
-
-        While the lock is held this is one request to the host's helper, which opens the file
-        ``O_NOFOLLOW`` and takes the status and the bytes from that one fd; otherwise an SFTP
-        lstat and read. A file the lock's exec prefetched is answered from that, once,
-        without a round trip.
-        """
+        """lstat ``path`` and, if it is a regular file, read it — never through a symlink:
+        what the lock's exec prefetched (once), else one helper request (``O_NOFOLLOW``, status
+        and bytes from one fd), else without the lock an SFTP lstat and read."""
         if path in self.prefetched:
             return self.prefetched.pop(path)
         if self.session is not None:
@@ -255,11 +241,7 @@ class HostFiles:
             return info, None
 
     def _sftp_read(self, path: str) -> bytes:
-        """The whole file over SFTP (follows a symlink: the fallback is for tools that only look).
-
-        Raises:
-            FileNotFoundError: it does not exist.
-        """
+        """The whole file over SFTP (follows a symlink: for tools that only look)."""
         self.ops["sftp"] += 3
         try:
             with self.sftp.open(path, "rb") as handle:
@@ -297,13 +279,9 @@ class HostFiles:
         **options: Unpack[WriteOptions],
     ) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file, through
-        the helper (`FILES_RULE`; `deploy.hostpy.fileagent_ops.write`); `WriteOptions` says
-        what each option does.
-
-        Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
-        command), and nothing sent after it happens on the host. Returns the request: a failed
-        answer means the target was not touched. Only under the lock (as every write here).
-        """
+        the helper (`FILES_RULE`, `WriteOptions`). Sent without waiting unless ``wait``: a
+        failure surfaces at the next `flush` (or command), and nothing sent after it happens
+        on the host. Returns the request: a failed answer means the target was not touched."""
         mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
         self.prefetched.pop(path, None)
         args: dict[str, Any] = {"op": "write", "path": path}
@@ -321,13 +299,10 @@ class HostFiles:
         return self._call(args, data, wait=options.get("wait", False), doing="writing")
 
     def remove_temp_leftovers(self, path: str) -> list[str]:
-        """Remove temp files that an interrupted `write_atomic` of ``path`` left beside it.
-
-        A cut connection or a killed workstation stops a write before its cleanup runs, which
-        leaves ``.NAME.deploy-XXXXXXXX.tmp`` (a partial copy) in the target's directory —
-        where a loader that globs the directory may pick it up. Undo calls this: the host's
-        lock is held, so no other run of ours can be writing there. Returns the names removed.
-        """
+        """Remove (and return) the temp files an interrupted `write_atomic` of ``path`` left
+        beside it: a cut connection stops a write before its cleanup, which leaves
+        ``.NAME.deploy-XXXXXXXX.tmp`` where a loader that globs the directory may pick it up.
+        Undo calls this under the lock, so no run of ours can be writing there."""
         call = self._call({"op": "remove_temps", "path": path}, wait=True, doing="cleaning")
         return [str(name) for name in (call.answer or {}).get("removed", [])]
 
@@ -338,11 +313,9 @@ class HostFiles:
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
         """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
-
-        Sent without waiting: the helper appends (and fsyncs) before it serves the request
-        that follows, so a durable intent precedes its change on the host's disk whatever the
-        client does next. Returns the request, whose answer says later whether the host
-        appended it (`Journal.settle`).
+        Sent without waiting: the helper appends (and fsyncs) before it serves the next
+        request, so a durable intent precedes its change on the host's disk whatever the client
+        does next. The request's answer says later whether it was appended (`Journal.settle`).
         """
         args = {"op": "append", "path": path, "durable": durable}
         return self._call(args, data, wait=False, doing="appending to")

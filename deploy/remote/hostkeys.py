@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
@@ -174,11 +174,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def known_hosts_name(address: str, port: int) -> str:
-    """The name known_hosts uses for a host: ``addr`` on port 22, else ``[addr]:port``."""
-    return address if port == 22 else f"[{address}]:{port}"
-
-
 _KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
@@ -219,9 +214,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             self.record(key)
 
     def judge(self, key: paramiko.PKey) -> bool:
-        """True: the key is trusted; False: unknown, to be recorded (``accept-new``).
-
-        Reads only: the write of an accepted new key is `record`.
+        """True: the key is trusted; False: unknown, to be recorded (``accept-new``, `record`).
 
         Raises:
             HostKeyMismatch: changed or revoked.
@@ -266,40 +259,28 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             handle.write(f"{self.name} {key.get_name()} {key.get_base64()}\n")
 
 
-def known_files(settings: ConnectSettings, ssh_config: dict[str, Any]) -> list[Path]:
-    """The inventory's known_hosts, else ssh_config's UserKnownHostsFile(s), else the default."""
-    if settings.known_hosts:
-        return [settings.known_hosts_path()]
-    listed = ssh_config.get("userknownhostsfile")
-    if listed:
-        names = listed.split() if isinstance(listed, str) else list(listed)
-        return [Path(n).expanduser() for n in names if n != "/dev/null"] or [
-            Path(DEFAULT_KNOWN_HOSTS).expanduser()
-        ]
-    return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
-
-
-def known_key_types(settings: ConnectSettings, files: list[Path], name: str) -> list[str]:
-    """The key types ``files`` list for host ``name``, in order (to prefer in the handshake).
+def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
+    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it, in
+    order (to prefer in the handshake). The files: the inventory's known_hosts, else
+    ssh_config's UserKnownHostsFile(s), else the default; the name: ``addr`` on port 22, else
+    ``[addr]:port``, as known_hosts writes it.
 
     Raises:
         InputError: a known_hosts file cannot be read.
     """
+    port = conn.port or 22
+    name = conn.host if port == 22 else f"[{conn.host}]:{port}"
+    listed = conn.ssh_config.get("userknownhostsfile")
+    if settings.known_hosts:
+        files = [settings.known_hosts_path()]
+    else:
+        names = (listed.split() if isinstance(listed, str) else list(listed)) if listed else []
+        files = [Path(n).expanduser() for n in names if n != "/dev/null"]
+        files = files or [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
     types: list[str] = []
     for path in files:
         try:
             types += _known_hosts(path).key_types(name)
         except OSError as exc:
             raise InputError(f"{settings.name}: cannot read known_hosts {path}: {exc}") from exc
-    return types
-
-
-def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
-    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it.
-
-    Raises:
-        InputError: a known_hosts file cannot be read.
-    """
-    name = known_hosts_name(conn.host, conn.port or 22)
-    files = known_files(settings, conn.ssh_config)
-    return KnownHostsPolicy(settings, files, name), known_key_types(settings, files, name)
+    return KnownHostsPolicy(settings, files, name), types

@@ -40,10 +40,9 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
-from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
+from deploy.remote.calls import Call, CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel, rest_after_exit
 from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 # host-program: part (deploy.remote.hostprogram)
-from deploy.hostpy.agent_trust import lookup_env, run_as, start_problem, switcher
+from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -64,26 +64,6 @@ def _environ(pid):
             key, _, value = part.partition(b"=")
             env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
     return env
-
-
-def parse_status(text):
-    """The real uid, real gid and supplementary groups in a ``/proc/PID/status`` text, as
-    ``{"uid", "gid", "groups"}``; None when a field is missing or malformed. The real ids, not
-    the effective ones: they are whom the server runs as (a set-uid helper's effective id is
-    not the operator's choice)."""
-    fields = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[key.strip()] = value.split()
-    try:
-        return {
-            "uid": int(fields["Uid"][0]),
-            "gid": int(fields["Gid"][0]),
-            "groups": [int(group) for group in fields.get("Groups", [])],
-        }
-    except (KeyError, IndexError, ValueError):
-        return None
 
 
 def _user(pid):
@@ -345,19 +325,22 @@ def _listen_table():
     return table
 
 
-def _listens_on(pid, table):
-    """The addresses the process listens on (its fds that are listening sockets)."""
-    found = set()
+def _fd_links(pid):
+    """What the process's fds point to (``socket:[INODE]`` for a socket)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return []
+        return set()
+    found = set()
     for fd in fds:
         with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target in table:
-                found.add(table[target])
-    return sorted(found)
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return found
+
+
+def _listens_on(pid, table):
+    """The addresses the process listens on (its fds that are listening sockets)."""
+    return sorted({table[link] for link in _fd_links(pid) if link in table})
 
 
 def _listening_inodes(port):
@@ -368,22 +351,7 @@ def _listening_inodes(port):
 
 def _listeners(port):
     targets = _listening_inodes(port)
-    if not targets:
-        return []
-    found = []
-    for pid in _pids():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
-                    found.append(pid)
-                    break
-            except OSError:
-                continue
-    return found
+    return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
 
 
 def _titled(prefix):

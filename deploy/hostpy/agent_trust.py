@@ -223,14 +223,24 @@ def _name(uid):
         return "UNKNOWN"
 
 
-def _ids(pid):
-    """(uid, gid, groups) the process runs as (effective), from /proc/PID/status."""
+def parse_status(text, column=0):
+    """The uid, gid and supplementary groups in a ``/proc/PID/status`` text, as ``{"uid",
+    "gid", "groups"}``; None when a field is missing or malformed. ``column`` 0: the real ids,
+    whom a server runs as (a set-uid helper's effective id is not the operator's choice); 1:
+    the effective ones."""
     fields = {}
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            fields[key] = value.split()
-    return int(fields["Uid"][1]), int(fields["Gid"][1]), [int(g) for g in fields.get("Groups", [])]
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.split()
+    try:
+        return {
+            "uid": int(fields["Uid"][column]),
+            "gid": int(fields["Gid"][column]),
+            "groups": [int(group) for group in fields.get("Groups", [])],
+        }
+    except (KeyError, IndexError, ValueError):
+        return None
 
 
 def run_as(python, env, cwd, pid=None):
@@ -240,9 +250,13 @@ def run_as(python, env, cwd, pid=None):
     me = os.geteuid()
     if pid is not None:
         try:
-            uid, gid, groups = _ids(pid)
-        except (OSError, KeyError, ValueError, IndexError):
+            with open(f"/proc/{pid}/status") as handle:
+                ids = parse_status(handle.read(), 1)  # effective: whom it acts as now
+        except OSError:
+            ids = None
+        if ids is None:
             return None, None, f"cannot read whom pid {pid} runs as"
+        uid, gid, groups = ids["uid"], ids["gid"], ids["groups"]
         if uid not in (0, me):
             if me != 0:
                 return None, None, None

@@ -45,9 +45,8 @@ class Call:
     #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
     #: everything sent after it (until the client's ``CLEAR``).
     check: bool = False
-    #: A command's time limit in seconds (`send_run`). The host stops it there with
-    #: timeout(1) when it has one; whatever else the client waits for, it waits for this
-    #: answer that long plus `GRACE` (a host without timeout(1) is then treated as lost).
+    #: A command's time limit in seconds (`send_run`): timeout(1) stops it on the host, and
+    #: the client waits for its answer that long plus `GRACE` (then the host counts as lost).
     timeout: float | None = None
 
     @property

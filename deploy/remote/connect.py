@@ -12,12 +12,10 @@ ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
 Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
-Logging in (keys, passphrases, passwords, prompts) is `deploy.remote.sshauth`. Every paramiko
-and socket error is translated here, at the edge, into our exception classes, with one line
-that says the likely cause and the fix (`deploy.remote.sshfail`). The open connection is an
-`SshTransport` (`deploy.remote.transport.Transport`): exec channels for commands and the lock's
-shell, direct-tcpip channels for HTTP to the host's loopback, SFTP for reads without the lock;
-paramiko's channel refusals become `ConnectionRefusedError`, its other failures `OSError`.
+Logging in is `deploy.remote.sshauth`. Every paramiko and socket error is translated here into
+our exceptions, in one line saying the likely cause and the fix (`deploy.remote.sshfail`). The
+open connection is an `SshTransport`, whose channel refusals are `ConnectionRefusedError`, its
+other failures `OSError` (`deploy.remote.transport`).
 """
 
 from __future__ import annotations
@@ -80,7 +78,7 @@ def timeouts(settings: ConnectSettings) -> dict[str, float]:
 
 @trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings) -> Connection:
-    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
+    """Open a Fabric `Connection` to the host, with strict host-key checking.
 
     Raises:
         HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).

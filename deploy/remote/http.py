@@ -1,11 +1,10 @@
-"""HTTP to a server on the host's own loopback, through the host's connection.
+"""HTTP to a server on the host's own loopback, through the host's connection (`Host.http`).
 
 Health and load checks never need the server exposed to the network, nor an extra exec per
-request: each request is one TCP stream the transport opens as seen from the host
-(`Transport.open_stream`: a direct-tcpip channel on the SSH connection we already have, or a
-local socket in the tests). Callers use `Host.http`. A refused
-connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`, which
-callers treat as "not yet".
+request: each request is one TCP stream the transport opens as seen from the host (a
+direct-tcpip channel on the SSH connection, or a local socket in the tests). A refused
+connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`,
+which callers treat as "not yet".
 """
 
 from __future__ import annotations

@@ -145,11 +145,6 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
-#: Seconds of silence from the lock's exec before a host counts as not answering, for a
-#: `Host` without settings (`deploy.remote.settings.ConnectSettings.lock_timeout`).
-DEFAULT_LOCK_TIMEOUT = 60.0
-
-
 @trace.spanned("lock.acquire")
 def acquire(
     remote: Host,
@@ -175,9 +170,8 @@ def acquire(
         StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
-    if timeout is None:
-        settings = getattr(remote, "settings", None)
-        timeout = float(getattr(settings, "lock_timeout", DEFAULT_LOCK_TIMEOUT))
+    if timeout is None:  # a `Host` without settings: ConnectSettings.lock_timeout's default
+        timeout = float(getattr(getattr(remote, "settings", None), "lock_timeout", 60.0))
     paths = list(dict.fromkeys(prefetch))
     # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
     # lock discards them unread), so reading costs no round trip of its own.
@@ -187,15 +181,10 @@ def acquire(
         (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
         for command in dict.fromkeys(speculate)
     ]
-    held = session.held()
+    held, holder_json = session.held(), json.dumps(holder, sort_keys=True)
 
     def script_with(ahead: str) -> str:
-        return lock_script(
-            state_dir,
-            json.dumps(holder, sort_keys=True),
-            ahead=ahead,
-            agent=HELPER_SOURCE,
-        )
+        return lock_script(state_dir, holder_json, ahead=ahead, agent=HELPER_SOURCE)
 
     # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
     # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
@@ -310,15 +299,10 @@ def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str
 
 
 def _prefetched(
-    remote: Host,
-    session: Session,
-    paths: list[str],
-    calls: list[Any],
-    timeout: float,
+    remote: Host, session: Session, paths: list[str], calls: list[Any], timeout: float
 ) -> dict[str, tuple[FileStat | None, bytes | None]]:
-    """The prefetched files' answers (already on their way: no round trip of their own).
-
-    A file the helper could not read is left out; its step's own read words the error.
+    """The prefetched files' answers (already on their way: no round trip of their own); a
+    file the helper could not read is left out (its step's own read words the error).
 
     Raises:
         HostUnreachable: the connection was lost.

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
     from deploy.remote.settings import ConnectSettings
 
-# -- secrets the CLI asked for once per run --------------------------------------------------
-
 _PROVIDED: dict[str, str] = {}
 _PROMPTER: list[Callable[[str], str]] = []
 _PASSPHRASES: dict[str, str] = {}

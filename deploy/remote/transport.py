@@ -1,15 +1,13 @@
 """The transport under `RemoteHost`: exec channels and TCP streams, whatever carries them.
 
-The seam sits here, not at `Host`, because everything deploy does on a host is built from two
-primitives: a command with stdin/stdout/stderr and an exit status (the lock's shell, the
-session loop and the file helper ride on one) and a TCP stream to the host's loopback (health
-and load checks). Faking `Host` would take a second lock script, session framing and file
-helper, and fast tests of a reimplementation prove nothing; with the seam here (where httpx's
-``BaseTransport`` draws it too), `tests.unit.local_host.LocalTransport` runs the very same
-programs in local processes, and only SSH itself (authentication, host keys, direct-tcpip,
-sudo) is left to the integration suite. The product's implementation is
-`deploy.remote.connect.SshTransport`. Failures are `OSError` (or paramiko's, inside
-`deploy.remote` only), which callers in `deploy.remote` turn into `deploy.errors` classes.
+The seam sits here, not at `Host`, because everything deploy does on a host is built from a
+command with stdin/stdout/stderr and an exit status (the lock's shell, the session loop, the
+file helper) and a TCP stream to the host's loopback (health and load checks). Faking `Host`
+would take a second lock script, session framing and file helper, and fast tests of a
+reimplementation prove nothing; here (where httpx's ``BaseTransport`` draws it too),
+`tests.unit.local_host.LocalTransport` runs the very same programs in local processes, and
+only SSH itself is left to the integration suite (`deploy.remote.connect.SshTransport`).
+Failures are `OSError` (or paramiko's, inside `deploy.remote`), turned into `deploy.errors`.
 """
 
 from __future__ import annotations
@@ -86,8 +84,8 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    """One open connection to a host, made open by `deploy.remote.connect.SshTransport.connect`,
-    used by one thread, ended by `close`: the only thing `RemoteHost` needs from SSH."""
+    """One open connection to a host, used by one thread, ended by `close`: the only thing
+    `RemoteHost` needs from SSH."""
 
     #: Who the commands run as (the SSH login user; this machine's user locally).
     user: str
@@ -114,8 +112,7 @@ class Transport(Protocol):
         ...
 
     def open_sftp(self) -> Any:
-        """A ``paramiko.SFTPClient`` for the files a run reads without the lock (``--check``,
-        status). Typed ``Any`` so that no paramiko type leaves `deploy.remote`."""
+        """A ``paramiko.SFTPClient`` (``Any``: no paramiko type leaves `deploy.remote`)."""
         ...
 
     def close(self) -> None: ...

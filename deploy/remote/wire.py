@@ -1,33 +1,26 @@
 """`Wire`: the paramiko transport under every connection, with the speed it needs.
 
-**Compression after login** (``zlib@openssh.com``): fewer bytes, so fewer round trips. A run's
-traffic is text: the lock's command line carries the host programs (~36 KB of Python and
-shell), the host answers with the files read (the SGLang model file is 29 KB), a change run
-sends the new bytes, the saved copy and journal records. A fresh TCP connection may have only
-10 segments (~14 KB) in flight, doubling once per round trip, so a 36 KB burst costs one round
-trip more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it). zlib
-brings the lock's exec to ~11.5 KB, under that window, for ~1 ms of CPU per 100 KB. Only the
-delayed method is offered (as OpenSSH since 7.4): nothing an unauthenticated peer sends is
-decompressed. A server offering no compression is used without it; ``compression: false`` in
-the inventory offers none.
+**Compression after login** (``zlib@openssh.com``): fewer bytes, so fewer round trips. The
+lock's command line carries the host programs (~36 KB of Python and shell), the host answers
+with the files read (the SGLang model file is 29 KB). A fresh TCP connection may have only 10
+segments (~14 KB) in flight, doubling once per round trip, so a 36 KB burst costs one round
+trip more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it); zlib
+brings the lock's exec to ~11.5 KB for ~1 ms of CPU per 100 KB. Only the delayed method is
+offered (as OpenSSH since 7.4): nothing an unauthenticated peer sends is decompressed.
+``compression: false`` in the inventory offers none. Security (issue 17): paramiko compresses
+each packet on its own (``Z_FULL_FLUSH``), so a length can only reveal how that packet
+compresses — a CRIME-style risk only for a file mixing a secret with text someone else
+controls (``compression: false`` is the answer); the sudo password travels in a packet of its
+own. A compromised host's packet may inflate ~1000-fold, but it can already send unbounded
+data in a channel.
 
-Security (attack review, issue 17): paramiko compresses each packet on its own
-(``Z_FULL_FLUSH``), so a length can only reveal how that packet's content compresses — a
-CRIME-style risk only for a file that mixes a secret with text someone else controls, for
-which ``compression: false`` is the answer; the sudo password travels in a packet of its own.
-A compromised host's packet may inflate ~1000-fold, but it can already send unbounded data in
-a channel.
-
-**TCP_QUICKACK after sshd's notice.** Right after a login, OpenSSH's sshd sends the
-``hostkeys-00@openssh.com`` global request (its host keys, for rotation), which asks for no
-reply. sshd keeps Nagle's algorithm on for a session without a tty, so the next thing it sends
-— the confirmation of the channel the client opened at the same moment — waits until that
-notice is acknowledged; and the client's kernel, with nothing to send back, delays its ACK by
-40 ms. Every first channel of every connection waited those 40 ms (tcpdump, loopback: the
-notice, 40.6 ms of silence, the client's bare ACK, then the confirmation), on any link, the
-floor's paramiko included. Flushing the pending ACK (``TCP_QUICKACK``, Linux) when the notice
-has been read lets the confirmation go at once. Elsewhere the option does not exist and
-nothing changes; a connection through a ProxyJump channel has no socket of its own to flush.
+**TCP_QUICKACK after sshd's notice.** Right after a login, sshd sends the
+``hostkeys-00@openssh.com`` global request, which asks for no reply, and keeps Nagle on for a
+session without a tty: the confirmation of the channel the client opened meanwhile waits until
+that notice is acknowledged, and the client's kernel, with nothing to send, delays its ACK by
+40 ms (tcpdump, loopback: the notice, 40.6 ms of silence, a bare ACK, the confirmation).
+Flushing the pending ACK (``TCP_QUICKACK``, Linux; elsewhere nothing changes) once the notice
+is read lets the confirmation go at once. A ProxyJump channel has no socket of its own to flush.
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsP
     name = conn.host if port == 22 else f"[{conn.host}]:{port}"
     listed = conn.ssh_config.get("userknownhostsfile")
     if settings.known_hosts:
-        files = [settings.known_hosts_path()]
+        files = [Path(settings.known_hosts).expanduser()]
     else:
         names = (listed.split() if isinstance(listed, str) else list(listed)) if listed else []
         files = [Path(n).expanduser() for n in names if n != "/dev/null"]

@@ -1,6 +1,7 @@
 """The Python programs that run ON THE HOST: the file helper (`fileagent`, with its part
-`fileagent_ops`), the process agent (`agent`, with `agent_proc` and `agent_trust`), the
-throughput gate's load generator (`loadgen`) and the trust rule they share (`trust_rule`).
+`fileagent_ops`), the process agent (`agent`, with `agent_proc` and `agent_trust`) and the
+trust rule they share (`trust_rule`). The throughput gate's load generator is the services'
+(`deploy.services.loadgen`).
 
 Each is sent as the text of one ``python3 -I -S -c`` program (`deploy.remote.hostprogram`
 inlines a main module's parts) and runs on whatever python3 the host has: standard library

@@ -16,6 +16,7 @@ MECHANISMS = {
     "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.wire)",
     "compression": "no delayed zlib compression (deploy.remote.wire)",
     "readahead": "no file reads or compile checks sent with the lock's exec",
+    "dial": "no TCP connects ahead of the SSH stack's import (deploy.remote.dial)",
 }
 
 _ENV = "DEPLOY_ABLATE"

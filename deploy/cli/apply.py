@@ -24,7 +24,7 @@ from deploy.cli.common import (
     want_colour,
     workers_option,
 )
-from deploy.cli.connect import connection_options, with_connection
+from deploy.cli.connect import connection_options, dial_ahead, with_connection
 from deploy.cli.runs import _delivery, _finish, _logging, _progress, _split
 from deploy.errors import DeployError, InputError
 
@@ -138,11 +138,11 @@ def apply(
     try:
         inv = inventory_file.load_inventory(inventory_path)
         path = _find_playbook(playbook, inventory_path)
-        from deploy import api
         from deploy.engine import local_lock
-        from deploy.engine.host_run import holder_info
+        from deploy.engine.holder import holder_info
+        from deploy.engine.prepare import prepare
 
-        prepared = api.prepare(
+        prepared = prepare(
             path,
             inventory=inventory_path,
             loaded_inventory=inv,
@@ -169,11 +169,16 @@ def apply(
             local_lock.acquire(
                 pb.path, inventory_path, holder_info(run_id, pb.playbook.name), wait=wait_lock
             )
+        # Everything that can refuse the run has passed: the first hosts' TCP connects go now,
+        # and overlap the import of the SSH stack and the engine below (deploy.remote.dial).
+        dial_ahead(prepared.first_wave(forks, workers, check=check))
     except DeployError as exc:
         _fail(exc, out)
+    from deploy import api
     from deploy.cli.interrupts import interruptible, record_start
     from deploy.engine.fleet import Listeners
     from deploy.engine.run_options import Cancel
+    from deploy.remote import dial
 
     startup_done()
     name = pb.playbook.name
@@ -187,6 +192,7 @@ def apply(
     }
     if not check and not yes:
         preview = api.execute(prepared, check=True, **connection)
+        dial.close_all()  # a host the preview did not reach: the run connects anew
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour), color=colour)
@@ -221,6 +227,7 @@ def apply(
         on_start=record_start,
         **connection,
     )
+    dial.close_all()
     run.detailed_exitcode = detailed_exitcode
     if check and not as_json:
         from deploy.report.human import render_plan

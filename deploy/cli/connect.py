@@ -107,8 +107,6 @@ def with_connection(items: list[T]) -> list[T]:
     Raises:
         InputError: a secret must be asked for and there is no terminal to ask on.
     """
-    from deploy.remote.sshauth import provide_secret, set_prompter
-
     given = click.get_current_context().meta.get(_KEY, {})
     update = _overrides(given)
     terminal = sys.stdin.isatty()
@@ -122,9 +120,29 @@ def with_connection(items: list[T]) -> list[T]:
                     f"--{flag.replace('_', '-')} needs a terminal to ask on; "
                     f"use {'password_env' if kind == 'password' else 'become_password_env'}"
                 )
+            from deploy.remote.sshauth import provide_secret
+
             provide_secret(kind, _ask(prompt))
-    set_prompter(_ask if terminal else None)
+    # sshauth imports paramiko: a run without a terminal (cron, --yes in a script) leaves that
+    # import for after its TCP connects have started (`dial_ahead`); it has no prompter to
+    # clear unless sshauth was imported before (a second command in the same process).
+    if terminal or "deploy.remote.sshauth" in sys.modules:
+        from deploy.remote.sshauth import set_prompter
+
+        set_prompter(_ask if terminal else None)
     return [_updated(item, update) for item in items] if update else items
+
+
+def dial_ahead(plans: list[Any]) -> None:
+    """Start the TCP connects of ``plans``' hosts (after `with_connection`: its overrides name
+    the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing."""
+    from deploy.remote import dial
+
+    specs = [(plan.name, plan.spec) for plan in plans]
+    dial.start(
+        [(spec.address or name, spec.port or 22, spec.connect_timeout) for name, spec in specs],
+        [spec.ssh_config for _, spec in specs],
+    )
 
 
 def _overrides(given: dict[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,6 @@ display and the log file implement; `Cancel` is the one-way switch SIGINT, SIGTE
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +14,8 @@ from typing import Any, Protocol
 
 from deploy.config.inventory import HostSpec
 from deploy.engine.connect_settings import connect_settings as connect_settings
-from deploy.engine.journal import now_iso
+from deploy.engine.holder import holder_info as holder_info
+from deploy.engine.holder import run_by as run_by
 from deploy.engine.results import StepResult
 from deploy.remote.api import Host
 
@@ -94,29 +92,3 @@ class RunOptions:
     #: How each host is opened: the one place the engine chooses a `Host` implementation
     #: (SSH by default; tests give `tests.unit.local_host.LocalHost`).
     open_host: HostOpener = ssh_host
-
-
-#: The run's own process, named in locks and journals: a worker process of the run
-#: (`deploy.engine.worker`) names the ``deploy`` command it works for, not itself.
-_RUN_PID: list[int] = []
-
-
-def run_by(pid: int) -> None:
-    """In a worker process: the pid of the run's process, for `holder_info`."""
-    _RUN_PID[:] = [pid]
-
-
-def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
-    """Who holds a lock: enough for another operator to find the run and its owner."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return {
-        "run_id": run_id,
-        "user": user,
-        "workstation": socket.gethostname(),
-        "pid": _RUN_PID[0] if _RUN_PID else os.getpid(),
-        "since": now_iso(),
-        "playbook": playbook,
-    }

@@ -29,6 +29,7 @@ import paramiko
 
 from deploy import trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
+from deploy.remote import dial
 from deploy.remote.hostkeys import policy_for
 from deploy.remote.settings import ConnectSettings
 from deploy.remote.sshauth import auth_kwargs
@@ -89,7 +90,9 @@ def open_connection(settings: ConnectSettings) -> Connection:
     conn, attempt = _prepared(settings)
     try:
         if conn.gateway is None:
-            conn.connect_kwargs["sock"] = tcp_socket(conn.host, conn.port or 22, settings)
+            target = (conn.host, conn.port or 22)
+            sock = dial.take(*target) or tcp_socket(*target, settings)
+            conn.connect_kwargs["sock"] = sock
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
         conn.close()

@@ -79,6 +79,8 @@ def preferring(types: list[str], *, compress: bool = True) -> Callable[..., para
 
     def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
         transport = Wire(sock, **kwargs)
+        # A banner sent with the connect (deploy.remote.dial) is the one the key exchange hashes.
+        transport.local_version = getattr(sock, "banner", transport.local_version)
         transport.use_compression(compress)
         options = transport.get_security_options()
         supported = list(options.key_types)

@@ -18,14 +18,13 @@ the sudoers file") is its refusal, which `refusal` turns into one line (`BecomeF
 
 from __future__ import annotations
 
-import os
 import secrets
 import select
 import shlex
 import time
 from dataclasses import dataclass
 
-from deploy.errors import BecomeFailed, InputError
+from deploy.errors import BecomeFailed
 from deploy.remote.transport import Channel, rest_after_exit
 
 #: Where Debian/Ubuntu, RHEL/Fedora, Arch and Alpine keep OpenSSH's sftp-server.
@@ -101,18 +100,6 @@ class Become:
             )
         last = text[-160:] if text else "no message"
         return BecomeFailed(f"{who}: {last}")
-
-
-def become_password(host: str, env: str | None, prompted: str | None) -> str | None:
-    """-K's answer, else ``$become_password_env``, else None (NOPASSWD)."""
-    if prompted is not None:
-        return prompted
-    if not env:
-        return None
-    value = os.environ.get(env)
-    if value is None:
-        raise InputError(f"{host}: become_password_env names ${env}, which is not set")
-    return value
 
 
 def sftp_command() -> str:

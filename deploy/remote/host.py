@@ -23,13 +23,13 @@ import paramiko
 
 from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
-from deploy.remote.become import Become, become_password, handshake, sftp_command
+from deploy.remote.become import Become, handshake, sftp_command
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
 from deploy.remote.connect import SshTransport
 from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import Session
 from deploy.remote.settings import ConnectSettings
-from deploy.remote.sshauth import provided_secret
+from deploy.remote.sshauth import secret_of
 from deploy.remote.transport import Channel, Transport, rest_after_exit
 
 log = logging.getLogger("deploy.remote")
@@ -60,12 +60,9 @@ class RemoteHost(HostFiles):
     def open(self) -> RemoteHost:
         if self._conn is None:
             settings = self.settings
-            password = None
-            if settings.become:
-                # Before connecting: an unset become_password_env touches nothing.
-                password = become_password(
-                    settings.name, settings.become_password_env, provided_secret("become")
-                )
+            # Before connecting: an unset become_password_env touches nothing.
+            env = settings.become_password_env if settings.become else None
+            password = secret_of(settings.name, "become", "become_password_env", env)
             self._conn = self._connector(settings)
             if settings.become:
                 self.become = Become(settings.name, self.login_user, settings.become_user, password)

@@ -38,10 +38,6 @@ def provide_secret(kind: str, value: str) -> None:
     _PROVIDED[kind] = value
 
 
-def provided_secret(kind: str) -> str | None:
-    return _PROVIDED.get(kind)
-
-
 def set_prompter(prompt: Callable[[str], str] | None) -> None:
     """How to ask for a key's passphrase (a terminal prompt), or None where nobody can answer."""
     _PROMPTER.clear()
@@ -81,17 +77,15 @@ def ask_passphrase(prompt: str) -> str:
         return _ASKED[prompt]
 
 
-def _password(settings: ConnectSettings) -> str | None:
-    prompted = provided_secret("password")
-    if prompted is not None:
+def secret_of(host: str, kind: str, field: str, env: str | None) -> str | None:
+    """The ``kind`` secret (``password``, ``become``) the CLI asked for, else ``$env`` (named by
+    the inventory's ``field``), else None; `InputError` when ``env`` is not set."""
+    prompted = _PROVIDED.get(kind)
+    if prompted is not None or not env:
         return prompted
-    if not settings.password_env:
-        return None
-    value = os.environ.get(settings.password_env)
+    value = os.environ.get(env)
     if value is None:
-        raise InputError(
-            f"{settings.name}: password_env names ${settings.password_env}, which is not set"
-        )
+        raise InputError(f"{host}: {field} names ${env}, which is not set")
     return value
 
 
@@ -162,7 +156,7 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
 
 def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, Any], Attempt]:
     """paramiko's authentication arguments for ``conn``, and what they try (for messages)."""
-    secret = _password(settings)
+    secret = secret_of(settings.name, "password", "password_env", settings.password_env)
     explicit = [settings.identity_file] if settings.identity_file else []
     listed = conn.ssh_config.get("identityfile", [])
     files = [Path(p).expanduser() for p in explicit + list(listed)]

@@ -1,11 +1,10 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as ``python3 -c SOURCE OP`` (its part `deploy.hostpy.agent_proc` inlined by
-`deploy.remote.hostprogram.program`) over one command of the run's session, its arguments as
-JSON on stdin (no argv size limit, nothing in /proc/PID/cmdline for other users); it prints
-one JSON object. Finding a port's listener, stopping a process group with its orphans or
-starting a detached server so costs one round trip, not a dozen shell commands, and reads
-``/proc`` the same way on every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
+Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin (no argv
+size limit, nothing in /proc/PID/cmdline for other users); it prints one JSON object. So
+finding a port's listener, stopping a process group with its orphans or starting a detached
+server costs one round trip, not a dozen shell commands, and reads ``/proc`` the same way on
+every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
 ``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, group, session, command line, cwd, environment,
@@ -26,10 +25,9 @@ starting a detached server so costs one round trip, not a dozen shell commands, 
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
-    so the SSH session can end at once; record its pid. With ``user`` ({uid, gid, groups,
-    name}: whom the replaced server ran as) the child takes exactly those ids first
-    (`deploy.hostpy.agent_proc.start_ids`); an agent that is not root refuses rather than
-    start the server as itself.
+    so the SSH session can end at once; record its pid. With ``user`` (whom the replaced
+    server ran as) the child takes exactly those ids first (`start_ids`); an agent that is
+    not root refuses rather than start the server as itself.
 """
 
 import contextlib

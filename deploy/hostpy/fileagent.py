@@ -1,10 +1,10 @@
-"""File helper that runs ON THE HOST: every read and write through file descriptors.
+"""File helper that runs ON THE HOST: every read and write through file descriptors
+(`deploy.hostpy.fileagent_ops`).
 
 Started once per run by the lock's shell (``deploy/hostsh/loop.sh``) as ``python3 -I -S -c
 SOURCE 3 4``, it serves framed requests for the whole run: a request costs no process start,
 and requests sent without waiting are served in order (an intent appended and fsynced is
-durable before the write that follows it). The operations are its part
-`deploy.hostpy.fileagent_ops`.
+durable before the write that follows it).
 
 Wire format (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes the two
 numbers on the ``go`` pipe; the helper reads the JSON header and the payload from stdin, writes

@@ -69,14 +69,6 @@ def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket
     return sock
 
 
-def timeouts(settings: ConnectSettings) -> dict[str, float]:
-    return {
-        "banner_timeout": settings.connect_timeout,
-        "auth_timeout": settings.connect_timeout,
-        "channel_timeout": settings.connect_timeout,
-    }
-
-
 @trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings) -> Connection:
     """Open a Fabric `Connection` to the host, with strict host-key checking.
@@ -115,6 +107,8 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     """
     from fabric import Config, Connection
 
+    timeouts = ("banner_timeout", "auth_timeout", "channel_timeout")
+    limits = dict.fromkeys(timeouts, settings.connect_timeout)
     try:
         config = Config(runtime_ssh_path=settings.ssh_config)
     except (OSError, ValueError) as exc:
@@ -127,7 +121,7 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
         port=settings.port,
         config=config,
         connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=timeouts(settings),
+        connect_kwargs=dict(limits),
     )
     auth, attempt = auth_kwargs(settings, conn)
     conn.connect_kwargs.update(auth)
@@ -137,7 +131,7 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
         hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(timeouts(settings), **hop_auth)
+        hop.connect_kwargs.update(limits, **hop_auth)
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt

@@ -11,6 +11,7 @@ take no lock, so they read over SFTP; nothing is ever written over SFTP.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import shlex
@@ -192,16 +193,12 @@ class HostFiles:
         status, out, _, _ = self.exec_collect(command, b"".join(frames), 60)
         if status != 0:
             return
-        for path in paths:
-            header, _, out = out.partition(b"\n")
-            parts = header.split()
-            if len(parts) != 3 or parts[0] != b"ANS":
-                return
-            size, length = int(parts[1]), int(parts[2])
-            call = Call(
-                {"op": "read", "path": path}, json.loads(out[:size]), out[size : size + length]
-            )
-            out = out[size + length :]
+        answers = Session(None)  # parses the answers as the lock's session does
+        calls = [answers.call({"op": "read", "path": path}) for path in paths]
+        answers.feed(out)
+        with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
+            answers.collect()
+        for path, call in zip(paths, calls, strict=True):
             if call.ok:
                 self.prefetched[path] = fetch_answer(path, call)
 

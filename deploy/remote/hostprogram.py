@@ -1,13 +1,12 @@
-"""Programs that run ON THE HOST (`deploy.hostpy`), each sent as the text of one
-``python3 -I -S -c`` program: the host has no `deploy` package.
+"""The text of a program that runs ON THE HOST (`deploy.hostpy`): the host has no `deploy`.
 
-Kept under ~400 lines a file, such a program is a main module plus parts: in the main module
-the import of a part follows the comment line `PART_MARKER`. On the workstation (unit tests,
-mypy) that is an ordinary import; `program` puts the part's text in its place, so the host
-runs the same names, standard library only. A part imports no `deploy` module but its own
-parts, the same way, and has no ``if __name__ == "__main__"`` block (under ``-c`` it would
-run). The text goes as written, docstrings included: stripping them saved ~4.5 kB a run after
-compression and no round trip (docs/performance.md, "Ablation").
+Kept under ~400 lines a file, such a program is a main module plus parts: the import of a part
+follows the comment line `PART_MARKER`. On the workstation (unit tests, mypy) that is an
+ordinary import; `program` puts the part's text in its place, so the host runs the same names.
+A part imports no `deploy` module but its own parts, the same way, and has no ``if __name__
+== "__main__"`` block (under ``-c`` it would run). The text goes as written, docstrings
+included: stripping them saved ~4.5 kB a run after compression and no round trip
+(docs/performance.md, "Ablation").
 """
 
 from __future__ import annotations

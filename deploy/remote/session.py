@@ -1,12 +1,10 @@
 """Commands over the lock's channel: one login shell per host per run, however many commands.
 
 Every exec starts the user's login shell (``.bashrc`` included: ~60-100 ms where it runs
-``pyenv init``, and host CPU). The lock needs one such shell for the whole run anyway (it holds
-the flock), so once the lock is held that shell becomes a command loop
-(``deploy/hostsh/loop.sh``) and every later command goes to it — the compile check, the
-service agent, systemctl: the same one login shell as the bare ``connect + true`` floor.
-
-The protocol is framed by lengths, so code, stdin and output may hold any bytes:
+``pyenv init``). The lock holds one such shell for the whole run anyway, so once the lock is
+held it becomes a command loop (``deploy/hostsh/loop.sh``) that runs every later command: the
+same one login shell as the bare ``connect + true`` floor. Framed by lengths, so code, stdin
+and output may hold any bytes:
 
 - client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n``, the code, stdin,
   then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has no
@@ -18,10 +16,9 @@ The protocol is framed by lengths, so code, stdin and output may hold any bytes:
   once for all of it (`deploy.engine.verdicts`).
 
 A command runs as an exec would: in a subshell of the user's shell, in the home directory,
-with the login shell's umask (the lock script's ``umask 077`` is for its own files), and
-without the lock's fd — a server a command starts must never hold the lock after the run. A
-timeout bounds it on the host with ``timeout(1)`` (exit 124) and the client waits `GRACE`
-beyond; a host silent after that is lost, since the loop's framing can no longer be trusted.
+with the login shell's umask, and without the lock's fd (a server it starts must never hold
+the lock). ``timeout(1)`` bounds it on the host (exit 124) and the client waits `GRACE` beyond;
+a host silent after that is lost, since the loop's framing can no longer be trusted.
 """
 
 from __future__ import annotations

@@ -144,16 +144,3 @@ def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: f
             channel.close()
             raise BecomeFailed(f"{how.host}: sudo did not answer within {timeout:g} s")
         select.select([channel], [], [], min(0.05, left))
-
-
-#: The nearest existing directory on the way to ``state_dir/runs``, printed if the acting user
-#: may not write in it (so the real run's lock would fail to create or open it).
-_STATE_PROBE = (
-    'd={path}; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; '
-    '[ -w "$d" ] || printf "%s\\n" "$d"'
-)
-
-
-def state_dir_probe(state_dir: str) -> str:
-    """The command `--check` runs as a non-root user without become (see `deploy.engine`)."""
-    return _STATE_PROBE.format(path=shlex.quote(state_dir.rstrip("/") + "/runs"))

@@ -213,13 +213,10 @@ def stop(args):
         fields = _stat_fields(pid)
         # Only the adopted tree: a titled process holding the port outside it is not ours to
         # kill (issue 32: root's schedulers were killed for another user's listener).
-        ours = fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids)
-        if ours:
-            try:
+        if fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 reaped.append({"pid": pid, "title": title})
-            except ProcessLookupError:
-                pass
     port_free = True
     if port:
         deadline = time.monotonic() + 10

@@ -101,7 +101,6 @@ class HostFiles:
         ) -> tuple[int, bytes, bytes, bool]: ...
 
     def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
-        """See `deploy.remote.api.Host.ran_ahead`."""
         return self.speculated.pop(command, None)
 
     def keep_read_ahead(

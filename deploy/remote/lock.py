@@ -262,13 +262,10 @@ def acquire(
         said = first.partition(" ")[2]
         if "Permission denied" in said:  # nothing was done: "not attempted", exit 4
             path = said.split(":", 1)[0].removeprefix("cannot create ").removeprefix("cannot open ")
-            raise StateDirDenied(
-                str(
-                    PermissionDenied(
-                        remote.name, path, remote.acting_user, remote.become is not None
-                    )
-                )
+            denied = PermissionDenied(
+                remote.name, path, remote.acting_user, remote.become is not None
             )
+            raise StateDirDenied(str(denied))
         raise StepFailed(f"{remote.name}: {said} (state_dir {state_dir})")
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"

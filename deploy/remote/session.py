@@ -245,12 +245,10 @@ class Session:
             earlier = exc
         try:
             header = self._read_line(deadline)
+            if earlier is not None:  # SKIP, or (CLEAR's race: cannot happen) its answer
+                raise earlier
             if header == b"SKIP":
-                if earlier is None:
-                    raise SessionLost("the host skipped a command after no failure")
-                raise earlier
-            if earlier is not None:  # the failure came after CLEAR's race: cannot happen
-                raise earlier
+                raise SessionLost("the host skipped a command after no failure")
             status, out, err = self._done(header, deadline)
         except SessionLost:
             self.broken = True

@@ -2,8 +2,8 @@
 
 A run reaches a host through the lock's exec (whose shell serves every command), the odd exec
 before the lock, and SFTP. Under become each is opened through sudo, so all that goes through
-it runs as ``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER -- /bin/sh
--c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
+it runs as ``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER --
+/bin/sh -c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
 the host's ``sftp-server`` started the same way, never the login user's subsystem.
 
 Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n`` and must not

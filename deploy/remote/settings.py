@@ -33,5 +33,5 @@ class ConnectSettings:
     become: bool = False
     become_user: str = "root"
     become_password_env: str | None = None
-    #: Offer delayed zlib compression (`deploy.remote.wire`).
+    #: Offer delayed zlib compression (`deploy.remote.connect.Wire`).
     compression: bool = True

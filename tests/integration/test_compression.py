@@ -9,9 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from deploy.remote.connect import ConnectSettings
+from deploy.remote.connect import DELAYED, ConnectSettings
 from deploy.remote.host import RemoteHost
-from deploy.remote.wire import DELAYED
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source
 from tests.integration.conftest import MODEL_REL, REPO, Deploy

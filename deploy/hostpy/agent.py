@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.agent_proc import (
     _alive,
     _cmdline,

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import time
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"

@@ -25,7 +25,7 @@ import glob
 import os
 import pwd
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.trust_rule import OTHER_OWNER, WRITABLE, verdict
 
 _SITE = (
@@ -194,12 +194,10 @@ def script_of(argv, env, cwd):
 
 def start_problem(python, argv, env, cwd, uid):
     """Why starting ``argv`` with ``python``, ``env`` and ``cwd`` as ``uid`` would run code
-    from a path another user can change; None when nobody but root and ``uid`` can (issue 32).
-
-    The one rule of the lookup (`lookup_paths`, `judge`: interpreter and prefixes, site
-    directories, ``PYTHONPATH``, the cwd, ``LD_*``) plus the script's own directory, judged
-    for the user the server runs as: a root server whose cwd another user owns would run a
-    module planted there (``python -m`` puts the cwd first on ``sys.path``) as root."""
+    from a path another user can change; None when nobody but root and ``uid`` can (issue 32):
+    the lookup's paths (`lookup_paths`) and the script's own directory, judged for the user
+    the server runs as (a root server whose cwd another user owns would run a module planted
+    there as root: ``python -m`` puts the cwd first on ``sys.path``)."""
     if not python:  # not a Python program (``sh -c``, a binary): judge what is executed
         first = argv[0] if argv else ""
         if not first.startswith("/"):

@@ -20,7 +20,7 @@ import os
 import sys
 from json import dumps, loads
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.fileagent_ops import (
     _APPENDS,
     Refused,

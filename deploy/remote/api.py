@@ -3,10 +3,7 @@
 `deploy.remote.host.RemoteHost` implements it (tests' `LocalHost` is a `RemoteHost` on local
 processes). Layers above `deploy.remote` annotate with `Host`, never a concrete class, so no
 paramiko or Fabric type leaks out. A host does nothing until `open`; `close` ends its
-connection and every command still running on it; one thread per host. While the lock is
-held, `run` and the file calls go to the lock's shell and its file helper; writes, records and
-directories are sent without waiting, and their failures surface at the next `flush` or
-command (docs/performance.md).
+connection and every command still running on it; one thread per host.
 """
 
 from __future__ import annotations

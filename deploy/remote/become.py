@@ -111,9 +111,8 @@ def sftp_command() -> str:
 
 
 def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: float) -> bytes:
-    """Wait until sudo starts the command, answering its password prompt once.
-
-    Returns what the command already wrote to stderr after the nonce (the caller keeps it).
+    """Wait until sudo starts the command, answering its password prompt once; return what
+    the command already wrote to stderr after the nonce (the caller keeps it).
 
     Raises:
         BecomeFailed: sudo refused, asked twice, or did not answer within ``timeout``.

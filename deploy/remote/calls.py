@@ -1,12 +1,6 @@
-"""A request to the host's file helper or command loop, what can go wrong with one, and what
-a host says of a path (`FileStat`).
-
-`deploy.remote.session.Session` sends requests without waiting and fills in their answers
-later, in order: a `Call` is the handle the sender keeps (its arguments, then its answer and
-payload), and the exceptions say whether the host refused one request (`CallFailed`: the
-session goes on), has no helper at all (`NoHelper`), or stopped answering in frame
-(`SessionLost`: the channel cannot be reused). Kept apart from the session, with no SSH
-import, so that the steps, the journal and the remote API can name them cheaply.
+"""A request to the host's file helper or command loop (`Call`: its arguments, then its answer
+and payload, filled in later by `deploy.remote.session.Session`), what can go wrong with one,
+and what a host says of a path (`FileStat`). No SSH import: the steps name them cheaply.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
-``RemoteHost(settings)`` does nothing until ``open()`` (or ``with``) makes the run's one
-connection, a `deploy.remote.transport.Transport` from a *connector* (by default
-`deploy.remote.connect.SshTransport.connect`; tests give a local one, and everything here runs
-unchanged on it). SFTP opens on first use. Every method raises our exceptions
-(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
-go to its shell (`deploy.remote.session`: one login shell per host per run); the file
-operations are its base class, `deploy.remote.hostfiles.HostFiles`.
+``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
+from a *connector* (by default `deploy.remote.connect.SshTransport.connect`; tests give a local
+one, and everything here runs unchanged on it). Every method raises our exceptions
+(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
+to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 import paramiko
 
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.hostpy import program
 from deploy.remote.api import WriteOptions
 from deploy.remote.become import Become
 from deploy.remote.calls import Call, CallFailed, FileStat, NoHelper, SessionLost
-from deploy.remote.hostprogram import program
 from deploy.remote.session import Session
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's

@@ -97,16 +97,15 @@ def family(key_type: str) -> str:
 
 @dataclass
 class KnownHosts:
-    """A parsed known_hosts file; read only after `parse`, so threads may share it."""
+    """A parsed known_hosts file; read only after `parse`, so threads may share it. A line that
+    cannot be parsed (an unknown marker, too few fields, a key not in base64) is skipped, as
+    OpenSSH skips it."""
 
-    path: str
     entries: list[Entry] = field(default_factory=list)
-    #: Lines that could not be parsed, as (line number, reason): OpenSSH skips them too.
-    skipped: list[tuple[int, str]] = field(default_factory=list)
 
     @classmethod
-    def parse(cls, text: str, path: str = "known_hosts") -> KnownHosts:
-        known = cls(path)
+    def parse(cls, text: str) -> KnownHosts:
+        known = cls()
         for number, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -116,15 +115,12 @@ class KnownHosts:
             if parts[0].startswith("@"):
                 marker = parts.pop(0)
                 if marker not in ("@revoked", "@cert-authority"):
-                    known.skipped.append((number, f"unknown marker {marker}"))
                     continue
             if len(parts) < 3:
-                known.skipped.append((number, "expected: hosts key-type base64-key"))
                 continue
             try:
                 blob = base64.b64decode(parts[2], validate=True)
             except (ValueError, binascii.Error):
-                known.skipped.append((number, "the key is not base64"))
                 continue
             known.entries.append(Entry(marker, parts[0], parts[1], blob, number))
         return known
@@ -189,13 +185,13 @@ def _known_hosts(path: Path) -> KnownHosts:
     try:
         info = path.stat()
     except FileNotFoundError:
-        return KnownHosts(str(path))
+        return KnownHosts()
     key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     with _KNOWN_HOSTS_LOCK:
         known = _KNOWN_HOSTS.get(key)
         if known is None:
             text = path.read_text(encoding="utf-8", errors="replace")
-            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text, str(path))
+            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text)
         return known
 
 

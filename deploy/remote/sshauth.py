@@ -116,12 +116,8 @@ def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
 
 
 def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> paramiko.PKey | None:
-    """The private key at ``path``, decrypted; None when the file does not exist (as ssh).
-
-    An encrypted key without a passphrase is asked for on the terminal (once per file per
-    run); with no terminal it is one line saying what to do. A wrong passphrase is said as
-    such, rather than as the server's "Bad authentication type" that follows it.
-    """
+    """The private key at ``path``, decrypted (a passphrase asked once per file per run, where
+    someone can answer); None when the file does not exist (as ssh)."""
     if not path.exists():
         return None
     with _SECRETS_LOCK:  # one prompt per key even when many hosts connect at once

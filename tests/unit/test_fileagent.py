@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.hostpy import fileagent, fileagent_ops
+from deploy.hostpy import fileagent, fileagent_ops, program
 from deploy.hostpy.fileagent import Refused
-from deploy.remote.hostprogram import program
 
 #: ``cap_net_bind_service=ep`` as the kernel stores it (VFS_CAP_REVISION_2, 20 bytes).
 CAP_NET_BIND = bytes.fromhex("0100000200040000000000000000000000000000")

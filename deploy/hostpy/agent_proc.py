@@ -5,7 +5,6 @@ who listens on a port (``/proc/net/tcp{,6}`` matched to each process's socket in
 where a server's own interpreter would import a module from.
 """
 
-import contextlib
 import json
 import os
 import pwd
@@ -57,13 +56,18 @@ def _cmdline(pid):
 
 
 def _environ(pid):
-    raw = _read(f"/proc/{pid}/environ", "rb")
-    env = {}
-    for part in (raw or b"").split(b"\0"):
-        if b"=" in part:
-            key, _, value = part.partition(b"=")
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+    parts = (_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0")
+    pairs = (part.partition(b"=") for part in parts if b"=" in part)
+    return {
+        key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, _, value in pairs
+    }
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def _user(pid):
@@ -126,21 +130,14 @@ def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
         return None
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        cwd = None
-    info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": _link(f"/proc/{pid}/cwd"), **fields}
     info["started_at"] = _started_at(fields["start"])
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
         info["user"] = _user(pid)
         info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
-        try:
-            info["exe"] = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
-            info["exe"] = None
+        info["exe"] = _link(f"/proc/{pid}/exe")
     if table is not None:
         info["listen"] = _listens_on(pid, table)
     return info
@@ -331,11 +328,7 @@ def _fd_links(pid):
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return set()
-    found = set()
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    return found
+    return {_link(f"/proc/{pid}/fd/{fd}") for fd in fds} - {None}
 
 
 def _listens_on(pid, table):

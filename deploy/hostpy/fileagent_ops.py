@@ -34,8 +34,7 @@ except ImportError:
 
 TEMP_SUFFIX = ".tmp"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_WALK_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 #: As the kernel's bound on symlinks in one lookup (ELOOP past it).
 _MAX_LINKS = 40
 
@@ -60,12 +59,7 @@ def _split(path):
 
 def _stat_dict(st):
     return {
-        "mode": st.st_mode,
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-        "size": st.st_size,
-        "mtime": st.st_mtime,
-        "nlink": st.st_nlink,
+        name: getattr(st, "st_" + name) for name in ("mode", "uid", "gid", "size", "mtime", "nlink")
     }
 
 
@@ -77,10 +71,8 @@ def _xattrs(fd):
         if exc.errno in (errnomod.ENOTSUP, errnomod.ENOSYS):
             return {}
         raise
-    out = {}
-    for name in sorted(names):
-        out[name] = binascii.b2a_base64(os.getxattr(fd, name), newline=False).decode("ascii")
-    return out
+    encode = binascii.b2a_base64
+    return {name: encode(os.getxattr(fd, name), newline=False).decode() for name in sorted(names)}
 
 
 def _judge(fd, shown, last):

@@ -124,8 +124,7 @@ def _probe_imports(imports, args, answer):
             ),
         }
     fallback = args.get("fallback") or {}
-    env = dict(os.environ)
-    env.update({k: v for k, v in (fallback.get("env") or {}).items() if v != ""})
+    env = {**os.environ, **{k: v for k, v in (fallback.get("env") or {}).items() if v != ""}}
     python = fallback.get("python") or "python3"
     if "/" not in python:
         python = shutil.which(python, path=env.get("PATH", "")) or python

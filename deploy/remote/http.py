@@ -78,10 +78,7 @@ def request(
         channel.settimeout(timeout)
         channel.sendall(head.encode() + b"\r\n" + payload)
         chunks = []
-        while True:
-            data = channel.recv(65536)
-            if not data:
-                break
+        while data := channel.recv(65536):
             chunks.append(data)
     except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         if not transport.is_active():
@@ -107,10 +104,8 @@ def parse_response(raw: bytes, *, elapsed: float = 0.0) -> HttpResponse:
     parts = lines[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
         raise ServerUnavailable(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
+    fields = (line.partition(":") for line in lines[1:])
+    headers = {key.strip().lower(): value.strip() for key, _, value in fields}
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(rest)
     elif "content-length" in headers:

@@ -40,7 +40,7 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
-from deploy.remote.calls import Call, CallFailed, FileStat, NoHelper, SessionLost
+from deploy.remote.calls import CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
 from deploy.remote.transport import Channel, rest_after_exit
@@ -242,10 +242,13 @@ def acquire(
         runs = _scanned(lines[1:])
         session.feed(bytes(rest))
         remote.session = session
-        remote.keep_read_ahead(
-            _prefetched(remote, session, paths, calls, timeout),
-            _ran_ahead(ahead),
-        )
+        files = _prefetched(remote, session, paths, calls, timeout)
+        ran = {  # command -> (exit status, stdout, stderr) of what was sent ahead and answered
+            command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
+            for command, call in ahead
+            if call.ok and call.answer is not None
+        }
+        remote.keep_read_ahead(files, ran)
         return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):
@@ -284,15 +287,6 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     except (paramiko.SSHException, OSError, EOFError) as exc:
         return SessionLost(str(exc) or type(exc).__name__)
     return None
-
-
-def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
-    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered."""
-    return {
-        command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
-        for command, call in ahead
-        if call.ok and call.answer is not None
-    }
 
 
 def _prefetched(

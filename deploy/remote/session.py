@@ -136,8 +136,7 @@ class Session:
         if self.broken:  # the framing is lost: nothing more can be read as an answer
             raise SessionLost("the session was lost earlier in this run")
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
-        self._collect(deadline)
+        self.collect(timeout)
 
     def feed(self, data: bytes) -> None:
         """Bytes already read off the channel (after the lock's own answer) that are ours."""
@@ -145,8 +144,7 @@ class Session:
 
     def collect(self, timeout: float | None = None) -> None:
         """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
-        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
-        self._collect(deadline)
+        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
 
     def _collect(self, deadline: float | None) -> Call | None:
         """Read every pending answer; return the first ``CHECK`` that failed (None if none),

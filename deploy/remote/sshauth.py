@@ -174,13 +174,11 @@ def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, 
     if rest:
         kwargs["key_filename"] = rest
     if secret is not None:
-        kwargs["password"] = secret
-        kwargs["passphrase"] = secret
+        kwargs.update(password=secret, passphrase=secret)
     if only:
         # IdentitiesOnly: offer only the named keys, as ssh does; the agent's and ~/.ssh's
         # keys could otherwise use up the server's MaxAuthTries first.
-        kwargs["look_for_keys"] = False
-        kwargs["allow_agent"] = False
+        kwargs.update(look_for_keys=False, allow_agent=False)
     attempt = Attempt(
         name=settings.name,
         target=f"{conn.host}:{conn.port or 22}",

@@ -258,11 +258,8 @@ def run_as(python, env, cwd, pid=None):
         if uid not in (0, me):
             if me != 0:
                 return None, None, None
-            return (
-                (uid, gid, groups),
-                f"as {_name(uid)} (uid {uid}), the user pid {pid} runs as",
-                None,
-            )
+            note = f"as {_name(uid)} (uid {uid}), the user pid {pid} runs as"
+            return (uid, gid, groups), note, None
     paths, reason = lookup_paths(python, env, cwd)
     owner = -1
     if reason is None:

@@ -58,13 +58,7 @@ def handle(header, payload):
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
 
-OPERATIONS = {
-    "write": write,
-    "append": append,
-    "mkdir": mkdir,
-    "remove": remove,
-    "remove_temps": remove_temps,
-}
+OPERATIONS = dict(write=write, append=append, mkdir=mkdir, remove=remove, remove_temps=remove_temps)
 
 
 def _read_exactly(fd, size):

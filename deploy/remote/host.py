@@ -14,7 +14,7 @@ import logging
 import select
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import paramiko
@@ -77,14 +77,11 @@ class RemoteHost(HostFiles):
 
     @trace.spanned("host.close")
     def close(self) -> None:
-        if self._sftp is not None:
-            with contextlib.suppress(Exception):
-                self._sftp.close()
-            self._sftp = None
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
+        for handle in (self._sftp, self._conn):  # SFTP's channel first, then the connection
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.close()
+        self._sftp = self._conn = None
 
     def __enter__(self) -> RemoteHost:
         return self.open()
@@ -261,24 +258,11 @@ class RemoteHost(HostFiles):
             channel.close()
         return status, b"".join(out), b"".join(err), timed_out
 
-    def http(
-        self,
-        address: str,
-        port: int,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        timeout: float = 30.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> HttpResponse:
-        """One HTTP request to ``address:port`` as the host sees it (`deploy.remote.http`)."""
+    def http(self, *args: Any, **kwargs: Any) -> HttpResponse:
+        """`deploy.remote.http.request` over this host's connection (see `Host.http`)."""
         from deploy.remote import http  # not loaded by a run without services
 
-        return http.request(
-            self.transport, address, port, method, path, body=body, timeout=timeout,
-            headers=headers,
-        )  # fmt: skip
+        return http.request(self.transport, *args, **kwargs)
 
 
 def quote(value: str) -> str:

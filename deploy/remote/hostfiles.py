@@ -268,12 +268,7 @@ class HostFiles:
             raise StepFailed(f"{self.name}: {path} is {kind}; not read")
         return content
 
-    def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
-    ) -> Call | None:
+    def write_atomic(self, path: str, data: bytes, **options: Unpack[WriteOptions]) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file, through
         the helper (`FILES_RULE`, `WriteOptions`). Sent without waiting unless ``wait``: a
         failure surfaces at the next `flush` (or command), and nothing sent after it happens

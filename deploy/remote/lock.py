@@ -77,11 +77,8 @@ def _carriable(held: bytes) -> str:
 
 
 def _carried(script: str) -> bool:
-    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become.
-
-    Counted in bytes, as the kernel counts an argument: a path's non-ASCII characters (a
-    relative interpreter's compile check carries its path as UTF-8) take up to 4 each.
-    """
+    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become; in bytes,
+    as the kernel counts an argument (a path's non-ASCII characters take up to 4 each)."""
     return len(script.encode()) + 4 * script.count("'") <= MAX_COMMAND
 
 
@@ -276,11 +273,8 @@ def acquire(
 
 
 def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
-    """Send requests held for the lock's shell on its stdin; the failure, if the link broke.
-
-    A shell that refused (busy lock, untrusted state_dir) exits without reading what was
-    sent ahead: its answer, read next, says why. Only without one was it the link.
-    """
+    """Send requests held for the lock's shell on its stdin; the failure, if the link broke (a
+    shell that refused exits without reading them: only without its answer was it the link)."""
     try:
         if data:
             channel.sendall(memoryview(data))

@@ -47,9 +47,7 @@ def provide_secret(kind: str, value: str) -> None:
 
 def set_prompter(prompt: Callable[[str], str] | None) -> None:
     """How to ask for a key's passphrase (a terminal prompt), or None where nobody can answer."""
-    _PROMPTER.clear()
-    if prompt is not None:
-        _PROMPTER.append(prompt)
+    _PROMPTER[:] = [] if prompt is None else [prompt]
 
 
 def secrets_for_worker() -> dict[str, Any]:

@@ -7,22 +7,21 @@ the key exchange can start: the TCP handshake, and the client's banner to sshd's
 sends it once it has the client's banner). `start` makes both on threads first, so that they
 overlap the imports; `deploy.remote.connect` hands the socket to paramiko as ``sock=`` (public
 API: Fabric passes a ProxyJump channel the same way), and paramiko finds sshd's banner and
-KEXINIT waiting. The banner sent is paramiko's own identification string; the transport is
-told it is its ``local_version`` (a public attribute, which the key exchange hashes), and the
-socket (`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
+KEXINIT waiting. The transport is told that the banner sent (`BANNER`) is its
+``local_version`` (a public attribute, which the key exchange hashes), and the socket
+(`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
 
 A socket is used only for the exact ``(host, port)`` Fabric resolves for a connection without
-a gateway, and only within `MAX_AGE` of its connect (sshd drops a silent client after
-``LoginGraceTime``, 120 s by default); any other is closed unused. `start` dials nothing when
-an ssh_config file Fabric reads could move the connection (`movable`): the only address ever
-dialed ahead is the one the login itself would reach.
+a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
+silent client after ``LoginGraceTime``, 120 s by default); any other is closed unused.
+`start` dials nothing when an ssh_config file Fabric reads could move the connection
+(`movable`): the only address ever dialed ahead is the one the login itself would reach.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
-import importlib.metadata
 import os
 import socket
 import threading
@@ -33,17 +32,18 @@ from typing import Any
 
 from deploy import ablation
 
-#: Seconds a socket dialed ahead stays usable (well inside sshd's default 120 s grace time).
-MAX_AGE = 10.0
+#: Seconds a socket dialed ahead stays usable: a login normally takes it within ~0.1 s; one
+#: that waited longer (a passphrase typed) connects anew, well inside sshd's LoginGraceTime.
+MAX_AGE = 5.0
 #: ssh_config keywords that change where Fabric connects (``Include`` is followed instead).
 _MOVING = frozenset({"hostname", "port", "proxyjump", "proxycommand", "match"})
 _SYSTEM, _USER = "/etc/ssh/ssh_config", "~/.ssh/config"
 
 
-def banner() -> str:
-    """paramiko's identification string (``Transport.local_version``), read without importing
-    paramiko (its distribution's version, which is its ``__version__``)."""
-    return f"SSH-2.0-paramiko_{importlib.metadata.version('paramiko')}"
+#: The client banner of a dialed connection: paramiko's form (``SSH-2.0-paramiko_<version>``),
+#: without the version, which costs ~2-4 ms of the critical path to look up before paramiko
+#: is imported. The transport is told it is its ``local_version`` (`deploy.remote.hostkeys`).
+BANNER = "SSH-2.0-paramiko_deploy"
 
 
 class _BannerSent(socket.socket):
@@ -109,14 +109,10 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     """
     if ablation.off("dial") or any(movable(path) for path in set(ssh_configs)):
         return 0
-    try:
-        ident = banner()
-    except importlib.metadata.PackageNotFoundError:  # paramiko vendored, not installed
-        return 0
     with _LOCK:
         for address, port, timeout in targets:
             if (address, port) not in _AHEAD:
-                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, ident)
+                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, BANNER)
                 dial.start()
         return len(_AHEAD)
 
@@ -136,10 +132,25 @@ def take(host: str, port: int) -> socket.socket | None:
     if dial.error is not None:
         raise dial.error
     sock = dial.sock
-    if sock is not None and time.monotonic() - dial.done > MAX_AGE:
+    if sock is not None and (time.monotonic() - dial.done > MAX_AGE or _closed_by_peer(sock)):
         sock.close()
         return None
     return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server already hung up (sshd's ``LoginGraceTime``, a restart): then the
+    login connects anew rather than read a banner that will never come."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # a socket with a timeout would wait for data first
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False  # nothing yet, connection open
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 def close_all() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.remote.dial import banner
+from deploy.remote.dial import BANNER
 from tests.integration.conftest import Deploy, KimiHost
 
 PROBE = "tests.integration.dial_probe"
@@ -97,24 +97,21 @@ def test_a_run_logs_in_over_the_socket_dialed_before_paramiko_was_imported(
     assert take == {"event": "take", "target": [host.host.address, host.host.port], "socket": True}
 
 
-def test_the_dial_sends_paramikos_own_banner_and_can_be_turned_off(
+def test_the_dial_sends_the_banner_and_can_be_turned_off(
     kimi_059: tuple[KimiHost, Deploy],
     listener: Listener,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What sshd receives first from a dialed socket is paramiko's identification string (the
-    login's transport then says it sent that one); ``DEPLOY_ABLATE=dial`` (the bench's switch)
-    dials nothing, and the run is the same."""
+    """What sshd receives first from a dialed socket is the client banner (the login's
+    transport then says it sent that one: the first test's login over sshd succeeds with it);
+    ``DEPLOY_ABLATE=dial`` (the bench's switch) dials nothing."""
     _, deploy = kimi_059
     _add_host(deploy, "gpu-listener", listener.port)
     first = _probe(deploy, tmp_path / "on.jsonl", monkeypatch)
     first("apply", "kimi-eagle3", "--yes", "--skip-tags", "service", "--forks", "2")
-    import paramiko
-
-    assert banner() == f"SSH-2.0-paramiko_{paramiko.__version__}"
     # the dial's line, then the ordinary login's (the listener is no sshd: that host fails)
-    assert listener.lines[0] == f"{banner()}\r\n".encode()
+    assert listener.lines[0] == f"{BANNER}\r\n".encode()
     monkeypatch.setenv("DEPLOY_ABLATE", "dial")
     log = tmp_path / "off.jsonl"
     result = _probe(deploy, log, monkeypatch)(

@@ -4,6 +4,7 @@ dialed, what a dialed socket sends, when it is not used. Loopback sockets, no ss
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -78,7 +79,7 @@ def _server() -> socket.socket:
     return socket.create_server(("127.0.0.1", 0))
 
 
-def test_a_dialed_socket_has_sent_paramikos_banner_and_drops_paramikos_write_of_it(
+def test_a_dialed_socket_has_sent_the_banner_and_drops_paramikos_write_of_it(
     no_configs: None,
 ) -> None:
     server = _server()
@@ -87,8 +88,8 @@ def test_a_dialed_socket_has_sent_paramikos_banner_and_drops_paramikos_write_of_
     peer, _ = server.accept()
     sock = dial.take("127.0.0.1", port)
     assert sock is not None and isinstance(sock, socket.socket)
-    line = f"{dial.banner()}\r\n".encode()
-    assert sock.banner == dial.banner()  # type: ignore[attr-defined]  # a _BannerSent
+    line = f"{dial.BANNER}\r\n".encode()
+    assert sock.banner == dial.BANNER  # type: ignore[attr-defined]  # a _BannerSent
     # paramiko writes its banner, then (in a later call) its packets: only the packets go
     assert sock.send(line) == len(line)
     assert sock.send(b"KEXINIT") == 7
@@ -134,6 +135,19 @@ def test_an_old_or_unknown_socket_is_not_used(
     dial.start([("127.0.0.1", port, 5.0)], [None])
     assert dial.take("127.0.0.2", port) is None
     monkeypatch.setattr(dial, "MAX_AGE", -1.0)
+    assert dial.take("127.0.0.1", port) is None
+    server.close()
+
+
+def test_a_socket_the_server_hung_up_is_not_used(no_configs: None) -> None:
+    server = _server()
+    port = server.getsockname()[1]
+    dial.start([("127.0.0.1", port, 5.0)], [None])
+    peer, _ = server.accept()
+    peer.settimeout(5)
+    assert peer.recv(100).startswith(b"SSH-2.0-")
+    peer.close()  # sshd's LoginGraceTime, or a restart
+    time.sleep(0.05)
     assert dial.take("127.0.0.1", port) is None
     server.close()
 

@@ -84,9 +84,8 @@ def _user(pid):
 def start_ids(user, me):
     """How the start becomes ``user`` (the replaced server's uid, gid and groups), given the
     agent's own ``me`` = (euid, uid, gid): ``(ids, None)`` with ``ids`` to switch to in the
-    child (None: start as the agent runs), or ``(None, refusal)`` in one line. With no
-    ``user`` (a server from the command template, or a journal record from before users were
-    recorded) the server starts as the agent runs, as it always did."""
+    child (None: start as the agent runs, as without ``user``: a server from the command
+    template, or a journal record from before users were recorded), or ``(None, refusal)``."""
     if not user:
         return None, None
     try:

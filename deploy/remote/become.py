@@ -6,8 +6,8 @@ it runs as ``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/
 /bin/sh -c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
 the host's ``sftp-server`` started the same way, never the login user's subsystem.
 
-Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n`` and must not
-ask (NOPASSWD): one that would fails at once, in one line, instead of hanging. With one,
+Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n``: one that
+would ask fails at once, in one line, instead of hanging. With one,
 ``sudo -S -p MARKER`` prints a random marker on stderr when it asks, and the password goes on
 stdin then, once, never on a command line or in a log; a second marker means it was refused.
 The nonce on stderr says sudo started the command; whatever sudo printed before it ("not in

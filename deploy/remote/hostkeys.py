@@ -132,11 +132,7 @@ class KnownHosts:
     def key_types(self, name: str) -> list[str]:
         """Types of the plain keys listed for the host, in file order (to prefer in the
         handshake, as OpenSSH does, so that a host with several keys offers a known one)."""
-        seen: list[str] = []
-        for entry in self.for_host(name):
-            if not entry.marker and entry.key_type not in seen:
-                seen.append(entry.key_type)
-        return seen
+        return list(dict.fromkeys(e.key_type for e in self.for_host(name) if not e.marker))
 
     def verdict(self, name: str, key_type: str, blob: bytes) -> tuple[Verdict, Entry | None]:
         """Judge the key ``(key_type, blob)`` offered by host ``name``.

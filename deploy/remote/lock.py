@@ -198,7 +198,7 @@ def acquire(
     session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
     lost = _send_ahead(channel, unsent)
-    buffer = bytearray()
+    buffer, cut = bytearray(), f"{remote.name}: connection lost while taking the lock"
     deadline = time.monotonic() + timeout
     try:
         while b"\nREADY\n" not in buffer:
@@ -219,9 +219,7 @@ def acquire(
             select.select([channel], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
-        raise HostUnreachable(
-            f"{remote.name}: connection lost while taking the lock: {exc}"
-        ) from exc
+        raise HostUnreachable(f"{cut}: {exc}") from exc
     head, ready, rest = buffer.partition(b"\nREADY\n")
     text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
@@ -231,9 +229,7 @@ def acquire(
         lost = _send_ahead(channel, held)
     if lost is not None and (first.startswith("LOCKED") or not text.strip()):
         channel.close()
-        raise HostUnreachable(
-            f"{remote.name}: connection lost while taking the lock: {lost}"
-        ) from lost
+        raise HostUnreachable(f"{cut}: {lost}") from lost
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])

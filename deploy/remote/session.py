@@ -196,11 +196,8 @@ class Session:
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
         status, call.payload, err = self._done(header, deadline)
-        answer: dict[str, Any] = {
-            "ok": True,
-            "status": status,
-            "stderr": err.decode("utf-8", "replace"),
-        }
+        stderr = err.decode("utf-8", "replace")
+        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
         if call.check and status != 0:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer

@@ -21,12 +21,9 @@ AFTER_EXIT = 0.5
 
 
 class Channel(Protocol):
-    """A started command: the subset of ``paramiko.Channel`` that deploy uses.
-
-    ``fileno()`` is readable whenever stdout or stderr data, or the exit status, arrived (so a
-    ``select`` on the channel wakes for all three, as paramiko's pipe does);
-    ``status_event`` is set when the exit status is known.
-    """
+    """A started command: the subset of ``paramiko.Channel`` that deploy uses. ``fileno()`` is
+    readable whenever stdout or stderr data, or the exit status, arrived (``select`` wakes for
+    all three, as on paramiko's pipe); ``status_event`` is set when the exit status is known."""
 
     status_event: threading.Event
 

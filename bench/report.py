@@ -88,7 +88,7 @@ def _seconds(results: Results) -> list[str]:
         "connects (paramiko leaves it on, and its login then waits ~40 ms for a delayed ACK); "
         "both floors still wait ~40 ms more for the first channel (sshd holds its confirmation "
         "until the client ACKs its host-keys notice), which `deploy` does not "
-        "(`deploy/remote/quickack.py`): "
+        "(`deploy/remote/connect.py`, `Wire`): "
         "the targets are set against the plain floor, and the ratio to this one says "
         "how much of `deploy`'s lead that one socket option is. "
         "A tool whose result failed the `ast` check is marked **WRONG** instead of timed; "

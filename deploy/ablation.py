@@ -13,8 +13,8 @@ import os
 
 #: Every switch, with what turning it off does.
 MECHANISMS = {
-    "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.quickack)",
-    "compression": "no delayed zlib compression (deploy.remote.compression)",
+    "quickack": "no TCP_QUICKACK after sshd's hostkeys notice (deploy.remote.connect.Wire)",
+    "compression": "no delayed zlib compression (deploy.remote.connect.Wire)",
     "readahead": "no file reads or compile checks sent with the lock's exec",
     "dial": "no TCP connects ahead of the SSH stack's import (deploy.remote.dial)",
 }

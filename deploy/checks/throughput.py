@@ -4,7 +4,7 @@ A gate that one noisy sample can fool, or that passes anything when it has nothi
 with, is worse than none: the run reports "faster" and the operator stops looking. The rules:
 
 * a sample is one wave of ``concurrency`` streamed requests sent at once, generated on the
-  host (`deploy.hostpy.loadgen`). Its figures (`wave_figures`): **decode tok/s**, each
+  host (`deploy.services.loadgen`). Its figures (`wave_figures`): **decode tok/s**, each
   request's tokens after its first over the time after its first token, summed over the wave
   (at concurrency 1 the speed one user sees; under load the server's decode throughput);
   **time to first token** (the wave's median); **end-to-end tok/s** (the wave's completion

@@ -33,8 +33,8 @@ from deploy.errors import (
     PermissionDenied,
 )
 from deploy.remote.api import Host
-from deploy.remote.become import state_dir_probe
 from deploy.remote.lock import HostLock, acquire
+from deploy.statedir.layout import Layout
 from deploy.statedir.runs import next_host_seq
 from deploy.steps import build_step
 
@@ -210,7 +210,7 @@ def _state_dir_writable(
     """
     if remote.become is not None or remote.login_user == "root":
         return True
-    denied = remote.run(state_dir_probe(state_dir), timeout=30).stdout.strip()
+    denied = remote.run(Layout(state_dir).write_probe(), timeout=30).stdout.strip()
     if not denied:
         return True
     error = PermissionDenied(remote.name, f"{state_dir.rstrip('/')}/runs", remote.login_user)

@@ -1,11 +1,10 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as ``python3 -c SOURCE OP`` (its part `deploy.hostpy.agent_proc` inlined by
-`deploy.remote.hostprogram.program`) over one command of the run's session, its arguments as
-JSON on stdin (no argv size limit, nothing in /proc/PID/cmdline for other users); it prints
-one JSON object. Finding a port's listener, stopping a process group with its orphans or
-starting a detached server so costs one round trip, not a dozen shell commands, and reads
-``/proc`` the same way on every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
+Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin (no argv
+size limit, nothing in /proc/PID/cmdline for other users); it prints one JSON object. So
+finding a port's listener, stopping a process group with its orphans or starting a detached
+server costs one round trip, not a dozen shell commands, and reads ``/proc`` the same way on
+every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
 ``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, group, session, command line, cwd, environment,
@@ -26,10 +25,9 @@ starting a detached server so costs one round trip, not a dozen shell commands, 
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
-    so the SSH session can end at once; record its pid. With ``user`` ({uid, gid, groups,
-    name}: whom the replaced server ran as) the child takes exactly those ids first
-    (`deploy.hostpy.agent_proc.start_ids`); an agent that is not root refuses rather than
-    start the server as itself.
+    so the SSH session can end at once; record its pid. With ``user`` (whom the replaced
+    server ran as) the child takes exactly those ids first (`start_ids`); an agent that is
+    not root refuses rather than start the server as itself.
 """
 
 import contextlib
@@ -41,7 +39,7 @@ import subprocess
 import sys
 import time
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.agent_proc import (
     _alive,
     _cmdline,
@@ -126,8 +124,7 @@ def _probe_imports(imports, args, answer):
             ),
         }
     fallback = args.get("fallback") or {}
-    env = dict(os.environ)
-    env.update({k: v for k, v in (fallback.get("env") or {}).items() if v != ""})
+    env = {**os.environ, **{k: v for k, v in (fallback.get("env") or {}).items() if v != ""}}
     python = fallback.get("python") or "python3"
     if "/" not in python:
         python = shutil.which(python, path=env.get("PATH", "")) or python
@@ -215,13 +212,10 @@ def stop(args):
         fields = _stat_fields(pid)
         # Only the adopted tree: a titled process holding the port outside it is not ours to
         # kill (issue 32: root's schedulers were killed for another user's listener).
-        ours = fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids)
-        if ours:
-            try:
+        if fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 reaped.append({"pid": pid, "title": title})
-            except ProcessLookupError:
-                pass
     port_free = True
     if port:
         deadline = time.monotonic() + 10

@@ -2,11 +2,9 @@
 
 Processes (state, group, session, command line, environment, working directory, interpreter),
 who listens on a port (``/proc/net/tcp{,6}`` matched to each process's socket inodes), and
-where a server's own interpreter would import a module from. Runs ON THE HOST, inside the
-agent's one program (`deploy.remote.hostprogram`): standard library only, no annotations.
+where a server's own interpreter would import a module from.
 """
 
-import contextlib
 import json
 import os
 import pwd
@@ -15,8 +13,8 @@ import socket
 import subprocess
 import time
 
-# host-program: part (deploy.remote.hostprogram)
-from deploy.hostpy.agent_trust import lookup_env, run_as, start_problem, switcher
+# host-program: part (deploy.hostpy.program)
+from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher
 
 TCP_LISTEN = "0A"
 
@@ -58,32 +56,17 @@ def _cmdline(pid):
 
 
 def _environ(pid):
-    raw = _read(f"/proc/{pid}/environ", "rb")
-    env = {}
-    for part in (raw or b"").split(b"\0"):
-        if b"=" in part:
-            key, _, value = part.partition(b"=")
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+    parts = (_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0")
+    pairs = (part.partition(b"=") for part in parts if b"=" in part)
+    return {
+        key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, _, value in pairs
+    }
 
 
-def parse_status(text):
-    """The real uid, real gid and supplementary groups in a ``/proc/PID/status`` text, as
-    ``{"uid", "gid", "groups"}``; None when a field is missing or malformed. The real ids, not
-    the effective ones: they are whom the server runs as (a set-uid helper's effective id is
-    not the operator's choice)."""
-    fields = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[key.strip()] = value.split()
+def _link(path):
     try:
-        return {
-            "uid": int(fields["Uid"][0]),
-            "gid": int(fields["Gid"][0]),
-            "groups": [int(group) for group in fields.get("Groups", [])],
-        }
-    except (KeyError, IndexError, ValueError):
+        return os.readlink(path)
+    except OSError:
         return None
 
 
@@ -101,9 +84,8 @@ def _user(pid):
 def start_ids(user, me):
     """How the start becomes ``user`` (the replaced server's uid, gid and groups), given the
     agent's own ``me`` = (euid, uid, gid): ``(ids, None)`` with ``ids`` to switch to in the
-    child (None: start as the agent runs), or ``(None, refusal)`` in one line. With no
-    ``user`` (a server from the command template, or a journal record from before users were
-    recorded) the server starts as the agent runs, as it always did."""
+    child (None: start as the agent runs, as without ``user``: a server from the command
+    template, or a journal record from before users were recorded), or ``(None, refusal)``."""
     if not user:
         return None, None
     try:
@@ -147,21 +129,14 @@ def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
         return None
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        cwd = None
-    info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": cwd, **fields}
+    info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": _link(f"/proc/{pid}/cwd"), **fields}
     info["started_at"] = _started_at(fields["start"])
     if with_env:
         info["env"] = _environ(pid)
         info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
         info["user"] = _user(pid)
         info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
-        try:
-            info["exe"] = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
-            info["exe"] = None
+        info["exe"] = _link(f"/proc/{pid}/exe")
     if table is not None:
         info["listen"] = _listens_on(pid, table)
     return info
@@ -346,19 +321,18 @@ def _listen_table():
     return table
 
 
-def _listens_on(pid, table):
-    """The addresses the process listens on (its fds that are listening sockets)."""
-    found = set()
+def _fd_links(pid):
+    """What the process's fds point to (``socket:[INODE]`` for a socket)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return []
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target in table:
-                found.add(table[target])
-    return sorted(found)
+        return set()
+    return {_link(f"/proc/{pid}/fd/{fd}") for fd in fds} - {None}
+
+
+def _listens_on(pid, table):
+    """The addresses the process listens on (its fds that are listening sockets)."""
+    return sorted({table[link] for link in _fd_links(pid) if link in table})
 
 
 def _listening_inodes(port):
@@ -369,22 +343,7 @@ def _listening_inodes(port):
 
 def _listeners(port):
     targets = _listening_inodes(port)
-    if not targets:
-        return []
-    found = []
-    for pid in _pids():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
-                    found.append(pid)
-                    break
-            except OSError:
-                continue
-    return found
+    return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
 
 
 def _titled(prefix):

@@ -19,15 +19,13 @@ directory above):
   path anyone may write, or two owners) it is refused, in one line;
 - run as another user, it gets only the variables that decide imports (`lookup_env`): neither
   root's nor the server's secrets.
-
-Standard library only, no annotations, Python 3.8 syntax: it runs on the host's python3.
 """
 
 import glob
 import os
 import pwd
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.trust_rule import OTHER_OWNER, WRITABLE, verdict
 
 _SITE = (
@@ -196,12 +194,10 @@ def script_of(argv, env, cwd):
 
 def start_problem(python, argv, env, cwd, uid):
     """Why starting ``argv`` with ``python``, ``env`` and ``cwd`` as ``uid`` would run code
-    from a path another user can change; None when nobody but root and ``uid`` can (issue 32).
-
-    The one rule of the lookup (`lookup_paths`, `judge`: interpreter and prefixes, site
-    directories, ``PYTHONPATH``, the cwd, ``LD_*``) plus the script's own directory, judged
-    for the user the server runs as: a root server whose cwd another user owns would run a
-    module planted there (``python -m`` puts the cwd first on ``sys.path``) as root."""
+    from a path another user can change; None when nobody but root and ``uid`` can (issue 32):
+    the lookup's paths (`lookup_paths`) and the script's own directory, judged for the user
+    the server runs as (a root server whose cwd another user owns would run a module planted
+    there as root: ``python -m`` puts the cwd first on ``sys.path``)."""
     if not python:  # not a Python program (``sh -c``, a binary): judge what is executed
         first = argv[0] if argv else ""
         if not first.startswith("/"):
@@ -225,14 +221,24 @@ def _name(uid):
         return "UNKNOWN"
 
 
-def _ids(pid):
-    """(uid, gid, groups) the process runs as (effective), from /proc/PID/status."""
+def parse_status(text, column=0):
+    """The uid, gid and supplementary groups in a ``/proc/PID/status`` text, as ``{"uid",
+    "gid", "groups"}``; None when a field is missing or malformed. ``column`` 0: the real ids,
+    whom a server runs as (a set-uid helper's effective id is not the operator's choice); 1:
+    the effective ones."""
     fields = {}
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            fields[key] = value.split()
-    return int(fields["Uid"][1]), int(fields["Gid"][1]), [int(g) for g in fields.get("Groups", [])]
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.split()
+    try:
+        return {
+            "uid": int(fields["Uid"][column]),
+            "gid": int(fields["Gid"][column]),
+            "groups": [int(group) for group in fields.get("Groups", [])],
+        }
+    except (KeyError, IndexError, ValueError):
+        return None
 
 
 def run_as(python, env, cwd, pid=None):
@@ -242,17 +248,18 @@ def run_as(python, env, cwd, pid=None):
     me = os.geteuid()
     if pid is not None:
         try:
-            uid, gid, groups = _ids(pid)
-        except (OSError, KeyError, ValueError, IndexError):
+            with open(f"/proc/{pid}/status") as handle:
+                ids = parse_status(handle.read(), 1)  # effective: whom it acts as now
+        except OSError:
+            ids = None
+        if ids is None:
             return None, None, f"cannot read whom pid {pid} runs as"
+        uid, gid, groups = ids["uid"], ids["gid"], ids["groups"]
         if uid not in (0, me):
             if me != 0:
                 return None, None, None
-            return (
-                (uid, gid, groups),
-                f"as {_name(uid)} (uid {uid}), the user pid {pid} runs as",
-                None,
-            )
+            note = f"as {_name(uid)} (uid {uid}), the user pid {pid} runs as"
+            return (uid, gid, groups), note, None
     paths, reason = lookup_paths(python, env, cwd)
     owner = -1
     if reason is None:

@@ -1,11 +1,10 @@
-"""File helper that runs ON THE HOST: every read and write through file descriptors.
+"""File helper that runs ON THE HOST: every read and write through file descriptors
+(`deploy.hostpy.fileagent_ops`).
 
 Started once per run by the lock's shell (``deploy/hostsh/loop.sh``) as ``python3 -I -S -c
 SOURCE 3 4``, it serves framed requests for the whole run: a request costs no process start,
 and requests sent without waiting are served in order (an intent appended and fsynced is
-durable before the write that follows it). Standard library only, Python 3.8 syntax: it runs
-on the host's interpreter. The operations, and why each goes through fds (issue 14), are its
-part `deploy.hostpy.fileagent_ops` (inlined by `deploy.remote.hostprogram.program`).
+durable before the write that follows it).
 
 Wire format (``serve``): the shell loop reads ``CALL <hlen> <blen>`` and passes the two
 numbers on the ``go`` pipe; the helper reads the JSON header and the payload from stdin, writes
@@ -21,7 +20,7 @@ import os
 import sys
 from json import dumps, loads
 
-# host-program: part (deploy.remote.hostprogram)
+# host-program: part (deploy.hostpy.program)
 from deploy.hostpy.fileagent_ops import (
     _APPENDS,
     Refused,
@@ -31,6 +30,7 @@ from deploy.hostpy.fileagent_ops import (
     remove,
     remove_temps,
     write,
+    write_all,
 )
 
 
@@ -58,13 +58,7 @@ def handle(header, payload):
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 
 
-OPERATIONS = {
-    "write": write,
-    "append": append,
-    "mkdir": mkdir,
-    "remove": remove,
-    "remove_temps": remove_temps,
-}
+OPERATIONS = dict(write=write, append=append, mkdir=mkdir, remove=remove, remove_temps=remove_temps)
 
 
 def _read_exactly(fd, size):
@@ -76,12 +70,6 @@ def _read_exactly(fd, size):
         chunks.append(chunk)
         size -= len(chunk)
     return b"".join(chunks)
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def read_payload(header, size):
@@ -111,8 +99,8 @@ def serve(go_fd, ack_fd):
             answer, body = handle(header, payload)
             failed = not answer.get("ok")
         text = dumps(answer).encode("utf-8")
-        _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
-        _write_all(ack_fd, b"1\n" if failed else b"0\n")
+        write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
+        write_all(ack_fd, b"1\n" if failed else b"0\n")
     for fd in _APPENDS.values():
         os.close(fd)
 
@@ -134,7 +122,7 @@ def once():
         else:
             answer, body = handle(header, b"")
         text = dumps(answer).encode("utf-8")
-        _write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
+        write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 
 
 if __name__ == "__main__":

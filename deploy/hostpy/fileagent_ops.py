@@ -1,8 +1,4 @@
-"""The file helper's operations, ON THE HOST: every read and write through file descriptors.
-
-A part of the file helper (`deploy.hostpy.fileagent` frames requests and answers;
-`deploy.remote.hostprogram` inlines this module into it): standard library only, Python 3.8
-syntax, no annotations.
+"""The file helper's operations (`deploy.hostpy.fileagent`, which frames requests and answers).
 
 Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
 can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
@@ -14,19 +10,16 @@ to one directory fd:
   ``fchown``, ``fchmod`` (chown clears setuid/setgid), the xattrs (POSIX ACLs and capabilities;
   chown clears a capability), ``fsync``, ``renameat`` within the directory fd, and ``fsync`` of
   the directory;
-- a directory writable by group or others, or owned by anyone but root or us, is refused (as
-  OpenSSH's StrictModes) unless ``unsafe_dir``; a target with other hard links is refused
-  unless ``hardlinks`` is ``allow`` (replacing it would split it).
+- a target with other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it
+  would split it).
 
-Paths are walked, never resolved by the kernel in one lookup (issue 32): `walk` opens ``/`` and
-each component relative to the last with ``O_NOFOLLOW``, so a directory another user swaps for
-a symlink mid-run is seen as one. A symlink on the way is followed only if root or we own it
-(``/lib -> usr/lib``), its target walked the same way. For a write (and state_dir's records)
-every directory on the way is judged as StrictModes judges those above a key (a root-owned
-sticky directory such as ``/tmp`` passing above the last one), unless ``unsafe_dir``.
+Paths are walked, never resolved by the kernel in one lookup (issue 32; `walk`), so a directory
+another user swaps for a symlink mid-run is seen as one; the rules, as users read them, are
+`deploy.remote.hostfiles.FILES_RULE`.
 """
 
 import binascii
+import contextlib
 import errno as errnomod
 import os
 import stat as statmod
@@ -41,8 +34,7 @@ except ImportError:
 
 TEMP_SUFFIX = ".tmp"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_WALK_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 #: As the kernel's bound on symlinks in one lookup (ELOOP past it).
 _MAX_LINKS = 40
 
@@ -52,7 +44,7 @@ class Refused(Exception):
 
 
 def temp_prefix(base):
-    """How temp files for a target called ``base`` are named (see sftpfile.temp_prefix)."""
+    """How temp files for a target called ``base`` are named (`remove_temps` finds them)."""
     return "." + base + ".deploy-"
 
 
@@ -67,12 +59,7 @@ def _split(path):
 
 def _stat_dict(st):
     return {
-        "mode": st.st_mode,
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-        "size": st.st_size,
-        "mtime": st.st_mtime,
-        "nlink": st.st_nlink,
+        name: getattr(st, "st_" + name) for name in ("mode", "uid", "gid", "size", "mtime", "nlink")
     }
 
 
@@ -84,10 +71,8 @@ def _xattrs(fd):
         if exc.errno in (errnomod.ENOTSUP, errnomod.ENOSYS):
             return {}
         raise
-    out = {}
-    for name in sorted(names):
-        out[name] = binascii.b2a_base64(os.getxattr(fd, name), newline=False).decode("ascii")
-    return out
+    encode = binascii.b2a_base64
+    return {name: encode(os.getxattr(fd, name), newline=False).decode() for name in sorted(names)}
 
 
 def _judge(fd, shown, last):
@@ -110,9 +95,8 @@ def walk(directory, judge=True, unsafe_dir=False):
     """An fd on ``directory`` (absolute), opened from ``/`` one component at a time with
     ``O_NOFOLLOW``; each directory on the way judged (`_judge`) when ``judge`` and not
     ``unsafe_dir``. A symlink on the way is followed only when root or we own it, even with
-    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose);
-    its target is walked the same way. Raises `Refused`, or the OSError of
-    a component that is missing or not a directory."""
+    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose).
+    Raises `Refused`, or the OSError of a component that is missing or not a directory."""
     check = judge and not unsafe_dir
     parts = [part for part in directory.split("/") if part]
     parts.reverse()  # a stack: the next component last
@@ -166,10 +150,10 @@ def walk(directory, judge=True, unsafe_dir=False):
             os.close(fd)
 
 
-def open_dir(directory, unsafe_dir=False):
-    """An fd on ``directory``, refused when someone other than root or us could write in it
-    or in any directory above it (`walk`)."""
-    return walk(directory, True, unsafe_dir)
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _read_fd(fd, size_hint):
@@ -204,11 +188,7 @@ def read(args):
                 return {"stat": _stat_dict(st)}, b""
             data = _read_fd(fd, st.st_size)
             st = os.fstat(fd)
-            header = {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}
-            if args.get("sha256_only"):
-                header["sha256"] = sha256(data).hexdigest()
-                return header, b""
-            return header, data
+            return {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}, data
         finally:
             os.close(fd)
     finally:
@@ -246,7 +226,7 @@ def _current(dfd, base, path, args):
 ACL_ACCESS = "system.posix_acl_access"
 
 
-def _apply_meta(fd, path, meta, args, exact):
+def _apply_meta(fd, path, meta, exact):
     """fchown, then fchmod, then the xattrs, in that order (module docstring says why).
 
     ``exact`` (a file replaced, or metadata recorded for it): the file gets exactly
@@ -267,11 +247,6 @@ def _apply_meta(fd, path, meta, args, exact):
             if exc.errno not in (errnomod.ENODATA, errnomod.ENOTSUP, errnomod.ENOSYS):
                 raise
     os.fchmod(fd, statmod.S_IMODE(int(meta.get("mode", 0o600))))
-    if xattrs and args.get("xattrs") == "refuse":
-        raise Refused(
-            f"{path} carries extended attributes ({', '.join(sorted(xattrs))}) and the step "
-            "does not allow keeping them"
-        )
     for name in sorted(xattrs):
         try:
             os.setxattr(fd, name, binascii.a2b_base64(xattrs[name]))
@@ -285,7 +260,7 @@ def write(args, data):
     """Replace ``path`` with ``data`` atomically, keeping (or setting) its metadata."""
     path = args["path"]
     directory, base = _split(path)
-    dfd = open_dir(directory, bool(args.get("unsafe_dir")))
+    dfd = walk(directory, unsafe_dir=bool(args.get("unsafe_dir")))
     try:
         current = _current(dfd, base, path, args)
         if current is None and args.get("expect_sha256"):
@@ -300,17 +275,16 @@ def write(args, data):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            _apply_meta(fd, path, meta, args, current is not None or explicit)
+            write_all(fd, data)
+            _apply_meta(fd, path, meta, current is not None or explicit)
             os.fsync(fd)
             st = os.fstat(fd)
             if st.st_size != len(data):
                 raise OSError(errnomod.EIO, f"wrote {st.st_size} of {len(data)} bytes")
             os.rename(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
-            _discard(tmp, dfd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
             raise
         finally:
             os.close(fd)
@@ -322,15 +296,6 @@ def write(args, data):
         return answer
     finally:
         os.close(dfd)
-
-
-def _discard(name, dfd):
-    """Unlink ``name`` in ``dfd`` if it is there (what a failed write leaves)."""
-    try:
-        os.unlink(name, dir_fd=dfd)
-    except OSError:
-        return False
-    return True
 
 
 _APPENDS = {}  # type: dict[str, int]
@@ -350,9 +315,7 @@ def append(args, data):
         finally:
             os.close(dfd)
         _APPENDS[path] = fd
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    write_all(fd, data)
     if args.get("durable"):
         os.fsync(fd)
     return {}

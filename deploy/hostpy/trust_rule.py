@@ -12,7 +12,6 @@ tests/unit/test_trust_rule.py fails when it differs, and runs both on the same c
 A row: (what it is, the Python test of ``(uid, mode, me)``, the shell test of ``"$1"`` the
 uid, ``"$2"`` the mode in hex as ``stat -c %f`` prints it and ``$_tI`` the uid judged for,
 the verdict). The first row whose test holds gives the verdict; none: `WRITABLE`.
-Host-side part (`deploy.remote.hostprogram`): standard library only, Python 3.8 syntax.
 """
 
 #: Owned by a user other than root and the one judged for: that user could change it.

@@ -3,10 +3,7 @@
 `deploy.remote.host.RemoteHost` implements it (tests' `LocalHost` is a `RemoteHost` on local
 processes). Layers above `deploy.remote` annotate with `Host`, never a concrete class, so no
 paramiko or Fabric type leaks out. A host does nothing until `open`; `close` ends its
-connection and every command still running on it; one thread per host. While the lock is
-held, `run` and the file calls go to the lock's shell and its file helper; writes, records and
-directories are sent without waiting, and their failures surface at the next `flush` or
-command (docs/performance.md).
+connection and every command still running on it; one thread per host.
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from deploy.errors import CommandResult
 from deploy.remote.become import Become
-from deploy.remote.calls import Call
+from deploy.remote.calls import Call, FileStat
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel
 
 if TYPE_CHECKING:
@@ -26,8 +22,7 @@ if TYPE_CHECKING:
 
 
 class WriteOptions(TypedDict, total=False):
-    """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets),
-    spelled once for the protocol, `RemoteHost` and `deploy.remote.hostfiles.HostFiles`."""
+    """How `Host.write_atomic` replaces a file (every key optional, defaults in brackets)."""
 
     #: Owner, mode and xattrs to give the new file (undo: what the journal recorded) [the
     #: current target's, kept: setuid and capabilities included].
@@ -58,25 +53,17 @@ class Host(Protocol):
     become: Become | None
 
     @property
-    def login_user(self) -> str:
-        """The user the connection logged in as."""
-        ...
-
+    def login_user(self) -> str: ...
     @property
     def acting_user(self) -> str:
         """Whom the host's operations run as: the become user, else the login user."""
         ...
-
-    # -- lifecycle
 
     def open(self) -> Host:
         """Connect (idempotent). Raises `HostNotAttempted` subclasses, or `InputError`."""
         ...
 
     def close(self) -> None: ...
-
-    # -- commands
-
     def start(self, command: str) -> Channel:
         """Start ``command`` on its own channel (a login shell); the caller reads it."""
         ...
@@ -103,31 +90,17 @@ class Host(Protocol):
         """
         ...
 
-    # -- files
-
     def stat(self, path: str) -> FileStat | None: ...
-
     def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]: ...
-
     def read(self, path: str) -> bytes: ...
-
     def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
+        self, path: str, data: bytes, **options: Unpack[WriteOptions]
     ) -> Call | None: ...
-
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None: ...
-
     def mkdir(self, path: str, mode: int = 0o700) -> None: ...
-
     def listdir(self, path: str) -> list[str]: ...
-
     def remove(self, path: str) -> None: ...
-
     def remove_temp_leftovers(self, path: str) -> list[str]: ...
-
     def flush(self) -> None:
         """Wait for every request sent without waiting; raise the first failure."""
         ...
@@ -153,8 +126,6 @@ class Host(Protocol):
     def read_ahead(self, paths: list[str]) -> None:
         """Without the lock: read ``paths`` in one exec, for `fetch` to answer."""
         ...
-
-    # -- services
 
     def http(
         self,

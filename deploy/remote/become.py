@@ -1,14 +1,13 @@
 """become: every host operation of a run as another user (root by default), through sudo.
 
-A run reaches a host through few doors: the lock's exec (whose shell then serves every
-command, `deploy.remote.session`), the odd exec before the lock (``--check`` takes none), and
-SFTP. Under become each is opened through sudo, so all that goes through it runs as
-``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER -- /bin/sh
--c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
+A run reaches a host through the lock's exec (whose shell serves every command), the odd exec
+before the lock, and SFTP. Under become each is opened through sudo, so all that goes through
+it runs as ``become_user``: an exec runs ``POSIXLY_CORRECT=y && \\exec /usr/bin/sudo -u USER --
+/bin/sh -c 'echo NONCE >&2; exec /bin/sh -c "$1"' sh COMMAND`` (`SUDO_LINE`: why each part); SFTP is
 the host's ``sftp-server`` started the same way, never the login user's subsystem.
 
-Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n`` and must not
-ask (NOPASSWD): one that would fails at once, in one line, instead of hanging. With one,
+Without a password (no ``-K``, no ``become_password_env``) sudo runs with ``-n``: one that
+would ask fails at once, in one line, instead of hanging. With one,
 ``sudo -S -p MARKER`` prints a random marker on stderr when it asks, and the password goes on
 stdin then, once, never on a command line or in a log; a second marker means it was refused.
 The nonce on stderr says sudo started the command; whatever sudo printed before it ("not in
@@ -18,14 +17,13 @@ the sudoers file") is its refusal, which `refusal` turns into one line (`BecomeF
 
 from __future__ import annotations
 
-import os
 import secrets
 import select
 import shlex
 import time
 from dataclasses import dataclass
 
-from deploy.errors import BecomeFailed, InputError
+from deploy.errors import BecomeFailed
 from deploy.remote.transport import Channel, rest_after_exit
 
 #: Where Debian/Ubuntu, RHEL/Fedora, Arch and Alpine keep OpenSSH's sftp-server.
@@ -37,18 +35,12 @@ SFTP_SERVERS = (
 )
 
 
-#: How the login shell starts sudo. sshd runs every command through the login user's shell,
-#: which reads its start-up files first (bash: ``~/.bashrc`` under sshd, ``$BASH_ENV``): a
-#: ``sudo`` function or alias defined there would receive the command and the password.
-#: So sudo is named by absolute path (no PATH lookup) and started by ``exec``, the word quoted
-#: (``\exec``: no alias applies to a quoted word); bash lets a function be named ``exec`` or
-#: ``/usr/bin/sudo`` too, but not in POSIX mode, where special builtins such as ``exec`` are
-#: found before functions — and the plain assignment ``POSIXLY_CORRECT=y``, which no function
-#: can intercept, turns POSIX mode on (a ``readonly`` one fails the assignment, and the ``&&``
-#: then runs nothing). dash and other POSIX shells find special builtins first anyway. sudo's
-#: own ``sh`` is ``/bin/sh``, started by sudo as the target user with sudo's environment.
-#: What remains is documented in docs/operations.md (`SUDO_LIMITS`): a login account its
-#: owner's attacker controls can capture the password whatever is sent to it.
+#: How the login shell starts sudo: `SUDO_LIMITS` says why each part (the login shell reads
+#: start-up files where a ``sudo`` function or alias could wait for the command and password).
+#: bash lets a function be named ``exec`` or ``/usr/bin/sudo`` too, but not in POSIX mode, which
+#: the plain assignment ``POSIXLY_CORRECT=y`` (no function can intercept it) turns on; a
+#: ``readonly`` one fails the assignment, and the ``&&`` then runs nothing. dash and other POSIX
+#: shells find special builtins first anyway. sudo's own ``sh`` is ``/bin/sh``, as the target user.
 SUDO = "/usr/bin/sudo"
 SUDO_LINE = "POSIXLY_CORRECT=y && \\exec " + SUDO
 
@@ -109,18 +101,6 @@ class Become:
         return BecomeFailed(f"{who}: {last}")
 
 
-def become_password(host: str, env: str | None, prompted: str | None) -> str | None:
-    """-K's answer, else ``$become_password_env``, else None (NOPASSWD)."""
-    if prompted is not None:
-        return prompted
-    if not env:
-        return None
-    value = os.environ.get(env)
-    if value is None:
-        raise InputError(f"{host}: become_password_env names ${env}, which is not set")
-    return value
-
-
 def sftp_command() -> str:
     """Start the first sftp-server found (exit 127 with a message if there is none)."""
     tries = " ".join(shlex.quote(p) for p in SFTP_SERVERS)
@@ -131,9 +111,8 @@ def sftp_command() -> str:
 
 
 def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: float) -> bytes:
-    """Wait until sudo starts the command, answering its password prompt once.
-
-    Returns what the command already wrote to stderr after the nonce (the caller keeps it).
+    """Wait until sudo starts the command, answering its password prompt once; return what
+    the command already wrote to stderr after the nonce (the caller keeps it).
 
     Raises:
         BecomeFailed: sudo refused, asked twice, or did not answer within ``timeout``.
@@ -164,16 +143,3 @@ def handshake(channel: Channel, how: Become, marker: str, nonce: str, timeout: f
             channel.close()
             raise BecomeFailed(f"{how.host}: sudo did not answer within {timeout:g} s")
         select.select([channel], [], [], min(0.05, left))
-
-
-#: The nearest existing directory on the way to ``state_dir/runs``, printed if the acting user
-#: may not write in it (so the real run's lock would fail to create or open it).
-_STATE_PROBE = (
-    'd={path}; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; '
-    '[ -w "$d" ] || printf "%s\\n" "$d"'
-)
-
-
-def state_dir_probe(state_dir: str) -> str:
-    """The command `--check` runs as a non-root user without become (see `deploy.engine`)."""
-    return _STATE_PROBE.format(path=shlex.quote(state_dir.rstrip("/") + "/runs"))

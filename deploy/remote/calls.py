@@ -1,16 +1,12 @@
-"""A request to the host's file helper or command loop, and what can go wrong with one.
-
-`deploy.remote.session.Session` sends requests without waiting and fills in their answers
-later, in order: a `Call` is the handle the sender keeps (its arguments, then its answer and
-payload), and the exceptions say whether the host refused one request (`CallFailed`: the
-session goes on), has no helper at all (`NoHelper`), or stopped answering in frame
-(`SessionLost`: the channel cannot be reused). Kept apart from the session so that the steps,
-the journal and the remote API can name a call without the session's I/O.
+"""A request to the host's file helper or command loop (`Call`: its arguments, then its answer
+and payload, filled in later by `deploy.remote.session.Session`), what can go wrong with one,
+and what a host says of a path (`FileStat`). No SSH import: the steps name them cheaply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import stat as statmod
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -43,9 +39,8 @@ class Call:
     #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
     #: everything sent after it (until the client's ``CLEAR``).
     check: bool = False
-    #: A command's time limit in seconds (`send_run`). The host stops it there with
-    #: timeout(1) when it has one; whatever else the client waits for, it waits for this
-    #: answer that long plus `GRACE` (a host without timeout(1) is then treated as lost).
+    #: A command's time limit in seconds (`send_run`): timeout(1) stops it on the host, and
+    #: the client waits for its answer that long plus `GRACE` (then the host counts as lost).
     timeout: float | None = None
 
     @property
@@ -73,3 +68,32 @@ class Call:
         if where and where not in text and not answer.get("refused"):
             text += f": {where}"
         return text
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What `stat` tells about a path (not following a final symlink), whichever way it was
+    read (the helper or SFTP)."""
+
+    path: str
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    mtime: float
+    nlink: int = 1
+    #: Extended attributes (values base64): POSIX ACLs and capabilities are among them.
+    #: Known when the host's helper read the file; empty over SFTP.
+    xattrs: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_symlink(self) -> bool:
+        return statmod.S_ISLNK(self.mode)
+
+    @property
+    def is_file(self) -> bool:
+        return statmod.S_ISREG(self.mode)
+
+    @property
+    def permissions(self) -> int:
+        return statmod.S_IMODE(self.mode)

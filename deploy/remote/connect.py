@@ -1,7 +1,7 @@
-"""Opening one SSH connection: Fabric for ssh_config and ProxyJump, our rules for host keys.
+"""One SSH connection: Fabric for ssh_config and ProxyJump, our rules for host keys.
 
 Fabric's `Connection` accepts any host key by default (``AutoAddPolicy``). Here known_hosts is
-read the way OpenSSH reads it (`deploy.remote.knownhosts`: ``@revoked``, ``@cert-authority``,
+read the way OpenSSH reads it (`deploy.remote.hostkeys`: ``@revoked``, ``@cert-authority``,
 several keys per host) and every key the server offers is judged by `KnownHostsPolicy`: an
 unknown key is refused (`HostKeyUnknown`) unless the host opts into OpenSSH's ``accept-new``
 behaviour, a changed key is always refused (`HostKeyMismatch`), with the fingerprint and the
@@ -12,27 +12,29 @@ ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
 Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
-Logging in (keys, passphrases, passwords, prompts) is `deploy.remote.sshauth`.
-
-Every paramiko and socket error is translated here, at the edge, into our exception classes,
-with one line that says the likely cause and the fix (`deploy.remote.sshfail`).
+Logging in is `deploy.remote.sshauth`. Every paramiko and socket error is translated here into
+our exceptions, in one line saying the likely cause and the fix (`deploy.remote.sshauth`). The
+open connection is an `SshTransport`, whose channel refusals are `ConnectionRefusedError`, its
+other failures `OSError` (`deploy.remote.transport`); its transport class is `Wire`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
-from deploy import trace
+from deploy import ablation, trace
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, HostUnreachable, InputError
 from deploy.remote import dial
-from deploy.remote.hostkeys import fingerprint, known_hosts_name, policy_for, preferring
-from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
-from deploy.remote.sshauth import auth_kwargs
-from deploy.remote.sshfail import Attempt, describe
+from deploy.remote.hostkeys import policy_for
+from deploy.remote.settings import ConnectSettings
+from deploy.remote.sshauth import Attempt, auth_kwargs, describe
+from deploy.remote.transport import Channel, Stream
 
 # paramiko logs expected events ("channel open FAILED: Connection refused" while a server
 # loads) as errors; our own messages say what matters. `deploy -vv` turns its logging back on.
@@ -43,13 +45,83 @@ if TYPE_CHECKING:
     from fabric import Connection
 
 
-__all__ = [
-    "DEFAULT_KNOWN_HOSTS",
-    "ConnectSettings",
-    "fingerprint",
-    "known_hosts_name",
-    "open_connection",
-]
+#: What a transport offers when compression is on: delayed zlib, else none.
+DELAYED = ("zlib@openssh.com", "none")
+OFF = ("none",)
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+def ack_now(sock: Any) -> None:
+    """Send the ACK the kernel is holding back for what ``sock`` received, now (best effort)."""
+    if _QUICKACK is None or not isinstance(sock, socket.socket) or ablation.off("quickack"):
+        return
+    # Not TCP (a socketpair in tests), or closed meanwhile: nothing to flush.
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+class Wire(paramiko.Transport):  # type: ignore[misc]  # untyped
+    """The paramiko transport under every connection: it offers only delayed zlib (or nothing) and
+    acknowledges every global request the server sends at once.
+
+    **Compression after login** (``zlib@openssh.com``): fewer bytes, so fewer round trips. The
+    lock's command line carries the host programs (~36 KB of Python and shell), the host answers
+    with the files read (the SGLang model file is 29 KB). A fresh TCP connection may have only 10
+    segments (~14 KB) in flight, doubling once per round trip, so a 36 KB burst costs one round trip
+    more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it); zlib brings
+    the lock's exec to ~11.5 KB for ~1 ms of CPU per 100 KB. Only the delayed method is offered (as
+    OpenSSH since 7.4): nothing an unauthenticated peer sends is decompressed; the inventory's
+    ``compression: false`` offers none. Security (issue 17): paramiko compresses each packet on
+    its own (``Z_FULL_FLUSH``), so a length can only reveal how that packet compresses — a
+    CRIME-style risk only for a file mixing a secret with text someone else controls (then
+    ``compression: false``); the sudo password travels in a packet of its own. A compromised
+    host's packet may inflate ~1000-fold, but it can already send unbounded data in a channel.
+
+    **TCP_QUICKACK after sshd's notice.** Right after a login, sshd sends the
+    ``hostkeys-00@openssh.com`` global request, which asks for no reply, and keeps Nagle on for a
+    session without a tty: the confirmation of the channel the client opened meanwhile waits until
+    that notice is acknowledged, and the client's kernel, with nothing to send, delays its ACK by
+    40 ms (tcpdump, loopback: the notice, 40.6 ms of silence, a bare ACK, the confirmation).
+    Flushing the pending ACK (``TCP_QUICKACK``, Linux; elsewhere nothing changes) once the notice
+    is read lets the confirmation go at once. A ProxyJump channel has no socket of its own.
+    """
+
+    def use_compression(self, compress: bool = True) -> None:
+        # paramiko's own offers pre-authentication ``zlib`` as well, and
+        # ``SSHClient.connect`` calls this after the transport factory (``compress=``), so
+        # the choice is made here, where that call cannot undo it.
+        on = compress and not ablation.off("compression")
+        self.get_security_options().compression = DELAYED if on else OFF
+
+    def _parse_global_request(self, m: Any) -> None:
+        super()._parse_global_request(m)
+        ack_now(self.sock)
+
+
+def preferring(types: list[str], *, compress: bool = True) -> Callable[..., paramiko.Transport]:
+    """A `Wire` factory that offers the host's listed key types first, as OpenSSH does, and
+    delayed compression unless ``compress`` is false.
+
+    paramiko prefers only the type of the first key it was given for the host; we give it
+    none (`deploy.remote.hostkeys.KnownHostsPolicy` judges every key), so the preference is
+    set here instead.
+    """
+    wanted: list[str] = []
+    for key_type in types:
+        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
+
+    def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+        transport = Wire(sock, **kwargs)
+        # A banner sent with the connect (deploy.remote.dial) is the one the key exchange hashes.
+        transport.local_version = getattr(sock, "banner", transport.local_version)
+        transport.use_compression(compress)
+        options = transport.get_security_options()
+        supported = list(options.key_types)
+        first = [t for t in wanted if t in supported]
+        options.key_types = first + [t for t in supported if t not in first]
+        return transport
+
+    return factory
 
 
 def _guard(conn: Connection, settings: ConnectSettings) -> None:
@@ -75,46 +147,14 @@ def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket
     return sock
 
 
-def fabric_connection(settings: ConnectSettings) -> Connection:
-    """Fabric's `Connection` for the host (ssh_config read), not yet opened.
-
-    Raises:
-        InputError: unreadable ssh_config.
-    """
-    from fabric import Config, Connection
-
-    try:
-        config = Config(runtime_ssh_path=settings.ssh_config)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
-        ) from exc
-    return Connection(
-        settings.address,
-        user=settings.user,
-        port=settings.port,
-        config=config,
-        connect_timeout=int(max(1, round(settings.connect_timeout))),
-        connect_kwargs=timeouts(settings),
-    )
-
-
-def timeouts(settings: ConnectSettings) -> dict[str, float]:
-    return {
-        "banner_timeout": settings.connect_timeout,
-        "auth_timeout": settings.connect_timeout,
-        "channel_timeout": settings.connect_timeout,
-    }
-
-
 @trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings) -> Connection:
-    """Open and return a Fabric `Connection` to the host, with strict host-key checking.
+    """Open a Fabric `Connection` to the host, with strict host-key checking.
 
     Raises:
         HostKeyUnknown, HostKeyMismatch: the host's key is not trusted (or revoked).
         HostUnreachable: refused, timed out, DNS failure, authentication failure, a key that
-            cannot be decrypted; one line each (`deploy.remote.sshfail`).
+            cannot be decrypted; one line each (`deploy.remote.sshauth.describe`).
         InputError: ``password_env`` names an unset variable; unreadable ssh_config.
     """
     try:
@@ -141,9 +181,30 @@ def open_connection(settings: ConnectSettings) -> Connection:
 
 
 def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
-    """The host's Fabric `Connection` with our login arguments and host-key rules, its hops
-    too; not opened. Loads the keys (a passphrase may be asked for here)."""
-    conn = fabric_connection(settings)
+    """The host's Fabric `Connection` (ssh_config read) with our login arguments and host-key
+    rules, its hops too; not opened. Loads the keys (a passphrase may be asked for here).
+
+    Raises:
+        InputError: unreadable ssh_config.
+    """
+    from fabric import Config, Connection
+
+    timeouts = ("banner_timeout", "auth_timeout", "channel_timeout")
+    limits = dict.fromkeys(timeouts, settings.connect_timeout)
+    try:
+        config = Config(runtime_ssh_path=settings.ssh_config)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{settings.name}: cannot read ssh_config {settings.ssh_config}: {exc}"
+        ) from exc
+    conn = Connection(
+        settings.address,
+        user=settings.user,
+        port=settings.port,
+        config=config,
+        connect_timeout=int(max(1, round(settings.connect_timeout))),
+        connect_kwargs=dict(limits),
+    )
     auth, attempt = auth_kwargs(settings, conn)
     conn.connect_kwargs.update(auth)
     _guard(conn, settings)
@@ -152,7 +213,56 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
     hop = conn.gateway
     while hop is not None and not isinstance(hop, str):
         hop_auth, _ = auth_kwargs(settings, hop)
-        hop.connect_kwargs.update(timeouts(settings), **hop_auth)
+        hop.connect_kwargs.update(limits, **hop_auth)
         _guard(hop, settings)
         hop = hop.gateway
     return conn, attempt
+
+
+class SshTransport:
+    """One open Fabric `Connection`; `close` ends it (and every channel on it)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.user = str(conn.user)
+
+    @classmethod
+    def connect(cls, settings: ConnectSettings) -> SshTransport:
+        """Open the connection (see `open_connection` for what it raises)."""
+        return cls(open_connection(settings))
+
+    def _transport(self) -> Any:
+        transport = self._conn.client.get_transport()
+        if transport is None:
+            raise OSError("the SSH connection is closed")
+        return transport
+
+    def is_active(self) -> bool:
+        transport = self._conn.client.get_transport()
+        return transport is not None and bool(transport.is_active())
+
+    def open_exec(self, command: str, timeout: float) -> Channel:
+        try:
+            channel = self._transport().open_session(timeout=timeout)
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError) as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        return channel  # type: ignore[no-any-return]  # a paramiko.Channel
+
+    def open_stream(self, address: str, port: int, timeout: float) -> Stream:
+        try:
+            channel = self._transport().open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise ConnectionRefusedError(exc.text or "connect failed") from exc
+        except (paramiko.SSHException, EOFError) as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        return channel  # type: ignore[no-any-return]  # a paramiko.Channel
+
+    def open_sftp(self) -> Any:
+        return paramiko.SFTPClient.from_transport(self._transport())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()

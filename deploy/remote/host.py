@@ -1,13 +1,10 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
-``RemoteHost(settings)`` does nothing until ``open()`` (or ``with``) makes the run's one
-connection, a `deploy.remote.transport.Transport` from a *connector* (by default
-`deploy.remote.ssh.SshTransport.connect`; tests give a local one, and everything here runs
-unchanged on it). SFTP opens on first use. Every method raises our exceptions
-(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands
-go to its shell (`deploy.remote.session`: one login shell per host per run); the file
-operations are `deploy.remote.hostfiles.HostFiles` (``self.files``), exposed here so callers
-keep one door.
+``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
+from a *connector* (by default `deploy.remote.connect.SshTransport.connect`; tests give a local
+one, and everything here runs unchanged on it). Every method raises our exceptions
+(`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
+to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
 """
 
 from __future__ import annotations
@@ -17,21 +14,20 @@ import logging
 import select
 import shlex
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy import trace
 from deploy.errors import CommandResult, HostUnreachable, RemoteCommandFailed
-from deploy.remote.api import WriteOptions
-from deploy.remote.become import Become, become_password, handshake, sftp_command
+from deploy.remote.become import Become, handshake, sftp_command
 from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.connect import ConnectSettings
-from deploy.remote.hostfiles import HostFiles, helper_error
+from deploy.remote.connect import SshTransport
+from deploy.remote.hostfiles import HostFiles
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
-from deploy.remote.sshauth import provided_secret
+from deploy.remote.settings import ConnectSettings
+from deploy.remote.sshauth import secret_of
 from deploy.remote.transport import Channel, Transport, rest_after_exit
 
 log = logging.getLogger("deploy.remote")
@@ -43,44 +39,28 @@ if TYPE_CHECKING:
 Connector = Callable[[ConnectSettings], Transport]
 
 
-def ssh_connector(settings: ConnectSettings) -> Transport:
-    """The default `Connector`: one SSH connection (`deploy.remote.ssh`)."""
-    from deploy.remote.ssh import SshTransport
-
-    return SshTransport.connect(settings)
-
-
-class RemoteHost:
+class RemoteHost(HostFiles):
     """One host, one connection, for one run. Not thread-safe: one thread per host."""
 
     def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
         self.settings = settings
         self.name = settings.name
-        self._connector = connector or ssh_connector
+        self._connector = connector or SshTransport.connect
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
-        self.files = HostFiles(self)  # the file operations, exposed below as our own
-        #: `deploy.remote.api.Host`'s: the lock's shell, round trips by kind, sudo.
         self.session: Session | None = None
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.become: Become | None = None  # set by `open` under become
-        #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once.
-        self.prefetched: dict[str, tuple[FileStat | None, bytes | None]] = {}
-        self.speculated: dict[str, tuple[int, bytes, str]] = {}
+        self.prefetched, self.speculated = {}, {}
         #: stderr the command wrote before `start` returned (read while waiting for sudo).
         self._early_stderr: dict[int, bytes] = {}
-
-    # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> RemoteHost:
         if self._conn is None:
             settings = self.settings
-            password = None
-            if settings.become:
-                # Before connecting: an unset become_password_env touches nothing.
-                password = become_password(
-                    settings.name, settings.become_password_env, provided_secret("become")
-                )
+            # Before connecting: an unset become_password_env touches nothing.
+            env = settings.become_password_env if settings.become else None
+            password = secret_of(settings.name, "become", "become_password_env", env)
             self._conn = self._connector(settings)
             if settings.become:
                 self.become = Become(settings.name, self.login_user, settings.become_user, password)
@@ -93,36 +73,15 @@ class RemoteHost:
 
     @property
     def acting_user(self) -> str:
-        """Whom the host's operations run as: the become user, else the login user."""
         return self.become.user if self.become is not None else self.login_user
 
     @trace.spanned("host.close")
     def close(self) -> None:
-        if self._sftp is not None:
-            with contextlib.suppress(Exception):
-                self._sftp.close()
-            self._sftp = None
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
-
-    def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
-        """See `deploy.remote.api.Host.ran_ahead`."""
-        return self.speculated.pop(command, None)
-
-    def keep_read_ahead(
-        self,
-        files: dict[str, tuple[FileStat | None, bytes | None]],
-        commands: dict[str, tuple[int, bytes, str]],
-    ) -> None:
-        """See `deploy.remote.api.Host.keep_read_ahead`."""
-        self.prefetched, self.speculated = files, commands
-
-    def forget_read_ahead(self) -> None:
-        """See `deploy.remote.api.Host.forget_read_ahead`."""
-        self.prefetched.clear()
-        self.speculated.clear()
+        for handle in (self._sftp, self._conn):  # SFTP's channel first, then the connection
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.close()
+        self._sftp = self._conn = None
 
     def __enter__(self) -> RemoteHost:
         return self.open()
@@ -132,11 +91,7 @@ class RemoteHost:
 
     @property
     def transport(self) -> Transport:
-        """The open connection (`deploy.remote.transport`).
-
-        Raises:
-            HostUnreachable: it was lost.
-        """
+        """The open connection; `HostUnreachable` if it was lost."""
         if self._conn is None:
             raise RuntimeError("RemoteHost used before open()")
         if not self._conn.is_active():
@@ -170,8 +125,6 @@ class RemoteHost:
     def connected(self) -> bool:
         """Whether the connection is still up (tells a full disk from a lost host)."""
         return self._conn is not None and self._conn.is_active()
-
-    # -- commands -----------------------------------------------------------------------------
 
     def start(self, command: str) -> Channel:
         """Start ``command`` on a new exec channel and return it (the caller reads it); under
@@ -220,7 +173,7 @@ class RemoteHost:
         if self.session is not None:
             status, out, err, timed_out = self._run_in_session(command, stdin, timeout)
         else:
-            status, out, err, timed_out = self._run_on_exec(command, stdin, timeout)
+            status, out, err, timed_out = self.exec_collect(command, stdin, timeout)
         result = CommandResult(
             command=command,
             exit_status=-1 if timed_out else status,
@@ -257,11 +210,13 @@ class RemoteHost:
             return self.session.run(command, stdin=stdin or b"", timeout=timeout)
         except (CallFailed, NoHelper, SessionLost) as exc:
             # CallFailed: a write sent earlier failed; the command was not run.
-            raise helper_error(self, "running", command[:60], exc) from exc
+            raise self._helper_error("running", command[:60], exc) from exc
 
-    def _run_on_exec(
+    def exec_collect(
         self, command: str, stdin: bytes | None, timeout: float | None
     ) -> tuple[int, bytes, bytes, bool]:
+        """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
+        timed out). `run` without the lock, and what must not go to its shell (`read_ahead`)."""
         began = time.monotonic()
         channel = self.start(command)
         self.ops["wait"] += 1
@@ -303,73 +258,11 @@ class RemoteHost:
             channel.close()
         return status, b"".join(out), b"".join(err), timed_out
 
-    def exec_collect(
-        self, command: str, stdin: bytes | None, timeout: float | None
-    ) -> tuple[int, bytes, bytes, bool]:
-        """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
-        timed out). For what must not go to the lock's shell (`HostFiles.read_ahead`)."""
-        return self._run_on_exec(command, stdin, timeout)
-
-    # -- services -----------------------------------------------------------------------------
-
-    def http(
-        self,
-        address: str,
-        port: int,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        timeout: float = 30.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> HttpResponse:
-        """One HTTP request to ``address:port`` as the host sees it (`deploy.remote.http`)."""
+    def http(self, *args: Any, **kwargs: Any) -> HttpResponse:
+        """`deploy.remote.http.request` over this host's connection (see `Host.http`)."""
         from deploy.remote import http  # not loaded by a run without services
 
-        return http.request(
-            self.transport, address, port, method, path, body=body, timeout=timeout,
-            headers=headers,
-        )  # fmt: skip
-
-    # -- files (`deploy.remote.hostfiles`) ----------------------------------------------------
-
-    def stat(self, path: str) -> FileStat | None:
-        return self.files.stat(path)
-
-    def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
-        return self.files.fetch(path)
-
-    def read(self, path: str) -> bytes:
-        return self.files.read(path)
-
-    def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
-    ) -> Call | None:
-        return self.files.write_atomic(path, data, **options)
-
-    def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
-        return self.files.append_file(path, data, durable=durable)
-
-    def mkdir(self, path: str, mode: int = 0o700) -> None:
-        self.files.mkdir(path, mode)
-
-    def listdir(self, path: str) -> list[str]:
-        return self.files.listdir(path)
-
-    def remove(self, path: str) -> None:
-        self.files.remove(path)
-
-    def remove_temp_leftovers(self, path: str) -> list[str]:
-        return self.files.remove_temp_leftovers(path)
-
-    def flush(self) -> None:
-        self.files.flush()
-
-    def read_ahead(self, paths: list[str]) -> None:
-        self.files.read_ahead(paths)
+        return http.request(self.transport, *args, **kwargs)
 
 
 def quote(value: str) -> str:

@@ -1,30 +1,31 @@
-"""The file half of `RemoteHost` (``remote.files``, exposed by it): stat, fetch, read, write
-atomically, append, list, remove. What it needs of its host is the small `FileLink` protocol.
+"""`HostFiles`, the file half of `RemoteHost` (its base class).
 
 While the lock is held (every run), files go through the host's file helper
 (`deploy.hostpy.fileagent`, started in the lock's shell) by file descriptor, never a check by
 path followed by a change by path, which a symlink could redirect (issue 14; `FILES_RULE`).
 Writes, saved copies and journal records are sent without waiting and served in order (an
 intent is fsynced before the change it announces); the run waits once, at `flush` or the next
-command. Without the lock (tools that only look) the same calls use SFTP
-(`deploy.remote.sftpfiles`).
+command. Tools that only look (``deploy status``, ``--check`` where the host has no python3)
+take no lock, so they read over SFTP; nothing is ever written over SFTP.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import shlex
 import stat as statmod
-from typing import Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-from deploy.errors import PermissionDenied, StepFailed
+import paramiko
+
+from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
+from deploy.hostpy import program
 from deploy.remote.api import WriteOptions
-from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
-from deploy.remote.hostprogram import program
+from deploy.remote.become import Become
+from deploy.remote.calls import Call, CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
-from deploy.remote.sftpfiles import SftpFiles, SftpLink
 
 #: How files are changed on a host (docs/operations.md shows this text; the helper's
 #: operations are `deploy.hostpy.fileagent_ops`).
@@ -49,7 +50,10 @@ in that directory would get, then the mode deploy asks for.
 """
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
-HELPER_SOURCE = program("fileagent")  # one program: fileagent.py with its parts inlined
+HELPER_SOURCE = program("fileagent")
+
+#: What a failed SFTP request raises.
+SFTP_ERRORS = (paramiko.SSHException, OSError, EOFError)
 
 
 def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
@@ -72,66 +76,87 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
     return info, call.payload if answer.get("content") else None
 
 
-class FileLink(SftpLink, Protocol):
-    """What `HostFiles` uses of its host (`RemoteHost` provides it): `SftpLink`'s, and more."""
-
-    #: The lock's shell while the lock is held, else None (then: SFTP).
-    session: Session | None
-    #: Status and bytes of files the lock's exec already read (``acquire(prefetch=)``),
-    #: each answered once by `fetch`; a write or removal of the path drops it.
-    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
-
-    def exec_collect(
-        self, command: str, stdin: bytes | None, timeout: float | None
-    ) -> tuple[int, bytes, bytes, bool]: ...
-
-
-def helper_error(link: FileLink, doing: str, path: str, exc: Exception) -> Exception:
-    """The error for a helper request that failed (or the session that was lost)."""
-    if isinstance(exc, SessionLost):
-        return link.lost(exc, f"{doing} {path}")
-    if isinstance(exc, NoHelper):
-        return StepFailed(f"{link.name}: {exc}")
-    assert isinstance(exc, CallFailed)
-    answer = exc.call.answer or {}
-    where = str(exc.call.args.get("path", path))
-    if answer.get("refused"):
-        return StepFailed(f"{link.name}: {answer.get('error')}")
-    if answer.get("errno") == "EACCES":
-        return PermissionDenied(link.name, where, link.acting_user, link.become is not None)
-    verb = {"write": "writing", "append": "appending to", "mkdir": "creating"}.get(
-        str(exc.call.args.get("op")), doing
-    )
-    return StepFailed(f"{link.name}: failed {verb} {where}: {answer.get('error')}")
-
-
 class HostFiles:
-    """File operations on one host: through the lock's helper, else `SftpFiles`."""
+    """File operations on one host: through the lock's helper, else over SFTP."""
 
-    def __init__(self, link: FileLink) -> None:
-        self.link = link
-        self.sftp = SftpFiles(link)
+    # `RemoteHost`'s (see `deploy.remote.api.Host`), which these operations use.
+    name: str
+    ops: dict[str, int]
+    session: Session | None
+    become: Become | None
+    #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once; a write
+    #: or removal of the path drops it.
+    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
+    speculated: dict[str, tuple[int, bytes, str]]
+    if TYPE_CHECKING:
 
-    def stat(self, path: str) -> FileStat | None:
-        """lstat ``path``; None when it does not exist."""
-        return self.sftp.stat(path)
+        @property
+        def acting_user(self) -> str: ...
+        @property
+        def sftp(self) -> Any: ...
+        def connected(self) -> bool: ...
+        def lost(self, exc: BaseException, doing: str) -> HostUnreachable: ...
+        def exec_collect(
+            self, command: str, stdin: bytes | None, timeout: float | None
+        ) -> tuple[int, bytes, bytes, bool]: ...
+
+    def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
+        return self.speculated.pop(command, None)
+
+    def keep_read_ahead(
+        self,
+        files: dict[str, tuple[FileStat | None, bytes | None]],
+        commands: dict[str, tuple[int, bytes, str]],
+    ) -> None:
+        self.prefetched, self.speculated = files, commands
+
+    def forget_read_ahead(self) -> None:
+        self.prefetched.clear()
+        self.speculated.clear()
+
+    def _helper_error(self, doing: str, path: str, exc: Exception) -> Exception:
+        """The error for a helper request that failed (or the session that was lost)."""
+        if isinstance(exc, SessionLost):
+            return self.lost(exc, f"{doing} {path}")
+        if isinstance(exc, NoHelper):
+            return StepFailed(f"{self.name}: {exc}")
+        assert isinstance(exc, CallFailed)
+        answer = exc.call.answer or {}
+        where = str(exc.call.args.get("path", path))
+        if answer.get("refused"):
+            return StepFailed(f"{self.name}: {answer.get('error')}")
+        if answer.get("errno") == "EACCES":
+            return PermissionDenied(self.name, where, self.acting_user, self.become is not None)
+        verb = {"write": "writing", "append": "appending to", "mkdir": "creating"}.get(
+            str(exc.call.args.get("op")), doing
+        )
+        return StepFailed(f"{self.name}: failed {verb} {where}: {answer.get('error')}")
+
+    def _sftp_error(self, exc: BaseException, doing: str, path: str) -> Exception:
+        """A filesystem error (StepFailed) or a lost connection: SFTP reports a full disk and
+        the like as a bare "Failure", so the connection's liveness tells the two apart."""
+        if isinstance(exc, PermissionError):
+            return PermissionDenied(self.name, path, self.acting_user, self.become is not None)
+        if isinstance(exc, OSError) and self.connected():
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            if reason == "Failure":  # SFTP's catch-all status, in practice ENOSPC or EROFS
+                reason = "Failure (the filesystem may be full or read-only)"
+            return StepFailed(f"{self.name}: failed {doing} {path}: {reason}")
+        return self.lost(exc, f"{doing} {path}")
 
     def _call(self, args: dict[str, Any], payload: bytes = b"", *, wait: bool, doing: str) -> Call:
         """Send one request to the helper; with ``wait``, collect it (and all before it).
-
-        Raises:
-            StepFailed: the lock is not held: only its helper writes (nothing over SFTP).
-        """
-        session = self.link.session
+        `StepFailed` without the lock: only its helper writes (nothing over SFTP)."""
+        session = self.session
         path = str(args.get("path", ""))
         if session is None:
-            raise StepFailed(f"{self.link.name}: {doing} {path} needs the host's lock")
+            raise StepFailed(f"{self.name}: {doing} {path} needs the host's lock")
         try:
             call = session.call(args, payload)
             if wait:
                 session.wait()
         except (CallFailed, NoHelper, SessionLost) as exc:
-            raise helper_error(self.link, doing, path, exc) from exc
+            raise self._helper_error(doing, path, exc) from exc
         return call
 
     def flush(self) -> None:
@@ -141,20 +166,20 @@ class HostFiles:
             StepFailed: a write, saved copy or record failed (those after it were skipped).
             HostUnreachable: the connection was lost.
         """
-        session = self.link.session
+        session = self.session
         if session is None or not session.pending:
             return
         try:
             session.wait()
         except (CallFailed, NoHelper, SessionLost) as exc:
-            raise helper_error(self.link, "writing", "", exc) from exc
+            raise self._helper_error("writing", "", exc) from exc
 
     def read_ahead(self, paths: list[str]) -> None:
         """Without the lock (``--check``): read ``paths`` through the helper in one exec, so the
         plan's reads are fd-based too (``O_NOFOLLOW``, status and bytes from one fd), and kept
         for `fetch`. A host without python3 leaves them to `fetch`'s SFTP path.
         """
-        if self.link.session is not None or not paths:
+        if self.session is not None or not paths:
             return
         frames = []
         for path in paths:
@@ -164,36 +189,65 @@ class HostFiles:
             "p=$(command -v /usr/bin/python3 || command -v /usr/local/bin/python3 || "
             f'command -v python3) && exec "$p" -I -S -c {shlex.quote(HELPER_SOURCE)} once'
         )
-        status, out, _, _ = self.link.exec_collect(command, b"".join(frames), 60)
+        status, out, _, _ = self.exec_collect(command, b"".join(frames), 60)
         if status != 0:
             return
-        for path in paths:
-            header, _, out = out.partition(b"\n")
-            parts = header.split()
-            if len(parts) != 3 or parts[0] != b"ANS":
-                return
-            size, length = int(parts[1]), int(parts[2])
-            call = Call(
-                {"op": "read", "path": path}, json.loads(out[:size]), out[size : size + length]
-            )
-            out = out[size + length :]
+        answers = Session(None)  # parses the answers as the lock's session does
+        calls = [answers.call({"op": "read", "path": path}) for path in paths]
+        answers.feed(out)
+        with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
+            answers.collect()
+        for path, call in zip(paths, calls, strict=True):
             if call.ok:
-                self.link.prefetched[path] = fetch_answer(path, call)
+                self.prefetched[path] = fetch_answer(path, call)
+
+    def stat(self, path: str) -> FileStat | None:
+        """lstat ``path`` (over SFTP); None when it does not exist."""
+        self.ops["sftp"] += 1
+        try:
+            attrs = self.sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        except SFTP_ERRORS as exc:
+            raise self._sftp_error(exc, "reading the status of", path) from exc
+        return FileStat(
+            path=path,
+            mode=int(attrs.st_mode or 0),
+            uid=int(attrs.st_uid or 0),
+            gid=int(attrs.st_gid or 0),
+            size=int(attrs.st_size or 0),
+            mtime=float(attrs.st_mtime or 0),
+        )
 
     def fetch(self, path: str) -> tuple[FileStat | None, bytes | None]:
-        """lstat ``path`` and, if it is a regular file, read it — never through a symlink.
-
-        While the lock is held this is one request to the host's helper, which opens the file
-        ``O_NOFOLLOW`` and takes the status and the bytes from that one fd; otherwise an SFTP
-        lstat and read. A file the lock's exec prefetched is answered from that, once,
-        without a round trip.
-        """
-        if path in self.link.prefetched:
-            return self.link.prefetched.pop(path)
-        if self.link.session is not None:
+        """lstat ``path`` and, if it is a regular file, read it — never through a symlink:
+        what the lock's exec prefetched (once), else one helper request (``O_NOFOLLOW``, status
+        and bytes from one fd), else without the lock an SFTP lstat and read."""
+        if path in self.prefetched:
+            return self.prefetched.pop(path)
+        if self.session is not None:
             call = self._call({"op": "read", "path": path}, wait=True, doing="reading")
             return fetch_answer(path, call)
-        return self.sftp.fetch(path)
+        info = self.stat(path)
+        if info is None or not info.is_file:
+            return info, None
+        try:
+            return info, self._sftp_read(path)
+        except FileNotFoundError:
+            return info, None
+
+    def _sftp_read(self, path: str) -> bytes:
+        """The whole file over SFTP (follows a symlink: for tools that only look)."""
+        self.ops["sftp"] += 3
+        try:
+            with self.sftp.open(path, "rb") as handle:
+                handle.prefetch()
+                data: bytes = handle.read()
+                return data
+        except FileNotFoundError:
+            raise
+        except SFTP_ERRORS as exc:
+            raise self._sftp_error(exc, "reading", path) from exc
 
     def read(self, path: str) -> bytes:
         """The whole content of ``path``: through the helper (``O_NOFOLLOW``), else SFTP.
@@ -203,35 +257,24 @@ class HostFiles:
             StepFailed: permission denied, not a regular file (a symlink is not followed), or
                 another filesystem error.
         """
-        if self.link.session is None:
-            return self.sftp.read(path)
-        self.link.prefetched.pop(path, None)
+        if self.session is None:
+            return self._sftp_read(path)
+        self.prefetched.pop(path, None)
         info, content = self.fetch(path)
         if info is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
         if content is None:
             kind = "a symlink" if info.is_symlink else "not a regular file"
-            raise StepFailed(f"{self.link.name}: {path} is {kind}; not read")
+            raise StepFailed(f"{self.name}: {path} is {kind}; not read")
         return content
 
-    def write_atomic(
-        self,
-        path: str,
-        data: bytes,
-        **options: Unpack[WriteOptions],
-    ) -> Call | None:
+    def write_atomic(self, path: str, data: bytes, **options: Unpack[WriteOptions]) -> Call | None:
         """Replace ``path`` with ``data`` so that no reader ever sees a partial file, through
-        the helper (`FILES_RULE`; `deploy.hostpy.fileagent_ops.write`): owner, mode and xattrs
-        are those given (undo: what the journal recorded), else the current target's.
-        ``expect_sha256``: refuse when the target no longer holds what was read (a lost
-        update otherwise).
-
-        Sent without waiting unless ``wait``: a failure surfaces at the next `flush` (or
-        command), and nothing sent after it happens on the host. Returns the request: a failed
-        answer means the target was not touched. Only under the lock (as every write here).
-        """
+        the helper (`FILES_RULE`, `WriteOptions`). Sent without waiting unless ``wait``: a
+        failure surfaces at the next `flush` (or command), and nothing sent after it happens
+        on the host. Returns the request: a failed answer means the target was not touched."""
         mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
-        self.link.prefetched.pop(path, None)
+        self.prefetched.pop(path, None)
         args: dict[str, Any] = {"op": "write", "path": path}
         if mode is not None:
             meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
@@ -247,28 +290,23 @@ class HostFiles:
         return self._call(args, data, wait=options.get("wait", False), doing="writing")
 
     def remove_temp_leftovers(self, path: str) -> list[str]:
-        """Remove temp files that an interrupted `write_atomic` of ``path`` left beside it.
-
-        A cut connection or a killed workstation stops a write before its cleanup runs, which
-        leaves ``.NAME.deploy-XXXXXXXX.tmp`` (a partial copy) in the target's directory —
-        where a loader that globs the directory may pick it up. Undo calls this: the host's
-        lock is held, so no other run of ours can be writing there. Returns the names removed.
-        """
+        """Remove (and return) the temp files an interrupted `write_atomic` of ``path`` left
+        beside it: a cut connection stops a write before its cleanup, which leaves
+        ``.NAME.deploy-XXXXXXXX.tmp`` where a loader that globs the directory may pick it up.
+        Undo calls this under the lock, so no run of ours can be writing there."""
         call = self._call({"op": "remove_temps", "path": path}, wait=True, doing="cleaning")
         return [str(name) for name in (call.answer or {}).get("removed", [])]
 
     def remove(self, path: str) -> None:
         """Unlink ``path`` (a missing one is fine); waits for the answer."""
-        self.link.prefetched.pop(path, None)
+        self.prefetched.pop(path, None)
         self._call({"op": "remove", "path": path}, wait=True, doing="removing")
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
         """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
-
-        Sent without waiting: the helper appends (and fsyncs) before it serves the request
-        that follows, so a durable intent precedes its change on the host's disk whatever the
-        client does next. Returns the request, whose answer says later whether the host
-        appended it (`Journal.settle`).
+        Sent without waiting: the helper appends (and fsyncs) before it serves the next
+        request, so a durable intent precedes its change on the host's disk whatever the client
+        does next. The request's answer says later whether it was appended (`Journal.settle`).
         """
         args = {"op": "append", "path": path, "durable": durable}
         return self._call(args, data, wait=False, doing="appending to")
@@ -280,4 +318,8 @@ class HostFiles:
 
     def listdir(self, path: str) -> list[str]:
         """Sorted names in ``path`` (SFTP; a missing directory is empty)."""
-        return self.sftp.listdir(path)
+        self.ops["sftp"] += 1
+        try:
+            return sorted(self.sftp.listdir(path))
+        except FileNotFoundError:
+            return []

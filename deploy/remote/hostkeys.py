@@ -1,30 +1,163 @@
-"""Host keys: known_hosts read once per version, and the policy that judges a server's key.
+"""Host keys: known_hosts read the way OpenSSH reads it, and the policy that judges a server's key.
 
-`deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`): each key
-a server offers is judged against known_hosts as OpenSSH reads it (`deploy.remote.knownhosts`)
-and refused in one line that says what to do. Judging only reads (`KnownHostsPolicy.judge`);
-the one write, recording a new key under ``accept-new``, is `KnownHostsPolicy.record`.
+paramiko's own ``HostKeys`` keeps one key per (host, type) — the last one wins, so a host listed
+with two keys of one type during a key rotation looked "CHANGED" — and raises on the
+``@revoked`` and ``@cert-authority`` markers that OpenSSH's sshd(8) documents. So the file is
+parsed here, line by line (`KnownHosts`, pure: text in, a verdict out), once per version of
+the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`):
+each key a server offers is judged (`KnownHostsPolicy.judge`, which only reads) and refused in
+one line that says what to do; the one write, recording a new key under ``accept-new``, is
+`KnownHostsPolicy.record`.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import hmac
+import re
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from deploy.errors import HostKeyMismatch, HostKeyUnknown, InputError
-from deploy.remote.compression import compressing
-from deploy.remote.knownhosts import KnownHosts, Verdict
-from deploy.remote.quickack import QuickAckTransport
 from deploy.remote.settings import DEFAULT_KNOWN_HOSTS, ConnectSettings
 
 if TYPE_CHECKING:
     from fabric import Connection
+
+
+class Verdict(Enum):
+    """What known_hosts says about a key offered by a host."""
+
+    TRUSTED = "trusted"  #: one of the host's listed keys
+    UNKNOWN = "unknown"  #: the host is not listed with a key of this type
+    CHANGED = "changed"  #: the host is listed with other keys of this type only
+    REVOKED = "revoked"  #: the key is on an ``@revoked`` line
+    CERT_AUTHORITY_ONLY = "cert-authority"  #: only a CA is listed for the host
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key line: which hosts it names, the key, and where it was written."""
+
+    marker: str  #: "", "@revoked" or "@cert-authority"
+    patterns: str  #: the host field as written (comma-separated, maybe hashed)
+    key_type: str
+    blob: bytes
+    line: int
+
+    def matches(self, name: str) -> bool:
+        """Whether the host field names ``name`` (OpenSSH: a negated match vetoes)."""
+        if self.patterns.startswith("|1|"):
+            return _hashed_match(self.patterns, name)
+        hit = False
+        for pattern in self.patterns.split(","):
+            negated = pattern.startswith("!")
+            if _glob(pattern[1:] if negated else pattern, name):
+                if negated:
+                    return False
+                hit = True
+        return hit
+
+
+def _glob(pattern: str, name: str) -> bool:
+    """OpenSSH's host patterns: ``*`` and ``?`` only; brackets are literal (``[addr]:port``)."""
+    if "*" not in pattern and "?" not in pattern:
+        return pattern == name
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, re.DOTALL) is not None
+
+
+def _hashed_match(field_text: str, name: str) -> bool:
+    """``|1|salt|hash``: HMAC-SHA1 of the name keyed by the salt (ssh-keygen -H)."""
+    try:
+        _, _, salt64, digest64 = field_text.split("|", 3)
+        salt = base64.b64decode(salt64)
+        digest = base64.b64decode(digest64)
+    except (ValueError, binascii.Error):
+        return False
+    mine = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return hmac.compare_digest(mine, digest)
+
+
+#: Key types that are one family for matching: an RSA key is listed as ``ssh-rsa`` whichever
+#: signature algorithm (rsa-sha2-256/512) the connection negotiates.
+_FAMILY = {"rsa-sha2-256": "ssh-rsa", "rsa-sha2-512": "ssh-rsa"}
+
+
+def family(key_type: str) -> str:
+    return _FAMILY.get(key_type, key_type)
+
+
+@dataclass
+class KnownHosts:
+    """A parsed known_hosts file; read only after `parse`, so threads may share it. A line that
+    cannot be parsed (an unknown marker, too few fields, a key not in base64) is skipped, as
+    OpenSSH skips it."""
+
+    entries: list[Entry] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str) -> KnownHosts:
+        known = cls()
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            marker = ""
+            if parts[0].startswith("@"):
+                marker = parts.pop(0)
+                if marker not in ("@revoked", "@cert-authority"):
+                    continue
+            if len(parts) < 3:
+                continue
+            try:
+                blob = base64.b64decode(parts[2], validate=True)
+            except (ValueError, binascii.Error):
+                continue
+            known.entries.append(Entry(marker, parts[0], parts[1], blob, number))
+        return known
+
+    def for_host(self, name: str) -> list[Entry]:
+        """Every line naming ``name`` (``addr``, or ``[addr]:port`` off port 22)."""
+        return [e for e in self.entries if e.matches(name)]
+
+    def key_types(self, name: str) -> list[str]:
+        """Types of the plain keys listed for the host, in file order (to prefer in the
+        handshake, as OpenSSH does, so that a host with several keys offers a known one)."""
+        return list(dict.fromkeys(e.key_type for e in self.for_host(name) if not e.marker))
+
+    def verdict(self, name: str, key_type: str, blob: bytes) -> tuple[Verdict, Entry | None]:
+        """Judge the key ``(key_type, blob)`` offered by host ``name``.
+
+        Revoked wins over everything (sshd(8): "@revoked ... shall never be accepted"); then
+        any listed key of the host that equals it (several per type: rotation); then a listed
+        key of the same type that differs means CHANGED; a host listed only through
+        ``@cert-authority`` is reported as such, since its key is to be proven by a certificate.
+        The entry returned is the one the verdict rests on (for the message's line number).
+        """
+        lines = self.for_host(name)
+        for entry in self.entries:  # @revoked applies to the key wherever its host field points
+            if entry.marker == "@revoked" and entry.blob == blob and entry.matches(name):
+                return Verdict.REVOKED, entry
+        plain = [e for e in lines if not e.marker]
+        for entry in plain:
+            if entry.blob == blob and family(entry.key_type) == family(key_type):
+                return Verdict.TRUSTED, entry
+        same_type = [e for e in plain if family(e.key_type) == family(key_type)]
+        if same_type:
+            return Verdict.CHANGED, same_type[0]
+        authorities = [e for e in lines if e.marker == "@cert-authority"]
+        if authorities and not plain:
+            return Verdict.CERT_AUTHORITY_ONLY, authorities[0]
+        return Verdict.UNKNOWN, None
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -33,35 +166,25 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def known_hosts_name(address: str, port: int) -> str:
-    """The name known_hosts uses for a host: ``addr`` on port 22, else ``[addr]:port``."""
-    return address if port == 22 else f"[{address}]:{port}"
-
-
-# -- known_hosts -------------------------------------------------------------------------------
-
 _KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
 def _known_hosts(path: Path) -> KnownHosts:
-    """``path`` parsed once per version of the file, shared by every host's thread.
-
-    Fifty hosts each parsing a fifty-line file was 2500 parses, ~30 ms of the GIL per run.
-    Keyed by the file's identity, size, mtime and ctime, so a key appended by
-    ``--accept-new-host-keys`` (or by anyone) is seen by the next host that connects.
-    Callers only read the shared object. A missing file is an empty one.
-    """
+    """``path`` parsed once per version of the file (a missing one is empty), shared read-only
+    by every host's thread: fifty hosts each parsing a fifty-line file was 2500 parses, ~30 ms
+    of the GIL per run. Keyed by the file's identity, size, mtime and ctime, so a key appended
+    by ``--accept-new-host-keys`` (or by anyone) is seen by the next host that connects."""
     try:
         info = path.stat()
     except FileNotFoundError:
-        return KnownHosts(str(path))
+        return KnownHosts()
     key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     with _KNOWN_HOSTS_LOCK:
         known = _KNOWN_HOSTS.get(key)
         if known is None:
             text = path.read_text(encoding="utf-8", errors="replace")
-            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text, str(path))
+            known = _KNOWN_HOSTS[key] = KnownHosts.parse(text)
         return known
 
 
@@ -80,9 +203,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             self.record(key)
 
     def judge(self, key: paramiko.PKey) -> bool:
-        """True: the key is trusted; False: unknown, to be recorded (``accept-new``).
-
-        Reads only: the write of an accepted new key is `record`.
+        """True: the key is trusted; False: unknown, to be recorded (``accept-new``, `record`).
 
         Raises:
             HostKeyMismatch: changed or revoked.
@@ -127,71 +248,28 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             handle.write(f"{self.name} {key.get_name()} {key.get_base64()}\n")
 
 
-def preferring(
-    types: list[str],
-    cls: type[paramiko.Transport] = QuickAckTransport,
-    *,
-    compress: bool = True,
-) -> Callable[..., paramiko.Transport]:
-    """A transport factory that offers the host's listed key types first, as OpenSSH does,
-    and delayed compression unless ``compress`` is false (`deploy.remote.compression`).
-
-    paramiko prefers only the type of the first key it was given for the host; we give it
-    none (`KnownHostsPolicy` judges every key), so the preference is set here instead.
-    """
-    made = compressing(cls)
-    wanted: list[str] = []
-    for key_type in types:
-        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
-
-    def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
-        transport = made(sock, **kwargs)
-        # A banner sent with the connect (deploy.remote.dial) is the one the key exchange hashes.
-        transport.local_version = getattr(sock, "banner", transport.local_version)
-        transport.use_compression(compress)
-        options = transport.get_security_options()
-        supported = list(options.key_types)
-        first = [t for t in wanted if t in supported]
-        options.key_types = first + [t for t in supported if t not in first]
-        return transport
-
-    return factory
-
-
-def known_files(settings: ConnectSettings, ssh_config: dict[str, Any]) -> list[Path]:
-    """The inventory's known_hosts, else ssh_config's UserKnownHostsFile(s), else the default."""
-    if settings.known_hosts:
-        return [settings.known_hosts_path()]
-    listed = ssh_config.get("userknownhostsfile")
-    if listed:
-        names = listed.split() if isinstance(listed, str) else list(listed)
-        return [Path(n).expanduser() for n in names if n != "/dev/null"] or [
-            Path(DEFAULT_KNOWN_HOSTS).expanduser()
-        ]
-    return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
-
-
-def known_key_types(settings: ConnectSettings, files: list[Path], name: str) -> list[str]:
-    """The key types ``files`` list for host ``name``, in order (to prefer in the handshake).
+def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
+    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it, in
+    order (to prefer in the handshake). The files: the inventory's known_hosts, else
+    ssh_config's UserKnownHostsFile(s), else the default; the name: ``addr`` on port 22, else
+    ``[addr]:port``, as known_hosts writes it.
 
     Raises:
         InputError: a known_hosts file cannot be read.
     """
+    port = conn.port or 22
+    name = conn.host if port == 22 else f"[{conn.host}]:{port}"
+    listed = conn.ssh_config.get("userknownhostsfile")
+    if settings.known_hosts:
+        files = [Path(settings.known_hosts).expanduser()]
+    else:
+        names = (listed.split() if isinstance(listed, str) else list(listed)) if listed else []
+        files = [Path(n).expanduser() for n in names if n != "/dev/null"]
+        files = files or [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
     types: list[str] = []
     for path in files:
         try:
             types += _known_hosts(path).key_types(name)
         except OSError as exc:
             raise InputError(f"{settings.name}: cannot read known_hosts {path}: {exc}") from exc
-    return types
-
-
-def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:
-    """Our host-key policy for ``conn``'s host, and the key types known_hosts lists for it.
-
-    Raises:
-        InputError: a known_hosts file cannot be read.
-    """
-    name = known_hosts_name(conn.host, conn.port or 22)
-    files = known_files(settings, conn.ssh_config)
-    return KnownHostsPolicy(settings, files, name), known_key_types(settings, files, name)
+    return KnownHostsPolicy(settings, files, name), types

@@ -1,11 +1,10 @@
-"""HTTP to a server on the host's own loopback, through the host's connection.
+"""HTTP to a server on the host's own loopback, through the host's connection (`Host.http`).
 
 Health and load checks never need the server exposed to the network, nor an extra exec per
-request: each request is one TCP stream the transport opens as seen from the host
-(`Transport.open_stream`: a direct-tcpip channel on the SSH connection we already have, or a
-local socket in the tests). Callers use `Host.http`. A refused
-connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`, which
-callers treat as "not yet".
+request: each request is one TCP stream the transport opens as seen from the host (a
+direct-tcpip channel on the SSH connection, or a local socket in the tests). A refused
+connection (SGLang binds its port only after loading the weights) is `ServerUnavailable`,
+which callers treat as "not yet".
 """
 
 from __future__ import annotations
@@ -79,10 +78,7 @@ def request(
         channel.settimeout(timeout)
         channel.sendall(head.encode() + b"\r\n" + payload)
         chunks = []
-        while True:
-            data = channel.recv(65536)
-            if not data:
-                break
+        while data := channel.recv(65536):
             chunks.append(data)
     except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         if not transport.is_active():
@@ -108,10 +104,8 @@ def parse_response(raw: bytes, *, elapsed: float = 0.0) -> HttpResponse:
     parts = lines[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
         raise ServerUnavailable(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
+    fields = (line.partition(":") for line in lines[1:])
+    headers = {key.strip().lower(): value.strip() for key, _, value in fields}
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(rest)
     elif "content-length" in headers:

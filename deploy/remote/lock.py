@@ -40,26 +40,23 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
-from deploy.remote.calls import Call, CallFailed, NoHelper, SessionLost
+from deploy.remote.calls import CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
-from deploy.remote.sftpfile import FileStat
 from deploy.remote.transport import Channel, rest_after_exit
 from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
 
 
 def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = "") -> str:
-    """The lock's exec: ``deploy/hostsh/lock.sh`` (its trust check, scan and loop in place)
-    after the quoted assignments of what varies: state_dir, the holder's JSON, the requests
-    carried in the command line (``ahead``, may be empty) and the file helper's source."""
+    """The lock's exec: ``deploy/hostsh/lock.sh`` after the quoted assignments of what varies:
+    state_dir, the holder's JSON, the requests carried (``ahead``) and the helper's source."""
     return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
 #: What may travel in the lock's command line, which any local user of the host can read
-#: (``ps``, /proc/PID/cmdline) while the run holds the lock: the paths of the files the run
-#: reads first and the code of its compile checks, never data (a write's bytes, a journal
-#: record, a service's environment). Anything else held for the lock goes on stdin.
+#: (``ps``, /proc/PID/cmdline): the paths the run reads first and the code of its compile
+#: checks, never data (a write's bytes, a record, an environment). The rest goes on stdin.
 CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
@@ -80,18 +77,14 @@ def _carriable(held: bytes) -> str:
 
 
 def _carried(script: str) -> bool:
-    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become.
-
-    Counted in bytes, as the kernel counts an argument: a path's non-ASCII characters (a
-    relative interpreter's compile check carries its path as UTF-8) take up to 4 each.
-    """
+    """True if ``script`` stays under `MAX_COMMAND` even once quoted again by become; in bytes,
+    as the kernel counts an argument (a path's non-ASCII characters take up to 4 each)."""
     return len(script.encode()) + 4 * script.count("'") <= MAX_COMMAND
 
 
 @dataclass
 class HostLock:
-    """A held lock; ``release()`` (or closing the connection) frees it. While it is held, the
-    remote's commands run in its shell (`RemoteHost.session`)."""
+    """A held lock; ``release()`` (or closing the connection) frees it."""
 
     remote: Host
     channel: Channel
@@ -149,11 +142,6 @@ def describe_holder(holder: dict[str, object] | None) -> str:
     )
 
 
-#: Seconds of silence from the lock's exec before a host counts as not answering, for a
-#: `Host` without settings (`deploy.remote.settings.ConnectSettings.lock_timeout`).
-DEFAULT_LOCK_TIMEOUT = 60.0
-
-
 @trace.spanned("lock.acquire")
 def acquire(
     remote: Host,
@@ -179,9 +167,8 @@ def acquire(
         StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
         StepFailed: the state directory cannot be created, or flock(1) is missing.
     """
-    if timeout is None:
-        settings = getattr(remote, "settings", None)
-        timeout = float(getattr(settings, "lock_timeout", DEFAULT_LOCK_TIMEOUT))
+    if timeout is None:  # a `Host` without settings: ConnectSettings.lock_timeout's default
+        timeout = float(getattr(getattr(remote, "settings", None), "lock_timeout", 60.0))
     paths = list(dict.fromkeys(prefetch))
     # Held, not sent: the shell reads them once it holds the lock and serves its loop (a busy
     # lock discards them unread), so reading costs no round trip of its own.
@@ -191,15 +178,10 @@ def acquire(
         (command, session.send_run(f"{AHEAD_VARIABLE}=1; {command}", timeout=120))
         for command in dict.fromkeys(speculate)
     ]
-    held = session.held()
+    held, holder_json = session.held(), json.dumps(holder, sort_keys=True)
 
     def script_with(ahead: str) -> str:
-        return lock_script(
-            state_dir,
-            json.dumps(holder, sort_keys=True),
-            ahead=ahead,
-            agent=HELPER_SOURCE,
-        )
+        return lock_script(state_dir, holder_json, ahead=ahead, agent=HELPER_SOURCE)
 
     # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
     # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
@@ -216,7 +198,7 @@ def acquire(
     session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
     lost = _send_ahead(channel, unsent)
-    buffer = bytearray()
+    buffer, cut = bytearray(), f"{remote.name}: connection lost while taking the lock"
     deadline = time.monotonic() + timeout
     try:
         while b"\nREADY\n" not in buffer:
@@ -234,12 +216,10 @@ def acquire(
                 )
             # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
             # wake-ups of the GIL per run at 50 hosts).
-            _wait_readable(channel, min(1.0, max(0.0, deadline - time.monotonic())))
+            select.select([channel], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
-        raise HostUnreachable(
-            f"{remote.name}: connection lost while taking the lock: {exc}"
-        ) from exc
+        raise HostUnreachable(f"{cut}: {exc}") from exc
     head, ready, rest = buffer.partition(b"\nREADY\n")
     text = (head + ready).decode("utf-8", "replace")
     lines = text.splitlines()
@@ -249,18 +229,19 @@ def acquire(
         lost = _send_ahead(channel, held)
     if lost is not None and (first.startswith("LOCKED") or not text.strip()):
         channel.close()
-        raise HostUnreachable(
-            f"{remote.name}: connection lost while taking the lock: {lost}"
-        ) from lost
+        raise HostUnreachable(f"{cut}: {lost}") from lost
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])
         session.feed(bytes(rest))
         remote.session = session
-        remote.keep_read_ahead(
-            _prefetched(remote, session, paths, calls, timeout),
-            _ran_ahead(ahead),
-        )
+        files = _prefetched(remote, session, paths, calls, timeout)
+        ran = {  # command -> (exit status, stdout, stderr) of what was sent ahead and answered
+            command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
+            for command, call in ahead
+            if call.ok and call.answer is not None
+        }
+        remote.keep_read_ahead(files, ran)
         return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):
@@ -277,13 +258,10 @@ def acquire(
         said = first.partition(" ")[2]
         if "Permission denied" in said:  # nothing was done: "not attempted", exit 4
             path = said.split(":", 1)[0].removeprefix("cannot create ").removeprefix("cannot open ")
-            raise StateDirDenied(
-                str(
-                    PermissionDenied(
-                        remote.name, path, remote.acting_user, remote.become is not None
-                    )
-                )
+            denied = PermissionDenied(
+                remote.name, path, remote.acting_user, remote.become is not None
             )
+            raise StateDirDenied(str(denied))
         raise StepFailed(f"{remote.name}: {said} (state_dir {state_dir})")
     raise StepFailed(
         f"{remote.name}: could not take the lock in {state_dir}: {text.strip()[:200] or 'no output'}"
@@ -291,11 +269,8 @@ def acquire(
 
 
 def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
-    """Send requests held for the lock's shell on its stdin; the failure, if the link broke.
-
-    A shell that refused (busy lock, untrusted state_dir) exits without reading what was
-    sent ahead: its answer, read next, says why. Only without one was it the link.
-    """
+    """Send requests held for the lock's shell on its stdin; the failure, if the link broke (a
+    shell that refused exits without reading them: only without its answer was it the link)."""
     try:
         if data:
             channel.sendall(memoryview(data))
@@ -304,25 +279,11 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     return None
 
 
-def _ran_ahead(ahead: list[tuple[str, Call]]) -> dict[str, tuple[int, bytes, str]]:
-    """Command -> (exit status, stdout, stderr) of what was sent ahead and answered."""
-    return {
-        command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
-        for command, call in ahead
-        if call.ok and call.answer is not None
-    }
-
-
 def _prefetched(
-    remote: Host,
-    session: Session,
-    paths: list[str],
-    calls: list[Any],
-    timeout: float,
+    remote: Host, session: Session, paths: list[str], calls: list[Any], timeout: float
 ) -> dict[str, tuple[FileStat | None, bytes | None]]:
-    """The prefetched files' answers (already on their way: no round trip of their own).
-
-    A file the helper could not read is left out; its step's own read words the error.
+    """The prefetched files' answers (already on their way: no round trip of their own); a
+    file the helper could not read is left out (its step's own read words the error).
 
     Raises:
         HostUnreachable: the connection was lost.
@@ -339,7 +300,3 @@ def _prefetched(
     return {
         path: fetch_answer(path, call) for path, call in zip(paths, calls, strict=True) if call.ok
     }
-
-
-def _wait_readable(channel: Channel, seconds: float) -> None:
-    select.select([channel], [], [], seconds)

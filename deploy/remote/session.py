@@ -1,12 +1,10 @@
 """Commands over the lock's channel: one login shell per host per run, however many commands.
 
 Every exec starts the user's login shell (``.bashrc`` included: ~60-100 ms where it runs
-``pyenv init``, and host CPU). The lock needs one such shell for the whole run anyway (it holds
-the flock), so once the lock is held that shell becomes a command loop
-(``deploy/hostsh/loop.sh``) and every later command goes to it — the compile check, the
-service agent, systemctl: the same one login shell as the bare ``connect + true`` floor.
-
-The protocol is framed by lengths, so code, stdin and output may hold any bytes:
+``pyenv init``). The lock holds one such shell for the whole run anyway, so once the lock is
+held it becomes a command loop (``deploy/hostsh/loop.sh``) that runs every later command: the
+same one login shell as the bare ``connect + true`` floor. Framed by lengths, so code, stdin
+and output may hold any bytes:
 
 - client → host: ``RUN <code bytes> <stdin bytes> <timeout seconds>\\n``, the code, stdin,
   then ``END\\n``: a frame the stream ends inside (a cut link, a killed workstation) has no
@@ -18,10 +16,9 @@ The protocol is framed by lengths, so code, stdin and output may hold any bytes:
   once for all of it (`deploy.engine.verdicts`).
 
 A command runs as an exec would: in a subshell of the user's shell, in the home directory,
-with the login shell's umask (the lock script's ``umask 077`` is for its own files), and
-without the lock's fd — a server a command starts must never hold the lock after the run. A
-timeout bounds it on the host with ``timeout(1)`` (exit 124) and the client waits `GRACE`
-beyond; a host silent after that is lost, since the loop's framing can no longer be trusted.
+with the login shell's umask, and without the lock's fd (a server it starts must never hold
+the lock). ``timeout(1)`` bounds it on the host (exit 124) and the client waits `GRACE` beyond;
+a host silent after that is lost, since the loop's framing can no longer be trusted.
 """
 
 from __future__ import annotations
@@ -44,17 +41,15 @@ GRACE = 15.0
 
 class Session:
     """The client side of ``loop.sh``, on the channel that holds the host's lock; not
-    thread-safe, like `RemoteHost`. Helper requests (`call`) are sent without waiting and
-    answered in order; `wait` collects every answer due in one round trip, and a command
-    (`run`) collects them with its own. After a failed request the host skips everything
-    until the client saw it (`wait` sends ``CLEAR``): what was sent after a failed write — its
-    ``done`` record, a restart — never happens.
-    """
+    thread-safe, like `RemoteHost`. Requests (`call`, `send_run`) are sent without waiting and
+    answered in order; `wait` collects every answer due in one round trip, `run` collects them
+    with its own. After a failed request the host skips everything until the client saw it
+    (``CLEAR``): what was sent after a failed write — its ``done`` record, a restart — never
+    happens."""
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
-        """``channel`` None: what is sent is held (`held`) until the channel is `attach`ed —
-        the lock puts its first requests in the exec's own command line (`deploy.remote.lock`).
-        """
+        """``channel`` None: what is sent is held (`held`) until one is `attach`ed (the lock
+        puts its first requests in the exec's own command line, `deploy.remote.lock`)."""
         self._channel = channel
         self._held = bytearray()
         # Amortized appends and front deletions: an answer may carry a large file.
@@ -62,7 +57,6 @@ class Session:
         self.broken = False
         #: When the shell was first seen ended (its exit status in): bounds what is read after.
         self._ended_at: float | None = None
-        #: Round trips by kind; ``wait``: times the client blocked for answers.
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
 
@@ -114,11 +108,8 @@ class Session:
         return call
 
     def send_run(self, command: str, *, timeout: float, check: bool = False) -> Call:
-        """Send a command without waiting (answered in turn, like a `call`).
-
-        ``check``: send it as a ``CHECK`` — if it exits other than 0, the host skips every
-        request and command sent after it, as after a failed request (module docstring).
-        """
+        """Send a command without waiting (answered in turn, like a `call`); ``check``: as a
+        ``CHECK`` (module docstring)."""
         code = command.encode()
         seconds = max(1, round(timeout))
         verb = b"CHECK" if check else b"RUN"
@@ -132,21 +123,20 @@ class Session:
     def wait(self, timeout: float | None = None) -> None:
         """Collect every outstanding answer (one round trip; none if nothing is outstanding).
 
+        A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
+
         Raises:
             CallFailed: the first request that failed (later ones were skipped on the host).
             NoHelper: the host could not start the helper.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE` (a
                 command sent ahead: within its own time limit + `GRACE`, `Call.timeout`).
-
-        A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
         """
         if not self._pending:
             return
         if self.broken:  # the framing is lost: nothing more can be read as an answer
             raise SessionLost("the session was lost earlier in this run")
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
-        self._collect(deadline)
+        self.collect(timeout)
 
     def feed(self, data: bytes) -> None:
         """Bytes already read off the channel (after the lock's own answer) that are ours."""
@@ -154,15 +144,11 @@ class Session:
 
     def collect(self, timeout: float | None = None) -> None:
         """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
-        deadline = None if timeout is None else time.monotonic() + timeout + GRACE
-        self._collect(deadline)
+        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
 
     def _collect(self, deadline: float | None) -> Call | None:
-        """Read every pending answer; return the first ``CHECK`` that failed (None if none).
-
-        A failed request raises `CallFailed`; a failed check does not (its sender reads its
-        status), but, like a failed request, it is cleared on the host (`_clear`) once seen.
-        """
+        """Read every pending answer; return the first ``CHECK`` that failed (None if none),
+        cleared on the host (`_clear`) once seen, like a failed request (which raises)."""
         failed: Call | None = None
         checked: Call | None = None
         missing = False
@@ -210,11 +196,8 @@ class Session:
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
         status, call.payload, err = self._done(header, deadline)
-        answer: dict[str, Any] = {
-            "ok": True,
-            "status": status,
-            "stderr": err.decode("utf-8", "replace"),
-        }
+        stderr = err.decode("utf-8", "replace")
+        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
         if call.check and status != 0:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer
@@ -234,9 +217,8 @@ class Session:
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None
     ) -> tuple[int, bytes, bytes, bool]:
-        """Run ``command``; return (exit status, stdout, stderr, timed out).
-
-        Outstanding helper answers are collected in the same round trip, first.
+        """Run ``command``; return (exit status, stdout, stderr, timed out). Outstanding
+        answers are collected in the same round trip, first.
 
         Raises:
             CallFailed: an earlier request failed; the command was not run.
@@ -258,12 +240,10 @@ class Session:
             earlier = exc
         try:
             header = self._read_line(deadline)
+            if earlier is not None:  # SKIP, or (CLEAR's race: cannot happen) its answer
+                raise earlier
             if header == b"SKIP":
-                if earlier is None:
-                    raise SessionLost("the host skipped a command after no failure")
-                raise earlier
-            if earlier is not None:  # the failure came after CLEAR's race: cannot happen
-                raise earlier
+                raise SessionLost("the host skipped a command after no failure")
             status, out, err = self._done(header, deadline)
         except SessionLost:
             self.broken = True
@@ -278,9 +258,9 @@ class Session:
         return status, out, err, timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (the helper's traceback or warning, say)
-        # is no answer's: it is read away, since bytes left in it keep the channel's pipe
-        # readable and the select below would return at once, every wait spinning.
+        # The lock shell's own stderr (the helper's traceback or warning, say) is no answer's:
+        # read it away, since bytes left in it keep the channel's pipe readable and the select
+        # below would return at once, every wait spinning.
         while self.channel.recv_stderr_ready():
             self.channel.recv_stderr(1 << 16)
         while not self.channel.recv_ready():

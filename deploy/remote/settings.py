@@ -7,7 +7,6 @@ can describe the hosts it will contact before the SSH stack is imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -34,8 +33,5 @@ class ConnectSettings:
     become: bool = False
     become_user: str = "root"
     become_password_env: str | None = None
-    #: Offer delayed zlib compression (`deploy.remote.compression`).
+    #: Offer delayed zlib compression (`deploy.remote.connect.Wire`).
     compression: bool = True
-
-    def known_hosts_path(self) -> Path:
-        return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()

@@ -7,27 +7,32 @@ per run. None is ever logged or put on a command line. Keys are loaded here rath
 paramiko so that a wrong or missing passphrase is said as such (paramiko goes on to try a
 password and reports the server's "Bad authentication type"), and so that an encrypted key's
 bcrypt rounds are paid once per run, not once per host.
+
+Failing: paramiko and the socket layer speak in their own terms ("No existing session", "Bad
+authentication type; allowed types: ['publickey']", "[Errno -2] Name or service not known").
+`describe` maps every way a connection can fail to one sentence of ours (what happened, the
+likely cause, the fix), so that no paramiko wording reaches the user: pure, an exception and
+the `Attempt` in, a string out; `deploy.remote.connect` raises `HostUnreachable` with it.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from deploy.errors import HostUnreachable, InputError
-from deploy.remote.sshfail import Attempt
 
 if TYPE_CHECKING:
     from fabric import Connection
 
     from deploy.remote.settings import ConnectSettings
-
-# -- secrets the CLI asked for once per run --------------------------------------------------
 
 _PROVIDED: dict[str, str] = {}
 _PROMPTER: list[Callable[[str], str]] = []
@@ -40,15 +45,9 @@ def provide_secret(kind: str, value: str) -> None:
     _PROVIDED[kind] = value
 
 
-def provided_secret(kind: str) -> str | None:
-    return _PROVIDED.get(kind)
-
-
 def set_prompter(prompt: Callable[[str], str] | None) -> None:
     """How to ask for a key's passphrase (a terminal prompt), or None where nobody can answer."""
-    _PROMPTER.clear()
-    if prompt is not None:
-        _PROMPTER.append(prompt)
+    _PROMPTER[:] = [] if prompt is None else [prompt]
 
 
 def secrets_for_worker() -> dict[str, Any]:
@@ -83,17 +82,15 @@ def ask_passphrase(prompt: str) -> str:
         return _ASKED[prompt]
 
 
-def _password(settings: ConnectSettings) -> str | None:
-    prompted = provided_secret("password")
-    if prompted is not None:
+def secret_of(host: str, kind: str, field: str, env: str | None) -> str | None:
+    """The ``kind`` secret (``password``, ``become``) the CLI asked for, else ``$env`` (named by
+    the inventory's ``field``), else None; `InputError` when ``env`` is not set."""
+    prompted = _PROVIDED.get(kind)
+    if prompted is not None or not env:
         return prompted
-    if not settings.password_env:
-        return None
-    value = os.environ.get(settings.password_env)
+    value = os.environ.get(env)
     if value is None:
-        raise InputError(
-            f"{settings.name}: password_env names ${settings.password_env}, which is not set"
-        )
+        raise InputError(f"{host}: {field} names ${env}, which is not set")
     return value
 
 
@@ -117,12 +114,8 @@ def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
 
 
 def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> paramiko.PKey | None:
-    """The private key at ``path``, decrypted; None when the file does not exist (as ssh).
-
-    An encrypted key without a passphrase is asked for on the terminal (once per file per
-    run); with no terminal it is one line saying what to do. A wrong passphrase is said as
-    such, rather than as the server's "Bad authentication type" that follows it.
-    """
+    """The private key at ``path``, decrypted (a passphrase asked once per file per run, where
+    someone can answer); None when the file does not exist (as ssh)."""
     if not path.exists():
         return None
     with _SECRETS_LOCK:  # one prompt per key even when many hosts connect at once
@@ -164,7 +157,7 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
 
 def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, Any], Attempt]:
     """paramiko's authentication arguments for ``conn``, and what they try (for messages)."""
-    secret = _password(settings)
+    secret = secret_of(settings.name, "password", "password_env", settings.password_env)
     explicit = [settings.identity_file] if settings.identity_file else []
     listed = conn.ssh_config.get("identityfile", [])
     files = [Path(p).expanduser() for p in explicit + list(listed)]
@@ -179,13 +172,11 @@ def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, 
     if rest:
         kwargs["key_filename"] = rest
     if secret is not None:
-        kwargs["password"] = secret
-        kwargs["passphrase"] = secret
+        kwargs.update(password=secret, passphrase=secret)
     if only:
         # IdentitiesOnly: offer only the named keys, as ssh does; the agent's and ~/.ssh's
         # keys could otherwise use up the server's MaxAuthTries first.
-        kwargs["look_for_keys"] = False
-        kwargs["allow_agent"] = False
+        kwargs.update(look_for_keys=False, allow_agent=False)
     attempt = Attempt(
         name=settings.name,
         target=f"{conn.host}:{conn.port or 22}",
@@ -195,3 +186,80 @@ def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, 
         password=secret is not None and not files,
     )
     return kwargs, attempt
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What we tried, for the message: ``name`` (inventory), ``target`` (``host:port``)."""
+
+    name: str
+    target: str
+    user: str
+    timeout: float
+    keys: tuple[str, ...] = ()
+    password: bool = False
+
+
+def describe(exc: BaseException, attempt: Attempt) -> str:
+    """The one-line message for ``exc`` raised while connecting (``name: cannot connect ...``)."""
+    head = f"{attempt.name}: cannot connect to {attempt.target}"
+    if isinstance(exc, socket.gaierror):
+        return (
+            f"{attempt.name}: cannot resolve {attempt.target.rsplit(':', 1)[0]} (DNS lookup "
+            "failed); check the address in the inventory or ssh_config's HostName"
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
+        return (
+            f"{head}: connection refused (no SSH server listening on that port); check the "
+            "address and port, and that sshd runs"
+        )
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return (
+            f"{head}: no answer within {attempt.timeout:g} s (host down, or a firewall drops "
+            "the packets); check the address, or raise connect_timeout"
+        )
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{head}: {exc.strerror or 'network error'} (errno {exc.errno}); check the network"
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        allowed = ", ".join(exc.allowed_types) or "none"
+        return (
+            f"{head}: the server does not accept "
+            f"{'password' if attempt.password else 'this kind of'} authentication for "
+            f"{attempt.user} (it allows: {allowed}); "
+            + (
+                "use a key (--private-key or identity_file)"
+                if "publickey" in exc.allowed_types
+                else "use --ask-pass or password_env"
+            )
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        tried = ", ".join(attempt.keys) if attempt.keys else "the agent's and ~/.ssh's keys"
+        if attempt.password:
+            tried += " and a password"
+        return (
+            f"{attempt.name}: {attempt.target} refused login as {attempt.user} (tried {tried}); "
+            "check the user (-u) and that the public key is in the user's authorized_keys"
+        )
+    text = str(exc)
+    if "No authentication methods available" in text:
+        return (
+            f"{attempt.name}: no key or password to log in to {attempt.target} as "
+            f"{attempt.user} (no identity_file, no ssh-agent key, no ~/.ssh key); pass "
+            "--private-key, set identity_file, or use --ask-pass"
+        )
+    if "protocol banner" in text or "No existing session" in text:
+        return (
+            f"{head}: the port accepts connections but no SSH server answered within "
+            f"{attempt.timeout:g} s (not sshd, or an overloaded one); check the port"
+        )
+    if "no acceptable" in text or "Incompatible" in text:
+        return (
+            f"{head}: no key-exchange or host-key algorithm in common with the server; "
+            "check the server's sshd_config (HostKeyAlgorithms, KexAlgorithms)"
+        )
+    if isinstance(exc, EOFError | ConnectionResetError) or "closed" in text.lower():
+        return (
+            f"{head}: the server closed the connection during the handshake (sshd's "
+            "MaxStartups, a firewall, or not an SSH server); retry, or check the server's log"
+        )
+    return f"{head}: SSH handshake failed ({type(exc).__name__}); retry with -vv for details"

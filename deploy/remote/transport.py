@@ -1,15 +1,13 @@
 """The transport under `RemoteHost`: exec channels and TCP streams, whatever carries them.
 
-The seam sits here, not at `Host`, because everything deploy does on a host is built from two
-primitives: a command with stdin/stdout/stderr and an exit status (the lock's shell, the
-session loop and the file helper ride on one) and a TCP stream to the host's loopback (health
-and load checks). Faking `Host` would take a second lock script, session framing and file
-helper, and fast tests of a reimplementation prove nothing; with the seam here (where httpx's
-``BaseTransport`` draws it too), `tests.unit.local_host.LocalTransport` runs the very same
-programs in local processes, and only SSH itself (authentication, host keys, direct-tcpip,
-sudo) is left to the integration suite. The product's implementation is
-`deploy.remote.ssh.SshTransport`. Failures are `OSError` (or paramiko's, inside
-`deploy.remote` only), which callers in `deploy.remote` turn into `deploy.errors` classes.
+The seam sits here, not at `Host`, because everything deploy does on a host is built from a
+command with stdin/stdout/stderr and an exit status (the lock's shell, the session loop, the
+file helper) and a TCP stream to the host's loopback (health and load checks). Faking `Host`
+would take a second lock script, session framing and file helper, and fast tests of a
+reimplementation prove nothing; here (where httpx's ``BaseTransport`` draws it too),
+`tests.unit.local_host.LocalTransport` runs the very same programs in local processes, and
+only SSH itself is left to the integration suite (`deploy.remote.connect.SshTransport`).
+Failures are `OSError` (or paramiko's, inside `deploy.remote`), turned into `deploy.errors`.
 """
 
 from __future__ import annotations
@@ -23,38 +21,24 @@ AFTER_EXIT = 0.5
 
 
 class Channel(Protocol):
-    """A started command: the subset of ``paramiko.Channel`` that deploy uses.
-
-    ``fileno()`` is readable whenever stdout or stderr data, or the exit status, arrived (so a
-    ``select`` on the channel wakes for all three, as paramiko's pipe does);
-    ``status_event`` is set when the exit status is known.
-    """
+    """A started command: the subset of ``paramiko.Channel`` that deploy uses. ``fileno()`` is
+    readable whenever stdout or stderr data, or the exit status, arrived (``select`` wakes for
+    all three, as on paramiko's pipe); ``status_event`` is set when the exit status is known."""
 
     status_event: threading.Event
 
     @property
     def closed(self) -> bool: ...
-
     def fileno(self) -> int: ...
-
     def sendall(self, data: bytes | memoryview) -> None: ...
-
     def recv(self, nbytes: int) -> bytes: ...
-
     def recv_stderr(self, nbytes: int) -> bytes: ...
-
     def recv_ready(self) -> bool: ...
-
     def recv_stderr_ready(self) -> bool: ...
-
     def exit_status_ready(self) -> bool: ...
-
     def recv_exit_status(self) -> int: ...
-
     def shutdown_write(self) -> None: ...
-
     def settimeout(self, timeout: float | None) -> None: ...
-
     def close(self) -> None: ...
 
 
@@ -91,17 +75,14 @@ class Stream(Protocol):
     """A TCP byte stream to a port on the host (a forwarded channel, or a local socket)."""
 
     def sendall(self, data: bytes) -> Any: ...
-
     def recv(self, nbytes: int) -> bytes: ...
-
     def settimeout(self, timeout: float | None) -> None: ...
-
     def close(self) -> None: ...
 
 
 class Transport(Protocol):
-    """One open connection to a host, made open by `deploy.remote.ssh.SshTransport.connect`,
-    used by one thread, ended by `close`: the only thing `RemoteHost` needs from SSH."""
+    """One open connection to a host, used by one thread, ended by `close`: the only thing
+    `RemoteHost` needs from SSH."""
 
     #: Who the commands run as (the SSH login user; this machine's user locally).
     user: str
@@ -128,8 +109,7 @@ class Transport(Protocol):
         ...
 
     def open_sftp(self) -> Any:
-        """A ``paramiko.SFTPClient`` for the files a run reads without the lock (``--check``,
-        status). Typed ``Any`` so that no paramiko type leaves `deploy.remote`."""
+        """A ``paramiko.SFTPClient`` (``Any``: no paramiko type leaves `deploy.remote`)."""
         ...
 
     def close(self) -> None: ...

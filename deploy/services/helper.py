@@ -13,9 +13,9 @@ from typing import Any
 
 from deploy.checks.interpreter import root_only_if_trusted
 from deploy.errors import StepFailed
+from deploy.hostpy import program
 from deploy.remote.api import Host
 from deploy.remote.host import quote
-from deploy.remote.hostprogram import program
 
 AGENT_SOURCE = program("agent")  # one program: agent.py with its parts inlined
 

@@ -5,7 +5,7 @@ Used twice per run: on the old server before the run's first change (the baselin
 (`deploy.steps.gate_throughput`), with the same `LoadSpec`, so the two are comparable. The
 arithmetic is `deploy.checks.throughput`.
 
-The load is generated ON THE HOST (`deploy.hostpy.loadgen`, one exec in the run's session per
+The load is generated ON THE HOST (`deploy.services.loadgen`, one exec in the run's session per
 batch of waves): 32 streams relayed through one SSH connection would measure the workstation
 and its link, and a relayed request cannot tell when its first token came. Every request
 streams, asks for exactly ``max_new_tokens`` with ``ignore_eos`` (a model that stops early on
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deploy import interrupt
@@ -27,13 +28,13 @@ from deploy.checks.throughput import Level
 from deploy.errors import CheckFailed
 from deploy.remote import http
 from deploy.remote.host import quote
-from deploy.remote.hostprogram import program
 from deploy.services.control import ServiceControl
 from deploy.services.endpoint import endpoint_of_state
 from deploy.services.probes import get
 from deploy.services.state import ServiceState
 
-LOADGEN_SOURCE = program("loadgen")
+#: The generator's program text, run as ``python3 -I -S -c`` (standard library only).
+LOADGEN_SOURCE = (Path(__file__).parent / "loadgen.py").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)

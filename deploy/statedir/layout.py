@@ -18,6 +18,7 @@ the state directory must look at (owner and mode of state_dir and its parents).
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -77,6 +78,15 @@ class Layout:
     @property
     def compiled(self) -> str:
         return f"{self.root}/compiled"
+
+    def write_probe(self) -> str:
+        """The command `--check` runs as a non-root user without become (`deploy.engine`):
+        it prints the nearest existing directory on the way to `runs` if the acting user may
+        not write in it (so the real run's lock would fail to create or open it)."""
+        return (
+            f'd={shlex.quote(self.runs)}; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; '
+            '[ -w "$d" ] || printf "%s\\n" "$d"'
+        )
 
     def trust_paths(self) -> list[str]:
         """state_dir and each parent up to /, the directories whose owner and mode matter."""

@@ -46,8 +46,7 @@ from deploy.statedir.records import Record
 
 if TYPE_CHECKING:  # the remote layer is heavy to import: validation never needs it
     from deploy.remote.api import Host
-    from deploy.remote.calls import Call
-    from deploy.remote.sftpfile import FileStat
+    from deploy.remote.calls import Call, FileStat
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 

@@ -27,7 +27,7 @@ from deploy.steps.base import FileState, Recorder, RecordUndo, StepContext
 
 if TYPE_CHECKING:
     from deploy.remote.api import Host
-    from deploy.remote.sftpfile import FileStat
+    from deploy.remote.calls import FileStat
 
 #: Mode of a created file when the step gives none (Ansible's, under the usual umask 022).
 DEFAULT_FILE_MODE = 0o644
@@ -96,7 +96,7 @@ def missing_dirs(ctx: StepContext, path: str, *, create_dirs: bool) -> list[str]
 
 def _stat(ctx: StepContext, path: str) -> FileStat | None:
     if path == "/":
-        from deploy.remote.sftpfile import FileStat
+        from deploy.remote.calls import FileStat
 
         return FileStat(path="/", mode=statmod.S_IFDIR | 0o755, uid=0, gid=0, size=0, mtime=0)
     info, _ = ctx.remote.fetch(path)
@@ -113,7 +113,7 @@ def planned_state(
 ) -> FileState:
     """Record in the run's cache that ``path`` holds (or, under --check, would hold) ``content``,
     a file this run creates: later steps of the run read it from here."""
-    from deploy.remote.sftpfile import FileStat
+    from deploy.remote.calls import FileStat
 
     # uid/gid -1 when not chosen: "unchanged" to fchown, should anything pass them on.
     info = FileStat(

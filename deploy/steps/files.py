@@ -36,7 +36,7 @@ from deploy.steps.base import (
 
 if TYPE_CHECKING:
     from deploy.remote.api import Host
-    from deploy.remote.sftpfile import FileStat
+    from deploy.remote.calls import FileStat
 
 
 class FileWriteOptions(StrictModel):

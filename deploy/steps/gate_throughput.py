@@ -1,6 +1,6 @@
 """``gate_throughput`` — the new server must be fast enough, absolutely and against before.
 
-The load is generated on the host (`deploy.services.load`, `deploy.hostpy.loadgen`): an
+The load is generated on the host (`deploy.services.load`, `deploy.services.loadgen`): an
 uncounted warm-up, then waves of streamed requests at each level of ``concurrency`` (kimi-eagle3:
 1 and 32, production load), ``ignore_eos``, the prompts in turn, tokens from the server's
 ``meta_info.completion_tokens``. Per level it reports decode tok/s (after the first token), time

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy.remote.compression import DELAYED
-from deploy.remote.connect import ConnectSettings
+from deploy.remote.connect import DELAYED, ConnectSettings
 from deploy.remote.host import RemoteHost
 from deploy.sandbox.sshd import SshdSandbox, SshHost
 from deploy.sandbox.wheels import kimi_k25_source

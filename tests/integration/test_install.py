@@ -116,8 +116,9 @@ def test_wheel_runs_check_from_any_directory(
     env = _env(tmp_path)
     wheel = _build_wheel(tmp_path, env)
     names = zipfile.ZipFile(wheel).namelist()
-    # The host programs `deploy.remote.hostprogram` assembles from their sources.
-    assert {f"deploy/hostpy/{n}.py" for n in ("agent", "fileagent", "loadgen")} <= set(names)
+    # The host programs `deploy.hostpy.program` assembles from their sources, and the gate's.
+    assert {f"deploy/hostpy/{n}.py" for n in ("agent", "fileagent")} <= set(names)
+    assert "deploy/services/loadgen.py" in names
     # The shell programs the host runs (`deploy.hostsh`): the lock, status and check scripts.
     host_shell = {f"deploy/hostsh/{p.name}" for p in hostsh.DIRECTORY.glob("*.sh")}
     assert len(host_shell) > 10 and host_shell <= set(names)

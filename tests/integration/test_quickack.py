@@ -2,7 +2,7 @@
 
 sshd's ``hostkeys-00@openssh.com`` notice, sent right after login, holds back the channel's
 confirmation until the client ACKs it (sshd's Nagle); the client's kernel delays that ACK by
-40 ms (`deploy.remote.quickack`). Timing alone would be a flaky witness on a loaded machine, so
+40 ms (`deploy.remote.connect.Wire`). Timing alone would be a flaky witness on a loaded machine, so
 the probe also counts the kernel's delayed ACKs in a network namespace of its own. That counter
 also sees sshd's side (an ACK it delays now and then in the same moment), so an open counts as
 stalled only when it both delayed an ACK and took the timer's 40 ms (`STALL_MS`, with margin):

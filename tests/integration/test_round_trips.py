@@ -213,7 +213,7 @@ def test_the_connection_has_nagle_off(ssh_host: SshHost) -> None:
     """TCP_NODELAY: paramiko's login otherwise waits ~40 ms for a delayed ACK (connect.py)."""
     remote = open_remote(ssh_host)
     try:
-        sock = remote.transport.sock  # type: ignore[attr-defined]  # SshTransport
+        sock = remote.transport._transport().sock  # type: ignore[attr-defined]  # SshTransport
         assert isinstance(sock, socket.socket)
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:

@@ -50,7 +50,7 @@ def test_commands_run_in_the_locks_shell_exactly_as_execs(locked: RemoteHost) ->
 
     # Shell state does not leak from one command to the next (each runs in a subshell).
     locked.run("cd /; X=1; export Y=2")
-    home = locked._run_on_exec("pwd", None, 30)[1].decode()
+    home = locked.exec_collect("pwd", None, 30)[1].decode()
     assert locked.run('pwd; echo "[$X][$Y]"').stdout == f"{home}[][]\n"
 
     assert locked.ops["exec"] == execs + 1, "no new login shell per command (1: the pwd above)"
@@ -66,7 +66,7 @@ def test_a_process_left_writing_never_leaks_into_the_next_answer(locked: RemoteH
 
 
 def test_the_login_shells_umask_not_the_lock_scripts(locked: RemoteHost, ssh_host: SshHost) -> None:
-    exec_umask = locked._run_on_exec("umask", None, 30)[1].decode().strip()
+    exec_umask = locked.exec_collect("umask", None, 30)[1].decode().strip()
     assert locked.run("umask").stdout.strip() == exec_umask != "0077"
 
 

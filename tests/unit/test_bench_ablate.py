@@ -51,12 +51,10 @@ def test_a_switch_is_read_from_the_environment() -> None:
 
 _EFFECTS = """
 import socket
-from deploy.remote import quickack
-from deploy.remote.compression import compressing
-import paramiko
+from deploy.remote import connect
 
 left, right = socket.socketpair()
-transport = compressing(paramiko.Transport)(left)
+transport = connect.Wire(left)
 transport.use_compression(True)
 compressed = "zlib@openssh.com" in transport.get_security_options().compression
 transport.close()
@@ -65,8 +63,8 @@ class Sock:
     calls = 0
     def setsockopt(self, *args):
         Sock.calls += 1
-quickack.socket.socket = Sock  # ack_now checks isinstance(sock, socket.socket)
-quickack.ack_now(Sock())
+connect.socket.socket = Sock  # ack_now checks isinstance(sock, socket.socket)
+connect.ack_now(Sock())
 print(
     "" if Sock.calls else "quickack",
     "" if compressed else "compression",

@@ -1,6 +1,6 @@
 """Every runtime dependency is bounded below its next major release (pyproject.toml).
 
-deploy overrides a private method of paramiko (`deploy.remote.quickack`) and builds on
+deploy overrides a private method of paramiko (`deploy.remote.connect.Wire`) and builds on
 Fabric's, pydantic's and click's APIs: a fresh install must not pick up a major release that
 reshaped them before the suite has run on it.
 """

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.hostpy import fileagent, fileagent_ops
+from deploy.hostpy import fileagent, fileagent_ops, program
 from deploy.hostpy.fileagent import Refused
-from deploy.remote.hostprogram import program
 
 #: ``cap_net_bind_service=ep`` as the kernel stores it (VFS_CAP_REVISION_2, 20 bytes).
 CAP_NET_BIND = bytes.fromhex("0100000200040000000000000000000000000000")
@@ -71,11 +70,11 @@ def test_undo_sets_the_recorded_metadata(tmp_path: Path) -> None:
     assert os.getxattr(path, "user.tag") == b"kept"
 
 
-def test_xattrs_are_refused_when_the_step_does_not_allow_them(tmp_path: Path) -> None:
+def test_a_failed_write_leaves_the_target_and_no_temp_file(tmp_path: Path) -> None:
     path = _target(tmp_path)
-    os.setxattr(path, "user.origin", b"vendor")
-    with pytest.raises(Refused, match=r"user\.origin"):
-        fileagent.write({"path": str(path), "xattrs": "refuse"}, b"new\n")
+    meta = {"mode": 0o600, "uid": None, "gid": None, "xattrs": {"bogus.name": ""}}
+    with pytest.raises(Refused, match=r"cannot keep bogus\.name"):
+        fileagent.write({"path": str(path), "meta": meta}, b"new\n")
     assert path.read_bytes() == b"old\n"
     assert sorted(os.listdir(tmp_path)) == ["target"], "no temp file left"
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.hostpy import agent_proc, fileagent_ops
-from deploy.remote.hostprogram import PART_MARKER, program
+from deploy.hostpy import PART_MARKER, agent_proc, fileagent_ops, program
 
 PARTS = {"agent": agent_proc, "fileagent": fileagent_ops}
 

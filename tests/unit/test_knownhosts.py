@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 
-from deploy.remote.knownhosts import KnownHosts, Verdict
+from deploy.remote.hostkeys import KnownHosts, Verdict
 
 K1 = "AAAAC3NzaC1lZDI1NTE5AAAAIDJDBuQ3xRpqt7tImXVLm38i8vviVTv7SL7xr/lATEf9"
 K2 = "AAAAC3NzaC1lZDI1NTE5AAAAIDtq53Nympoo9+oPluVqK5yPewKXMa8nsLqtRJCewWrW"
@@ -57,6 +57,6 @@ def test_hashed_names_match_and_bad_lines_are_skipped_not_fatal() -> None:
     hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
     text = f"@bogus x ssh-ed25519 {K1}\nonly-two fields\nh ssh-ed25519 !!!\n{hashed} ssh-ed25519 {K1}\n"
     known = KnownHosts.parse(text)
-    assert [n for n, _ in known.skipped] == [1, 2, 3]
+    assert [entry.line for entry in known.entries] == [4], "lines 1-3 skipped, not fatal"
     assert known.verdict(HOST, "ssh-ed25519", blob(K1))[0] is Verdict.TRUSTED
     assert known.key_types(HOST) == ["ssh-ed25519"]

@@ -1,4 +1,4 @@
-"""The gate's load generator (`deploy.hostpy.loadgen`) against small HTTP servers on loopback.
+"""The gate's load generator (`deploy.services.loadgen`) against small HTTP servers on loopback.
 
 Its happy path against the stand-in SGLang is in tests/unit/test_service_local.py and
 tests/integration/test_service_gate.py; here: how it reads a server's load (``/v1/loads``,
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from deploy.hostpy import loadgen
-from deploy.remote.hostprogram import program
+from deploy.services import loadgen
+from deploy.services.load import LOADGEN_SOURCE
 
 Route = Callable[[BaseHTTPRequestHandler], None]
 
@@ -134,7 +134,7 @@ def test_a_bad_answer_voids_the_measurement(route: Route, words: str) -> None:
 
 def test_it_runs_as_the_host_runs_it() -> None:
     """``-I -S``, Python 3.8 syntax, nothing from deploy; the API key travels on stdin."""
-    text = program("loadgen")
+    text = LOADGEN_SOURCE
     ast.parse(text, feature_version=(3, 8))
     assert not re.findall(r"^\s*(from|import) deploy\b", text, re.MULTILINE)
     seen: list[str] = []

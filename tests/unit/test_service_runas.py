@@ -195,7 +195,7 @@ def test_a_helper_that_is_not_root_refuses_another_user_and_starts_nothing(
     start a server as root: one line, no process, no log, no pid file."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("makes a user and switches to it: run as root, with setpriv")
-    from deploy.remote.hostprogram import program
+    from deploy.hostpy import program
     from tests.faults.attacker import ATTACKER_PYTHON, _ensure_user
 
     user = _ensure_user()

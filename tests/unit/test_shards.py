@@ -102,7 +102,7 @@ def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_onc
         sshauth._PROVIDED.clear()
         sshauth._PASSPHRASES.clear()
         sshauth.take_secrets(sent[1]["secrets"], lambda prompt: "from the parent")  # type: ignore[index]
-        assert sshauth.provided_secret("become") == "s3cret-become"
+        assert sshauth._PROVIDED["become"] == "s3cret-become"
         assert sshauth._PASSPHRASES["/k"] == "s3cret-key"
         assert sshauth._PROMPTER[0]("any") == "from the parent"
         sshauth.take_secrets({**sent[1]["secrets"], "can_ask": False}, lambda p: "x")  # type: ignore[index]

@@ -8,7 +8,7 @@ import socket
 import paramiko
 import pytest
 
-from deploy.remote.sshfail import Attempt, describe
+from deploy.remote.sshauth import Attempt, describe
 
 TRY = Attempt(name="gpu-1", target="10.0.0.5:22", user="deploy", timeout=10, keys=("/k",))
 

@@ -1,8 +1,9 @@
 """Load generator that runs ON THE HOST: the throughput gate's waves of streamed requests.
 
-Sent as ``python3 -I -S -c SOURCE`` (`deploy.remote.hostprogram`) in the run's session behind
-the lock, its arguments as JSON on stdin (the API key among them: never in a command line,
-which every local user can read); it prints one JSON object. Standard library only, Python 3.8.
+Sent as ``python3 -I -S -c SOURCE`` (`deploy.services.load`) in the run's session behind the
+lock, its arguments as JSON on stdin (the API key among them: never in a command line,
+which every local user can read); it prints one JSON object. Standard library only, Python 3.8
+syntax, no annotations: it runs on whatever python3 the host has.
 
 Why on the host: 32 requests at once through one SSH connection would measure the workstation,
 the link and the connection's window, not the server; and a request relayed whole cannot say

@@ -193,7 +193,7 @@ def render_inventory() -> str:
         "",
         "## Host keys and connections",
         "",
-        markdown(connect.__doc__, 0, 3),
+        markdown(connect.__doc__, 0, 4),
         "",
     ]
     return "\n".join(parts)

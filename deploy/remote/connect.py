@@ -12,6 +12,13 @@ ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
 Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
+``deploy apply`` dials its first hosts (TCP connect and client banner) once the whole input is
+valid and the workstation's lock is held, while it loads the SSH stack (`deploy.remote.dial`);
+the login then continues on that socket. Nothing is dialed ahead when an ssh_config file or
+Fabric's own configuration could send a login elsewhere (HostName, Port, ProxyJump,
+ProxyCommand, Match, CanonicalizeHostname; ``port``, ``gateway``, ``ssh_config_path``): each
+login then connects itself, as it always can.
+
 Logging in is `deploy.remote.sshauth`. Every paramiko and socket error is translated here into
 our exceptions, in one line saying the likely cause and the fix (`deploy.remote.sshauth`). The
 open connection is an `SshTransport`, whose channel refusals are `ConnectionRefusedError`, its

@@ -138,13 +138,18 @@ def dial_ahead(plans: list[Any]) -> None:
     """Start the TCP connects of ``plans``' hosts (after `with_connection`: its overrides name
     the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing.
 
-    A host whose ``password_env`` (or, under become, ``become_password_env``) names an unset
-    variable is left out: its login stops before any connect and it is reported "not
-    attempted" (`deploy.remote.sshauth`, `deploy.remote.host`), so nothing may reach it.
+    Left out: a host with ``connect_ahead: false``, and one whose ``password_env`` (or, under
+    become, ``become_password_env``) names an unset variable — its login stops before any
+    connect and it is reported "not attempted" (`deploy.remote.sshauth`), so nothing may
+    reach it.
     """
     from deploy.remote import dial
 
-    specs = [(plan.name, plan.spec) for plan in plans if _secrets_set(plan.spec)]
+    specs = [
+        (plan.name, plan.spec)
+        for plan in plans
+        if plan.spec.connect_ahead and _secrets_set(plan.spec)
+    ]
     dial.start(
         [(spec.address or name, spec.port or 22, spec.connect_timeout) for name, spec in specs],
         [spec.ssh_config for _, spec in specs],

@@ -176,6 +176,14 @@ class HostSpec(StrictModel):
             " as its default does): a run's bursts fit TCP's first windows, fewer round trips."
         ),
     )
+    connect_ahead: bool = Field(
+        default=True,
+        description=(
+            "Let `deploy apply` make this host's TCP connect and send its SSH banner while it"
+            " loads, once the input is valid (one to two round trips fewer). false: connect"
+            " only when the login starts."
+        ),
+    )
     state_dir: str = Field(
         default=DEFAULT_STATE_DIR,
         description="Directory on the host for the lock, journals and saved copies.",

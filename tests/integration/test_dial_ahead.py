@@ -239,3 +239,23 @@ def test_the_preview_dials_the_hosts_it_opens_itself_not_the_runs(
     finally:
         for found in listeners:
             found.close()
+
+
+def test_connect_ahead_false_leaves_that_host_to_its_login(
+    kimi_059: tuple[KimiHost, Deploy],
+    listener: Listener,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The inventory's switch: the other host is still dialed ahead; this one is reached once,
+    by its own login (which fails there: the listener is no sshd)."""
+    host, deploy = kimi_059
+    _add_host(deploy, "gpu-listener", listener.port, connect_ahead=False)
+    log = tmp_path / "dial.jsonl"
+    result = _probe(deploy, log, monkeypatch)(
+        "apply", "kimi-eagle3", "--yes", "--skip-tags", "service", "--forks", "2"
+    )
+    assert result.exit_code != 2, result.output
+    starts = [e for e in _events(log) if e["event"] == "start"]
+    assert [s["targets"] for s in starts] == [[[host.host.address, host.host.port, 10.0]]]
+    assert len(listener.lines) == 1 and listener.lines[0].startswith(b"SSH-2.0-"), listener.lines

@@ -184,7 +184,7 @@ def test_templated_non_string_fields_load_as_written(tmp_path: Path) -> None:
             "hosts.yaml:3:5 hosts.a.identity_fle: unknown key 'identity_fle' (allowed: address,"
             " port, user, identity_file, known_hosts, ssh_config, accept_new_host_keys,"
             " password_env, become, become_user, become_password_env, connect_timeout,"
-            " lock_timeout, compression, state_dir, vars) (did you mean 'identity_file'?)",
+            " lock_timeout, compression, connect_ahead, state_dir, vars) (did you mean 'identity_file'?)",
         ),
         (
             "hosts:\n  a: {port: 99999}\n",

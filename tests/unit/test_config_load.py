@@ -321,7 +321,7 @@ def test_validate_all_with_broken_inventory(tmp_path: Path) -> None:
         "hosts.yaml:2:13 hosts.a.port: expected an integer, got 'x'",
         "hosts.yaml:2:16 hosts.a.usr: unknown key 'usr' (allowed: address, port, user,"
         " identity_file, known_hosts, ssh_config, accept_new_host_keys, password_env,"
-        " become, become_user, become_password_env, connect_timeout, lock_timeout, compression, state_dir, vars)"
+        " become, become_user, become_password_env, connect_timeout, lock_timeout, compression, connect_ahead, state_dir, vars)"
         " (did you mean 'user'?)",
         "playbooks: no playbooks found (*.yaml)",
     ]

@@ -1,7 +1,7 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
 ``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
-from a *connector* (by default `deploy.remote.connect.SshTransport.connect`; tests give a local
+from a *connector* (by default `deploy.remote.connect.SshTransport`; tests give a local
 one, and everything here runs unchanged on it). Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
 to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
@@ -45,7 +45,7 @@ class RemoteHost(HostFiles):
     def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
         self.settings = settings
         self.name = settings.name
-        self._connector = connector or SshTransport.connect
+        self._connector = connector or SshTransport
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
         self.session: Session | None = None

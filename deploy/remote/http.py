@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,6 @@ class HttpResponse:
     status: int
     body: bytes
     headers: dict[str, str]
-    elapsed: float
 
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
@@ -56,7 +54,6 @@ def request(
         ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
         HostUnreachable: the SSH connection itself is gone.
     """
-    began = time.monotonic()
     payload = b"" if body is None else json.dumps(body).encode()
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: {address}:{port}\r\nConnection: close\r\n"
@@ -90,10 +87,10 @@ def request(
         ) from exc
     finally:
         channel.close()
-    return parse_response(b"".join(chunks), elapsed=time.monotonic() - began)
+    return parse_response(b"".join(chunks))
 
 
-def parse_response(raw: bytes, *, elapsed: float = 0.0) -> HttpResponse:
+def parse_response(raw: bytes) -> HttpResponse:
     """Parse a whole HTTP/1.x response (Content-Length, chunked, or read-to-close bodies) with
     the standard library's parser, over the bytes already read.
 
@@ -109,7 +106,7 @@ def parse_response(raw: bytes, *, elapsed: float = 0.0) -> HttpResponse:
     except (http.client.HTTPException, ValueError) as exc:
         raise ServerUnavailable(f"no complete HTTP answer ({type(exc).__name__}: {exc})") from exc
     headers = {key.lower(): value for key, value in response.getheaders()}
-    return HttpResponse(response.status, body, headers, elapsed)
+    return HttpResponse(response.status, body, headers)
 
 
 class _Received:

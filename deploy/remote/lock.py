@@ -68,10 +68,8 @@ MAX_COMMAND = 96 * 1024
 
 def _carriable(held: bytes) -> str:
     """``held`` as text for a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
-    if b"\0" in held:
-        return ""
     try:
-        return held.decode()
+        return "" if b"\0" in held else held.decode()
     except UnicodeDecodeError:
         return ""
 
@@ -126,11 +124,6 @@ def _holder_text(raw: str) -> dict[str, object] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _scanned(lines: list[str]) -> list[RunInfo]:
-    """The runs the lock script's scan printed before ``READY``."""
-    return ordered(parse_scan(lines[: lines.index("READY")] if "READY" in lines else lines))
 
 
 def describe_holder(holder: dict[str, object] | None) -> str:
@@ -232,7 +225,8 @@ def acquire(
         raise HostUnreachable(f"{cut}: {lost}") from lost
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
-        runs = _scanned(lines[1:])
+        scan = lines[1 : lines.index("READY")] if "READY" in lines else lines[1:]
+        runs = ordered(parse_scan(scan))  # the runs the lock script's scan printed
         session.feed(bytes(rest))
         remote.session = session
         files = _prefetched(remote, session, paths, calls, timeout)

@@ -246,22 +246,18 @@ def _moves(path: str, depth: int = 0) -> bool:
         if setting is None:  # paramiko refuses the file: every login fails before connecting
             return True
         keyword = setting[1].lower()
-        if keyword in _MOVING or (keyword == "host" and not _split(setting[2])):
+        if keyword in _MOVING:
             return True
+        if keyword == "host":  # paramiko splits its patterns as shell words, or fails every login
+            try:
+                shlex.split(setting[2])
+            except ValueError:
+                return True
         if keyword == "include":
             nested = (_moves(found, depth + 1) for found in _included(setting[2], file))
             if depth >= 16 or any(nested):
                 return True
     return False
-
-
-def _split(hosts: str) -> bool:
-    """Whether paramiko can split a ``Host`` line's patterns (shell words) at all."""
-    try:
-        shlex.split(hosts)
-    except ValueError:
-        return False
-    return True
 
 
 def fabric_moves() -> bool:

@@ -125,6 +125,11 @@ def _holder_text(raw: str) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
+def _scanned(lines: list[str]) -> list[RunInfo]:
+    """The runs the lock script's scan printed before ``READY``."""
+    return ordered(parse_scan(lines[: lines.index("READY")] if "READY" in lines else lines))
+
+
 def describe_holder(holder: dict[str, object] | None) -> str:
     if not holder:
         return "another run (no details recorded)"
@@ -224,8 +229,7 @@ def acquire(
         raise HostUnreachable(f"{cut}: {lost}") from lost
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
-        scan = lines[1 : lines.index("READY")] if "READY" in lines else lines[1:]
-        runs = ordered(parse_scan(scan))  # the runs the lock script's scan printed
+        runs = _scanned(lines[1:])
         session.feed(bytes(rest))
         remote.session = session
         files = _prefetched(remote, session, paths, calls, timeout)

@@ -105,9 +105,9 @@ def tcp_socket(host: str, port: int, timeout: float) -> socket.socket:
 
 
 class _Dial(threading.Thread):
-    def __init__(self, target: tuple[str, int], timeout: float, ident: str) -> None:
+    def __init__(self, target: tuple[str, int], timeout: float) -> None:
         super().__init__(name=f"dial {target[0]}:{target[1]}", daemon=True)
-        self.target, self.timeout, self.banner = target, timeout, ident
+        self.target, self.timeout = target, timeout
         self.sock: _BannerSent | None = None
         self.error: OSError | None = None
         self.done = 0.0
@@ -119,9 +119,9 @@ class _Dial(threading.Thread):
             sock = tcp_socket(*self.target, self.timeout)
             sock = sent = _BannerSent(sock.family, sock.type, sock.proto, fileno=sock.detach())
             sent.settimeout(self.timeout)
-            line = f"{self.banner}\r\n".encode("ascii")
+            line = f"{BANNER}\r\n".encode("ascii")
             sent.sendall(line)
-            sent.banner, sent.unsent = self.banner, line
+            sent.banner, sent.unsent = BANNER, line
         except OSError as exc:
             if sock is not None:
                 sock.close()
@@ -151,7 +151,7 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     with _LOCK:
         for address, port, timeout in targets:
             if (address, port) not in _AHEAD:
-                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, BANNER)
+                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout)
                 dial.start()
         return len(_AHEAD)
 

@@ -130,15 +130,12 @@ def wave(args, concurrency, offset):
     results = [None] * concurrency
     errors = []
     gate = threading.Barrier(concurrency + 1)
-    starts = [0.0] * concurrency
 
     def run(index):
         gate.wait()
-        starts[index] = time.monotonic()
+        sent = time.monotonic()
         try:
-            results[index] = one_request(
-                args, prompts[(offset + index) % len(prompts)], starts[index]
-            )
+            results[index] = one_request(args, prompts[(offset + index) % len(prompts)], sent)
         except LoadError as exc:
             errors.append(str(exc))
 

@@ -183,8 +183,7 @@ def _drain(args):
 
 def stop(args):
     began = time.monotonic()
-    own = {os.getpgid(0)}
-    pgids = {int(p) for p in args.get("pgids", [])} - own - {0, 1}
+    pgids = {int(p) for p in args.get("pgids", [])} - {os.getpgid(0), 0, 1}
     sids = {int(s) for s in args.get("sids", [])} - {os.getsid(0), 0, 1}
     port = args.get("port")
     timeout = float(args.get("timeout", 60))

@@ -304,8 +304,7 @@ def _address(hex_address):
     host, _, port = hex_address.partition(":")
     raw = bytes.fromhex(host)
     if len(raw) == 4:
-        text = socket.inet_ntop(socket.AF_INET, raw[::-1])
-        return f"{text}:{int(port, 16)}"
+        return f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{int(port, 16)}"
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{int(port, 16)}"
 

@@ -51,9 +51,8 @@ def handle(header, payload):
         return {"ok": False, "error": str(exc), "refused": True}, b""
     except OSError as exc:
         name = errnomod.errorcode.get(exc.errno or 0, "")
-        where = exc.filename or ""
-        text = exc.strerror or str(exc)
-        return {"ok": False, "error": text, "errno": name, "file": str(where)}, b""
+        text, where = exc.strerror or str(exc), str(exc.filename or "")
+        return {"ok": False, "error": text, "errno": name, "file": where}, b""
     except Exception as exc:  # a bad request must not end the run's helper
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
 

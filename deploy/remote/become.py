@@ -41,8 +41,7 @@ SFTP_SERVERS = (
 #: the plain assignment ``POSIXLY_CORRECT=y`` (no function can intercept it) turns on; a
 #: ``readonly`` one fails the assignment, and the ``&&`` then runs nothing. dash and other POSIX
 #: shells find special builtins first anyway. sudo's own ``sh`` is ``/bin/sh``, as the target user.
-SUDO = "/usr/bin/sudo"
-SUDO_LINE = "POSIXLY_CORRECT=y && \\exec " + SUDO
+SUDO_LINE = "POSIXLY_CORRECT=y && \\exec /usr/bin/sudo"
 
 #: What the sudo line cannot defend against (docs/operations.md shows this text).
 SUDO_LIMITS = """deploy starts sudo as `POSIXLY_CORRECT=y && \\exec /usr/bin/sudo ...`: an absolute path

@@ -14,15 +14,13 @@ Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
 ``deploy apply`` dials its first hosts (TCP connect and client banner) once the whole input is
 valid and the workstation's lock is held, while it loads the SSH stack (`deploy.remote.dial`);
-the login then continues on that socket. Nothing is dialed ahead when an ssh_config file or
-Fabric's own configuration could send a login elsewhere (HostName, Port, ProxyJump,
-ProxyCommand, Match, CanonicalizeHostname; ``port``, ``gateway``, ``ssh_config_path``): each
-login then connects itself, as it always can.
+the login then continues on that socket. Nothing is dialed ahead for a host with
+``connect_ahead: false``, nor when an ssh_config file or Fabric's own configuration could send
+a login elsewhere (HostName, Port, ProxyJump, ProxyCommand, Match, CanonicalizeHostname;
+``port``, ``gateway``, ``ssh_config_path``): each login then connects itself, as it can.
 
-Logging in is `deploy.remote.sshauth`. Every paramiko and socket error is translated here into
-our exceptions, in one line saying the likely cause and the fix (`deploy.remote.sshauth`). The
-open connection is an `SshTransport`, whose channel refusals are `ConnectionRefusedError`, its
-other failures `OSError` (`deploy.remote.transport`); its transport class is `Wire`.
+Logging in, and the one line that says each failure, are `deploy.remote.sshauth`'s. The open
+connection is an `SshTransport` (`deploy.remote.transport`) over a `Wire`.
 """
 
 from __future__ import annotations
@@ -140,20 +138,6 @@ def _guard(conn: Connection, settings: ConnectSettings) -> None:
     conn.connect_kwargs["compress"] = settings.compression
 
 
-def tcp_socket(host: str, port: int, settings: ConnectSettings) -> socket.socket:
-    """The TCP connection to the host, with Nagle's algorithm off (TCP_NODELAY).
-
-    paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
-    delayed ACK: ~40 ms of a ~60 ms login on loopback, on every host, every run (measured in
-    docs/performance.md). OpenSSH's own client turns Nagle off for the same reason. Fabric
-    takes the socket as it takes a ProxyJump channel (``sock=``); errors surface exactly as
-    Fabric's own connect would raise them.
-    """
-    sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
 @trace.spanned("ssh.connect")
 def open_connection(settings: ConnectSettings) -> Connection:
     """Open a Fabric `Connection` to the host, with strict host-key checking.
@@ -172,7 +156,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
     try:
         if conn.gateway is None:
             target = (conn.host, conn.port or 22)
-            sock = dial.take(*target) or tcp_socket(*target, settings)
+            sock = dial.take(*target) or dial.tcp_socket(*target, settings.connect_timeout)
             conn.connect_kwargs["sock"] = sock
         conn.open()
     except (HostKeyUnknown, HostKeyMismatch, HostUnreachable):
@@ -229,14 +213,10 @@ def _prepared(settings: ConnectSettings) -> tuple[Connection, Attempt]:
 class SshTransport:
     """One open Fabric `Connection`; `close` ends it (and every channel on it)."""
 
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self.user = str(conn.user)
-
-    @classmethod
-    def connect(cls, settings: ConnectSettings) -> SshTransport:
+    def __init__(self, settings: ConnectSettings) -> None:
         """Open the connection (see `open_connection` for what it raises)."""
-        return cls(open_connection(settings))
+        self._conn = open_connection(settings)
+        self.user = str(self._conn.user)
 
     def _transport(self) -> Any:
         transport = self._conn.client.get_transport()

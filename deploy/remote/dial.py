@@ -12,12 +12,9 @@ KEXINIT waiting. The transport is told that the banner sent (`BANNER`) is its
 (`_BannerSent`) drops paramiko's write of it. No paramiko member is overridden.
 
 A socket is used only for the exact ``(host, port)`` Fabric resolves for a connection without
-a gateway, within `MAX_AGE` of its connect and while the server has not hung up (sshd drops a
-silent client after ``LoginGraceTime``, 120 s by default); any other is closed unused.
-`start` dials nothing when an ssh_config file Fabric reads could move the connection
-(`movable`), or when Fabric's own config files (``~/.fabric.yaml``, ``/etc/fabric.yaml``: its
-`Config` loads them) set ``port``, ``gateway`` or ``ssh_config_path`` (`fabric_moves`): the only
-address ever dialed ahead is the one the login itself would reach.
+a gateway, within `MAX_AGE` of its connect and while the server has not hung up; any other is
+closed unused. Nothing is dialed where a config file Fabric reads could move a login
+(`movable`, `fabric_moves`): the only address ever dialed ahead is the one the login would reach.
 """
 
 from __future__ import annotations
@@ -55,9 +52,8 @@ _FABRIC = ("/etc/fabric.", "~/.fabric.")
 _FABRIC_MOVING = frozenset({"port", "gateway", "ssh_config_path"})
 
 
-#: The client banner of a dialed connection: paramiko's form (``SSH-2.0-paramiko_<version>``),
-#: without the version, which costs ~2-4 ms of the critical path to look up before paramiko
-#: is imported. The transport is told it is its ``local_version`` (`deploy.remote.hostkeys`).
+#: The client banner sent: paramiko's form (``SSH-2.0-paramiko_<version>``) without the
+#: version, which would cost ~2-4 ms of the critical path to look up before paramiko is imported.
 BANNER = "SSH-2.0-paramiko_deploy"
 
 
@@ -95,10 +91,23 @@ class _BannerSent(socket.socket):
         return written[common:]
 
 
+def tcp_socket(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection to the host with Nagle's algorithm off (TCP_NODELAY), dialed ahead or not.
+
+    paramiko leaves Nagle on, and its public-key authentication then waits out the peer's
+    delayed ACK: ~40 ms of a ~60 ms login on loopback, on every host, every run (measured in
+    docs/performance.md). OpenSSH's own client turns Nagle off for the same reason. Errors
+    surface exactly as Fabric's own connect would raise them.
+    """
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class _Dial(threading.Thread):
-    def __init__(self, target: tuple[str, int], timeout: float, ident: str) -> None:
+    def __init__(self, target: tuple[str, int], timeout: float) -> None:
         super().__init__(name=f"dial {target[0]}:{target[1]}", daemon=True)
-        self.target, self.timeout, self.banner = target, timeout, ident
+        self.target, self.timeout = target, timeout
         self.sock: _BannerSent | None = None
         self.error: OSError | None = None
         self.done = 0.0
@@ -107,13 +116,12 @@ class _Dial(threading.Thread):
     def run(self) -> None:
         sock: socket.socket | None = None
         try:
-            sock = socket.create_connection(self.target, timeout=self.timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = tcp_socket(*self.target, self.timeout)
             sock = sent = _BannerSent(sock.family, sock.type, sock.proto, fileno=sock.detach())
             sent.settimeout(self.timeout)
-            line = f"{self.banner}\r\n".encode("ascii")
+            line = f"{BANNER}\r\n".encode("ascii")
             sent.sendall(line)
-            sent.banner, sent.unsent = self.banner, line
+            sent.banner, sent.unsent = BANNER, line
         except OSError as exc:
             if sock is not None:
                 sock.close()
@@ -143,7 +151,7 @@ def start(targets: Iterable[tuple[str, int, float]], ssh_configs: Iterable[str |
     with _LOCK:
         for address, port, timeout in targets:
             if (address, port) not in _AHEAD:
-                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout, BANNER)
+                _AHEAD[(address, port)] = dial = _Dial((address, port), timeout)
                 dial.start()
         return len(_AHEAD)
 
@@ -188,22 +196,18 @@ def discard(host: str, port: int) -> None:
     """Close the socket dialed to ``(host, port)``, if any: its login stopped before taking it
     (a key nobody can decrypt), and the host must not keep an unauthenticated client until
     the run ends."""
-    with _LOCK:
-        dial = _AHEAD.pop((host, port), None)
-    if dial is not None:
-        _abandon([dial])
+    _abandon([(host, port)])
 
 
 def close_all() -> None:
     """Close every socket not taken (hosts never reached: an early end, max_fail, Ctrl-C)."""
-    with _LOCK:
-        left = list(_AHEAD.values())
-        _AHEAD.clear()
-    _abandon(left)
+    _abandon(None)
 
 
-def _abandon(dials: list[_Dial]) -> None:
+def _abandon(targets: list[tuple[str, int]] | None) -> None:
+    """Drop and close the sockets dialed to ``targets`` (None: all)."""
     with _LOCK:
+        dials = [_AHEAD.pop(key) for key in list(_AHEAD) if targets is None or key in targets]
         for dial in dials:
             dial.abandoned = True  # a connect still under way closes its socket itself
     for dial in dials:
@@ -242,22 +246,18 @@ def _moves(path: str, depth: int = 0) -> bool:
         if setting is None:  # paramiko refuses the file: every login fails before connecting
             return True
         keyword = setting[1].lower()
-        if keyword in _MOVING or (keyword == "host" and not _split(setting[2])):
+        if keyword in _MOVING:
             return True
+        if keyword == "host":  # paramiko splits its patterns as shell words, or fails every login
+            try:
+                shlex.split(setting[2])
+            except ValueError:
+                return True
         if keyword == "include":
             nested = (_moves(found, depth + 1) for found in _included(setting[2], file))
             if depth >= 16 or any(nested):
                 return True
     return False
-
-
-def _split(hosts: str) -> bool:
-    """Whether paramiko can split a ``Host`` line's patterns (shell words) at all."""
-    try:
-        shlex.split(hosts)
-    except ValueError:
-        return False
-    return True
 
 
 def fabric_moves() -> bool:
@@ -282,9 +282,7 @@ def fabric_moves() -> bool:
                 data = json.loads(text) if suffix == "json" else yaml.safe_load(text)
             except (ValueError, yaml.YAMLError):
                 return True
-            if not isinstance(data, dict | None):
-                return True
-            if data and _FABRIC_MOVING & set(data):
+            if not isinstance(data, dict | None) or _FABRIC_MOVING & set(data or {}):
                 return True
     return False
 

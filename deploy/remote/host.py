@@ -1,7 +1,7 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
 ``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
-from a *connector* (by default `deploy.remote.connect.SshTransport.connect`; tests give a local
+from a *connector* (by default `deploy.remote.connect.SshTransport`; tests give a local
 one, and everything here runs unchanged on it). Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
 to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
@@ -45,7 +45,7 @@ class RemoteHost(HostFiles):
     def __init__(self, settings: ConnectSettings, connector: Connector | None = None) -> None:
         self.settings = settings
         self.name = settings.name
-        self._connector = connector or SshTransport.connect
+        self._connector = connector or SshTransport
         self._conn: Transport | None = None
         self._sftp: Any = None  # a paramiko.SFTPClient, opened on first use
         self.session: Session | None = None
@@ -134,7 +134,7 @@ class RemoteHost(HostFiles):
             BecomeFailed: sudo refused.
         """
         self.ops["exec"] += 1
-        log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
+        log.debug("%s: $ %.400s", self.name, command)
         line, marker, nonce = command, "", ""
         if self.become is not None:
             line, marker, nonce = self.become.wrap(command)
@@ -171,7 +171,14 @@ class RemoteHost(HostFiles):
         """
         began = time.monotonic()
         if self.session is not None:
-            status, out, err, timed_out = self._run_in_session(command, stdin, timeout)
+            log.debug("%s: $ %.400s", self.name, command)  # a long one cut to 400 characters
+            self.ops["cmd"] += 1
+            try:
+                run = self.session.run(command, stdin=stdin or b"", timeout=timeout)
+            except (CallFailed, NoHelper, SessionLost) as exc:
+                # CallFailed: a write sent earlier failed; the command was not run.
+                raise self._helper_error("running", command[:60], exc) from exc
+            status, out, err, timed_out = run
         else:
             status, out, err, timed_out = self.exec_collect(command, stdin, timeout)
         result = CommandResult(
@@ -194,23 +201,11 @@ class RemoteHost(HostFiles):
         """See `deploy.remote.api.Host.send_check`."""
         if self.session is None:
             return None
-        log.debug("%s: $ (check) %s", self.name, command[:400])
+        log.debug("%s: $ (check) %.400s", self.name, command)
         try:
             return self.session.send_run(command, timeout=timeout, check=True)
         except SessionLost as exc:
             raise self.lost(exc, f"sending {command[:60]!r}") from exc
-
-    def _run_in_session(
-        self, command: str, stdin: bytes | None, timeout: float | None
-    ) -> tuple[int, bytes, bytes, bool]:
-        assert self.session is not None
-        log.debug("%s: $ %s", self.name, command if len(command) < 400 else command[:400] + " ...")
-        try:
-            self.ops["cmd"] += 1
-            return self.session.run(command, stdin=stdin or b"", timeout=timeout)
-        except (CallFailed, NoHelper, SessionLost) as exc:
-            # CallFailed: a write sent earlier failed; the command was not run.
-            raise self._helper_error("running", command[:60], exc) from exc
 
     def exec_collect(
         self, command: str, stdin: bytes | None, timeout: float | None

@@ -181,15 +181,13 @@ class HostFiles:
         """
         if self.session is not None or not paths:
             return
-        frames = []
-        for path in paths:
-            head = json.dumps({"op": "read", "path": path}).encode()
-            frames.append(b"%d 0\n" % len(head) + head)
+        heads = [json.dumps({"op": "read", "path": path}).encode() for path in paths]
+        frames = b"".join(b"%d 0\n" % len(head) + head for head in heads)
         command = (
             "p=$(command -v /usr/bin/python3 || command -v /usr/local/bin/python3 || "
             f'command -v python3) && exec "$p" -I -S -c {shlex.quote(HELPER_SOURCE)} once'
         )
-        status, out, _, _ = self.exec_collect(command, b"".join(frames), 60)
+        status, out, _, _ = self.exec_collect(command, frames, 60)
         if status != 0:
             return
         answers = Session(None)  # parses the answers as the lock's session does

@@ -5,9 +5,8 @@ with two keys of one type during a key rotation looked "CHANGED" — and raises 
 ``@revoked`` and ``@cert-authority`` markers that OpenSSH's sshd(8) documents. So the file is
 parsed here, line by line (`KnownHosts`, pure: text in, a verdict out), once per version of
 the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`):
-each key a server offers is judged (`KnownHostsPolicy.judge`, which only reads) and refused in
-one line that says what to do; the one write, recording a new key under ``accept-new``, is
-`KnownHostsPolicy.record`.
+each key a server offers is judged, and refused in one line that says what to do; the one
+write is recording a new key under ``accept-new``.
 """
 
 from __future__ import annotations
@@ -188,22 +187,19 @@ def _known_hosts(path: Path) -> KnownHosts:
         return known
 
 
+@dataclass
 class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # untyped
     """Judge every key the server offers against known_hosts (paramiko is given none)."""
 
-    def __init__(self, settings: ConnectSettings, files: list[Path], name: str) -> None:
-        self.settings = settings
-        self.files = files
-        self.name = name
+    settings: ConnectSettings
+    files: list[Path]
+    name: str
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
-        if not self.judge(key):
-            self.record(key)
-
-    def judge(self, key: paramiko.PKey) -> bool:
-        """True: the key is trusted; False: unknown, to be recorded (``accept-new``, `record`).
+        """Return if the key is trusted, or unknown under ``accept-new`` (then recorded: the
+        one write, appended to the first known_hosts file as OpenSSH does).
 
         Raises:
             HostKeyMismatch: changed or revoked.
@@ -215,7 +211,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             verdict, entry = _known_hosts(path).verdict(name, key.get_name(), key.asbytes())
             where = f"{path}:{entry.line}" if entry else str(path)
             if verdict is Verdict.TRUSTED:
-                return True
+                return
             if verdict is Verdict.REVOKED:
                 raise HostKeyMismatch(
                     f"{who}: host key for {name} is REVOKED ({where}: {offered}); refusing to "
@@ -233,19 +229,15 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
                     "cannot verify host certificates (paramiko has no client-side support); "
                     f"check the host's key ({offered}) and add it to known_hosts as a plain line"
                 )
+        first = self.files[0]
         if not self.settings.accept_new_host_keys:
             raise HostKeyUnknown(
-                f"{who}: host key for {name} is not in {self.files[0]} ({offered}); check it, "
+                f"{who}: host key for {name} is not in {first} ({offered}); check it, "
                 "then add it to known_hosts or pass --accept-new-host-keys"
             )
-        return False
-
-    def record(self, key: paramiko.PKey) -> None:
-        """Append an accepted new key to the first known_hosts file (OpenSSH's accept-new)."""
-        first = self.files[0]
         first.parent.mkdir(parents=True, exist_ok=True)
         with first.open("a", encoding="ascii") as handle:
-            handle.write(f"{self.name} {key.get_name()} {key.get_base64()}\n")
+            handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
 
 
 def policy_for(conn: Connection, settings: ConnectSettings) -> tuple[KnownHostsPolicy, list[str]]:

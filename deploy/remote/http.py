@@ -9,8 +9,9 @@ which callers treat as "not yet".
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,6 @@ class HttpResponse:
     status: int
     body: bytes
     headers: dict[str, str]
-    elapsed: float
 
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
@@ -54,7 +54,6 @@ def request(
         ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
         HostUnreachable: the SSH connection itself is gone.
     """
-    began = time.monotonic()
     payload = b"" if body is None else json.dumps(body).encode()
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: {address}:{port}\r\nConnection: close\r\n"
@@ -88,40 +87,33 @@ def request(
         ) from exc
     finally:
         channel.close()
-    return parse_response(b"".join(chunks), elapsed=time.monotonic() - began)
+    return parse_response(b"".join(chunks))
 
 
-def parse_response(raw: bytes, *, elapsed: float = 0.0) -> HttpResponse:
-    """Parse a whole HTTP/1.x response (Content-Length, chunked, or read-to-close bodies).
+def parse_response(raw: bytes) -> HttpResponse:
+    """Parse a whole HTTP/1.x response (Content-Length, chunked, or read-to-close bodies) with
+    the standard library's parser, over the bytes already read.
 
     Raises:
-        ServerUnavailable: empty or malformed (the server closed the connection early).
+        ServerUnavailable: empty, malformed or cut short (the server closed the connection early).
     """
-    head, sep, rest = raw.partition(b"\r\n\r\n")
-    if not sep:
+    if b"\r\n\r\n" not in raw:  # the parser would take a cut header for a whole one
         raise ServerUnavailable("connection closed before a complete HTTP answer")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ServerUnavailable(f"not an HTTP answer: {lines[0][:80]!r}")
-    fields = (line.partition(":") for line in lines[1:])
-    headers = {key.strip().lower(): value.strip() for key, _, value in fields}
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = _dechunk(rest)
-    elif "content-length" in headers:
-        body = rest[: int(headers["content-length"])]
-    else:
-        body = rest
-    return HttpResponse(int(parts[1]), body, headers, elapsed)
+    response = http.client.HTTPResponse(_Received(raw))  # type: ignore[arg-type]  # makefile only
+    try:
+        response.begin()
+        body = response.read()
+    except (http.client.HTTPException, ValueError) as exc:
+        raise ServerUnavailable(f"no complete HTTP answer ({type(exc).__name__}: {exc})") from exc
+    headers = {key.lower(): value for key, value in response.getheaders()}
+    return HttpResponse(response.status, body, headers)
 
 
-def _dechunk(data: bytes) -> bytes:
-    out = []
-    while data:
-        size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out.append(data[:size])
-        data = data[size + 2 :]
-    return b"".join(out)
+class _Received:
+    """Bytes read off a stream, as the socket `http.client.HTTPResponse` reads them from."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return io.BytesIO(self.raw)

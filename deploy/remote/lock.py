@@ -68,10 +68,8 @@ MAX_COMMAND = 96 * 1024
 
 def _carriable(held: bytes) -> str:
     """``held`` as text for a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
-    if b"\0" in held:
-        return ""
     try:
-        return held.decode()
+        return "" if b"\0" in held else held.decode()
     except UnicodeDecodeError:
         return ""
 
@@ -98,9 +96,8 @@ class HostLock:
 
         The run's outcome is durable by now (a run waits for its answers at commit; anything
         still pending is waited for here), so the shell's exit status would tell nothing, and
-        waiting for it cost a round trip per host (issue 17). The kernel frees the flock as the
-        shell exits on the EOF; a run taking the lock right away waits for that (``flock -w
-        1``) rather than reporting it held.
+        waiting for it cost a round trip per host (issue 17); the next run waits for the flock
+        to be freed (module docstring).
         """
         session = self.remote.session
         if session is not None and session.channel is self.channel:

@@ -81,17 +81,8 @@ def running_requests(args):
 def one_request(args, prompt, began):
     """One streamed generation: [ttft_s, decode_s, completion_tokens, spec_accept_length,
     tokens in the first event] (decode_s: from the first event to the last)."""
-    body = json.dumps(
-        {
-            "text": prompt,
-            "sampling_params": {
-                "max_new_tokens": args["max_new_tokens"],
-                "ignore_eos": True,
-                "temperature": 0,
-            },
-            "stream": True,
-        }
-    )
+    sampling = {"max_new_tokens": args["max_new_tokens"], "ignore_eos": True, "temperature": 0}
+    body = json.dumps({"text": prompt, "sampling_params": sampling, "stream": True})
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     headers.update(args.get("headers") or {})
     connection = _connect(args)
@@ -104,11 +95,8 @@ def one_request(args, prompt, began):
             raise LoadError(
                 f"POST /generate answered HTTP {response.status}: {response.read()[:200]!r}"
             )
-        while True:
-            line = response.readline()
-            if not line:
-                break
-            line = line.strip()
+        for raw in response:  # one line at a time, as the events come
+            line = raw.strip()
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
@@ -142,15 +130,12 @@ def wave(args, concurrency, offset):
     results = [None] * concurrency
     errors = []
     gate = threading.Barrier(concurrency + 1)
-    starts = [0.0] * concurrency
 
     def run(index):
         gate.wait()
-        starts[index] = time.monotonic()
+        sent = time.monotonic()
         try:
-            results[index] = one_request(
-                args, prompts[(offset + index) % len(prompts)], starts[index]
-            )
+            results[index] = one_request(args, prompts[(offset + index) % len(prompts)], sent)
         except LoadError as exc:
             errors.append(str(exc))
 
@@ -198,13 +183,10 @@ def accept_length(args):
 
 def measure(args):
     high = max([int(c) for c, _ in args["plan"]] or [1])
-    warm = int(args.get("warmup") or 0)
-    offset = 0
-    while warm > 0:  # uncounted: answers checked, not timed
-        batch = min(warm, high)
-        wave(args, batch, offset)
-        offset += batch
-        warm -= batch
+    warm = max(0, int(args.get("warmup") or 0))
+    for offset in range(0, warm, high):  # uncounted: answers checked, not timed
+        wave(args, min(high, warm - offset), offset)
+    offset = warm
     budget = {"left": float(args.get("idle_wait") or 0)}
     checking = budget["left"] > 0
     busy_max, source, waited_total, levels = None, None, 0.0, []

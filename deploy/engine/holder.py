@@ -12,6 +12,12 @@ import socket
 from datetime import UTC, datetime
 from typing import Any
 
+
+def now_iso() -> str:
+    """Now, to the second, as locks, journals and reports write it."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 #: The run's own process, named in locks and journals: a worker process of the run
 #: (`deploy.engine.worker`) names the ``deploy`` command it works for, not itself.
 _RUN_PID: list[int] = []
@@ -33,6 +39,6 @@ def holder_info(run_id: str, playbook: str) -> dict[str, Any]:
         "user": user,
         "workstation": socket.gethostname(),
         "pid": _RUN_PID[0] if _RUN_PID else os.getpid(),
-        "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        "since": now_iso(),
         "playbook": playbook,
     }

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from deploy.engine.holder import now_iso as now_iso  # where callers found it
 from deploy.engine.runid import new_run_id as new_run_id  # where callers found it
 from deploy.errors import RollbackFailed, StepFailed
 from deploy.remote.api import Host
@@ -39,10 +40,6 @@ from deploy.statedir.records import (
     parse_journal,
     sha256,
 )
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def now_precise() -> str:

@@ -86,7 +86,11 @@ def test_includes_are_followed_relative_to_the_including_file(
 
 @pytest.mark.parametrize("name", ["absent", "~/exists-only-expanded"])
 def test_an_ssh_config_fabric_cannot_open_stops_every_dial(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_configs: None, name: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_configs: None,
+    name: str,
+    server: socket.socket,
 ) -> None:
     """The inventory's ``ssh_config`` (or --ssh-config) that Fabric will not open (a typo;
     Fabric tests ``os.path.exists`` before expanding ``~``) makes every login an input error
@@ -99,7 +103,6 @@ def test_an_ssh_config_fabric_cannot_open_stops_every_dial(
     path = name if name.startswith("~") else str(tmp_path / name)
     with pytest.raises(FileNotFoundError):
         Config(runtime_ssh_path=path)
-    server = _server()
     port = server.getsockname()[1]
     assert dial.start([("127.0.0.1", port, 5.0)], [path]) == 0
     server.close()
@@ -125,14 +128,17 @@ def test_an_unreadable_config_counts_as_moving(tmp_path: Path) -> None:
     assert dial.movable(str(tmp_path))  # a directory: cannot be read as a file
 
 
-def _server() -> socket.socket:
-    return socket.create_server(("127.0.0.1", 0))
+@pytest.fixture
+def server() -> Iterator[socket.socket]:
+    """A listening loopback port, closed when the test ends (passed or not)."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    yield listening
+    listening.close()
 
 
 def test_a_dialed_socket_has_sent_the_banner_and_drops_paramikos_write_of_it(
-    no_configs: None,
+    no_configs: None, server: socket.socket
 ) -> None:
-    server = _server()
     port = server.getsockname()[1]
     assert dial.start([("127.0.0.1", port, 5.0)], [None]) == 1
     peer, _ = server.accept()
@@ -155,12 +161,11 @@ def test_a_dialed_socket_has_sent_the_banner_and_drops_paramikos_write_of_it(
 
 @pytest.mark.parametrize("way", ["sendall", "in pieces"])
 def test_paramikos_banner_is_dropped_whichever_way_it_is_written(
-    no_configs: None, way: str
+    no_configs: None, way: str, server: socket.socket
 ) -> None:
     """A paramiko that writes its banner with `sendall`, or in pieces, still logs in: the
     banner reaches the server once (sshd reads a second one as a broken packet), and no piece
     is refused as "not the banner" (the login would fail instead of connecting)."""
-    server = _server()
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     peer, _ = server.accept()
@@ -184,8 +189,9 @@ def test_paramikos_banner_is_dropped_whichever_way_it_is_written(
     server.close()
 
 
-def test_a_different_first_write_is_refused_not_mixed_in(no_configs: None) -> None:
-    server = _server()
+def test_a_different_first_write_is_refused_not_mixed_in(
+    no_configs: None, server: socket.socket
+) -> None:
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     sock = dial.take("127.0.0.1", port)
@@ -197,9 +203,8 @@ def test_a_different_first_write_is_refused_not_mixed_in(no_configs: None) -> No
 
 
 def test_a_failed_connect_is_raised_at_the_login_and_nothing_is_dialed_twice(
-    no_configs: None,
+    no_configs: None, server: socket.socket
 ) -> None:
-    server = _server()
     port = server.getsockname()[1]
     server.close()  # a closed loopback port: refused
     assert dial.start([("127.0.0.1", port, 5.0), ("127.0.0.1", port, 5.0)], [None, None]) == 1
@@ -209,9 +214,8 @@ def test_a_failed_connect_is_raised_at_the_login_and_nothing_is_dialed_twice(
 
 
 def test_an_old_or_unknown_socket_is_not_used(
-    no_configs: None, monkeypatch: pytest.MonkeyPatch
+    no_configs: None, monkeypatch: pytest.MonkeyPatch, server: socket.socket
 ) -> None:
-    server = _server()
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     assert dial.take("127.0.0.2", port) is None
@@ -220,8 +224,7 @@ def test_an_old_or_unknown_socket_is_not_used(
     server.close()
 
 
-def test_a_socket_the_server_hung_up_is_not_used(no_configs: None) -> None:
-    server = _server()
+def test_a_socket_the_server_hung_up_is_not_used(no_configs: None, server: socket.socket) -> None:
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     peer, _ = server.accept()
@@ -233,8 +236,7 @@ def test_a_socket_the_server_hung_up_is_not_used(no_configs: None) -> None:
     server.close()
 
 
-def test_close_all_closes_what_no_login_took(no_configs: None) -> None:
-    server = _server()
+def test_close_all_closes_what_no_login_took(no_configs: None, server: socket.socket) -> None:
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     peer, _ = server.accept()
@@ -262,7 +264,11 @@ def test_nothing_is_dialed_under_a_moving_config_or_the_ablation(
     "text", ["gateway: jump.invalid\n", "port: 2200\n", "ssh_config_path: {moving}\n"]
 )
 def test_fabrics_own_config_file_that_moves_a_login_stops_every_dial(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_configs: None, text: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_configs: None,
+    text: str,
+    server: socket.socket,
 ) -> None:
     """~/.fabric.yaml is read by Fabric's `Config` for every login (deploy.remote.connect):
     a gateway there sends the login through a jump host, a port elsewhere, an
@@ -281,7 +287,6 @@ def test_fabrics_own_config_file_that_moves_a_login_stops_every_dial(
     inventory_config.write_text("Host *\n  User ops\n")
     conn = Connection("127.0.0.1", config=Config(runtime_ssh_path=str(inventory_config)))
     assert (conn.host, conn.port, conn.gateway) != ("127.0.0.1", 22, None)  # the login moved
-    server = _server()
     port = server.getsockname()[1]
     assert dial.start([("127.0.0.1", port, 5.0)], [str(inventory_config)]) == 0
     assert dial.take("127.0.0.1", port) is None
@@ -319,7 +324,7 @@ def test_no_wave_when_the_hosts_go_to_worker_processes() -> None:
 
 
 def test_a_login_refused_before_its_connect_closes_the_socket_dialed_for_it(
-    no_configs: None, tmp_path: Path
+    no_configs: None, tmp_path: Path, server: socket.socket
 ) -> None:
     """A login that stops before it takes its socket (here: an encrypted key and nobody to ask
     for its passphrase) closes the socket dialed for it at once, rather than leaving an
@@ -335,7 +340,6 @@ def test_a_login_refused_before_its_connect_closes_the_socket_dialed_for_it(
     paramiko.RSAKey.generate(1024).write_private_key_file(str(key), password="secret")
     config = tmp_path / "ssh_config"
     config.write_text("Host *\n  IdentitiesOnly yes\n")
-    server = _server()
     port = server.getsockname()[1]
     assert dial.start([("127.0.0.1", port, 5.0)], [str(config)]) == 1
     peer, _ = server.accept()

@@ -109,7 +109,7 @@ def save_original(ctx: StepContext, state: FileState) -> str:
     if ctx.check_mode:
         return digest or sha256(state.original)
     if digest is None:
-        digest = ctx.journal.save_copy(state.original)
+        digest = ctx.journal.save_copy(state.original, state.path)
         ctx.saved[state.path] = digest
         ctx.journal.write(
             {"event": "backup", "path": state.path, "sha256": digest, "step": ctx.step_index}
@@ -202,6 +202,7 @@ def write_file(
         expect_sha256=sha256(state.content),
         unsafe_dir=unsafe_dir,
         hardlinks=hardlinks,
+        known=(path, state.content),
     )
     ctx.journal.guard(change)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
@@ -363,6 +364,9 @@ def undo_write(
             # target it split is not made worse by restoring its original name.
             unsafe_dir=True,
             hardlinks="allow",
+            # What is there now was just read: only the stretch that differs goes back (and
+            # nothing is written if it changed meanwhile: a change we never saw is not lost).
+            known=None if current is None else (path, current),
         )
         check = remote.read(path)
     except (StepFailed, FileNotFoundError) as exc:

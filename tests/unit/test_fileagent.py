@@ -157,6 +157,50 @@ def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> 
     assert path.read_bytes() == b"new\n"
 
 
+def _splice(source: Path, known: bytes, head: int, tail: int, result: bytes) -> dict[str, object]:
+    return {
+        "path": str(source),
+        "sha256": hashlib.sha256(known).hexdigest(),
+        "head": head,
+        "tail": tail,
+        "result": hashlib.sha256(result).hexdigest(),
+    }
+
+
+def test_a_spliced_write_is_the_known_ends_around_the_bytes_sent(tmp_path: Path) -> None:
+    path = _target(tmp_path, content=b"head|old|tail")
+    spec = _splice(path, b"head|old|tail", 5, 5, b"head|new!|tail")
+    fileagent.write({"path": str(path), "splice": spec}, b"new!")
+    assert path.read_bytes() == b"head|new!|tail"
+    # A saved copy: the whole of another file, nothing sent.
+    copy = tmp_path / "copy"
+    spec = _splice(path, b"head|new!|tail", 14, 0, b"head|new!|tail")
+    fileagent.write({"path": str(copy), "splice": spec}, b"")
+    assert copy.read_bytes() == b"head|new!|tail"
+
+
+def test_a_splice_that_does_not_make_the_meant_bytes_is_refused(tmp_path: Path) -> None:
+    """A client whose head or tail is off by one would write a file nobody meant: the helper
+    checks the result's sha256 before anything is written."""
+    path = _target(tmp_path, content=b"head|old|tail")
+    spec = _splice(path, b"head|old|tail", 5, 4, b"head|new|tail")  # tail one short
+    with pytest.raises(Refused, match="not the ones meant"):
+        fileagent.write({"path": str(path), "splice": spec}, b"new")
+    assert path.read_bytes() == b"head|old|tail"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_a_splice_is_never_made_from_a_symlink(tmp_path: Path) -> None:
+    real = _target(tmp_path, content=b"secret\n")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    copy = tmp_path / "copy"
+    spec = _splice(link, b"secret\n", 7, 0, b"secret\n")
+    with pytest.raises(Refused, match="changed on the host"):
+        fileagent.write({"path": str(copy), "splice": spec}, b"")
+    assert not copy.exists()
+
+
 def _start_helper(
     stdout: int, env: dict[str, str] | None = None, source: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int, int]:

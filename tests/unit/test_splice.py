@@ -1,0 +1,124 @@
+"""Writes that send only what changed (`WriteOptions` ``known``): an edit in place, a saved
+copy of a file the host has, an undo putting the original back.
+
+The file helper puts the new file together from the head and tail of a file it has, around
+the stretch the client sent, and writes it only if that file still hashes to what the client
+knew and the result to what it meant. These run the real helper in a real lock's session on
+this machine (`tests.unit.local_host`); the saved copy and the undo go through the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deploy.errors import StepFailed
+from deploy.remote.hostfiles import shared_ends
+from tests.unit.local_host import LocalHost
+from tests.unit.local_rig import LocalRig
+
+KIMI = Path(__file__).resolve().parents[2] / "playbooks" / "kimi-eagle3.yaml"
+
+
+@given(st.binary(max_size=9000), st.binary(max_size=300), st.data())
+def test_shared_ends_are_the_longest_head_then_tail(
+    before: bytes, insert: bytes, data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(0, len(before)))
+    gone = data.draw(st.integers(cut, len(before)))
+    after = before[:cut] + insert + before[gone:]
+    head, tail = shared_ends(before, after)
+    assert head + tail <= min(len(before), len(after))
+    assert before[:head] == after[:head]
+    assert before[len(before) - tail :] == after[len(after) - tail :]
+    # The longest head: the next byte differs (or one side ends there).
+    assert head == min(len(before), len(after)) or before[head] != after[head]
+    # The longest tail that leaves the head alone.
+    room = min(len(before), len(after)) - head
+    assert tail == room or before[len(before) - tail - 1] != after[len(after) - tail - 1]
+
+
+def _sent(host: LocalHost) -> int:
+    return host.ops.get("sent", 0)
+
+
+def test_an_edit_in_place_sends_only_the_stretch_it_changed(
+    locked: LocalHost, private: Path, kimi_source: Callable[[str], bytes]
+) -> None:
+    target = private / "kimi_k25.py"
+    old = kimi_source("0.5.9")
+    target.write_bytes(old)
+    cut = old.index(b"\nEntryClass")
+    new = old[:cut] + b"\n    def added(self):\n        return 1\n" + old[cut:]
+    before = _sent(locked)
+    locked.write_atomic(
+        str(target), new, expect_sha256=hashlib.sha256(old).hexdigest(), known=(str(target), old)
+    )
+    locked.flush()
+    assert target.read_bytes() == new
+    assert _sent(locked) - before < 1000, "the whole file went, not the stretch"
+
+
+def test_the_saved_copy_of_a_file_the_host_has_is_made_there(
+    locked: LocalHost, private: Path
+) -> None:
+    source = private / "app.conf"
+    content = b"port = 80\n" * 3000
+    source.write_bytes(content)
+    copy = private / "copy"
+    before = _sent(locked)
+    locked.write_atomic(str(copy), content, mode=0o600, known=(str(source), content))
+    locked.flush()
+    assert copy.read_bytes() == content
+    assert copy.stat().st_mode & 0o777 == 0o600
+    assert _sent(locked) - before < 1000
+
+
+def test_a_known_file_that_changed_on_the_host_is_not_written_from(
+    locked: LocalHost, private: Path
+) -> None:
+    """The client's idea of the file is stale (someone edited it since the read): the bytes
+    put together from it would be neither the original nor what the run meant."""
+    target = private / "app.conf"
+    seen = b"a = 1\nb = 2\n" * 500
+    target.write_bytes(seen.replace(b"b = 2", b"b = 3", 1))  # someone else's edit
+    with pytest.raises(StepFailed, match="changed on the host"):
+        locked.write_atomic(
+            str(target), seen.replace(b"a = 1", b"a = 9", 1), known=(str(target), seen)
+        )
+        locked.flush()
+    assert target.read_bytes() == seen.replace(b"b = 2", b"b = 3", 1)
+    assert [p.name for p in private.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_run_that_changes_a_large_file_sends_what_it_changed(rig: LocalRig, kimi: Path) -> None:
+    """kimi-eagle3 on the real kimi_k25.py grown to ~290 kB (a licence-sized comment block in
+    front): the saved copy is made on the host from its own file and the edit sends the
+    inserted methods, so the run sends the same ~20 kB of requests (records, the compile
+    checks' programs) it sends for the 28 kB file, not the file twice. The copy and the file
+    are byte for byte what whole-file writes would have left, and the rollback that puts
+    the original back sends only the stretch the run changed."""
+    original = b"# licence text, kept as it is\n" * 8800 + kimi.read_bytes()
+    kimi.write_bytes(original)
+    result = rig.apply(KIMI, skip_tags=["service"])
+    host = result.hosts[0]
+    assert host.outcome == "changed", host
+    assert host.ops["sent"] < 64 * 1024, host.ops
+    patched = kimi.read_bytes()
+    assert patched.startswith(b"# licence text, kept as it is\n" * 8800)
+    assert patched.count(b"def set_eagle3_layers_to_capture") == 1
+    assert len(patched) > len(original)
+    copies = list(rig.state_dir.glob("runs/*/files/*"))
+    assert [c.read_bytes() for c in copies] == [original]
+    assert copies[0].name == hashlib.sha256(original).hexdigest()
+
+    assert result.run_id is not None
+    undone = rig.rollback(result.run_id)
+    assert undone.hosts[0].outcome == "restored", undone.hosts[0]
+    assert kimi.read_bytes() == original
+    assert undone.hosts[0].ops["sent"] < 16 * 1024, undone.hosts[0].ops

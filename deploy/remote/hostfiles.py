@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import paramiko
 
+from deploy import ablation
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.hostpy import program
 from deploy.remote.api import WriteOptions
@@ -320,7 +321,7 @@ class HostFiles:
         if options.get("hardlinks", "refuse") != "refuse":
             args["hardlinks"] = options["hardlinks"]
         known = options.get("known")
-        if known is not None:
+        if known is not None and not ablation.off("splice"):
             source, before = known
             head, tail = shared_ends(before, data)
             args["splice"] = {"path": source, "sha256": _sha256(before), "head": head,

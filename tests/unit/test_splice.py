@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from deploy import ablation
 from deploy.errors import StepFailed
 from deploy.remote.hostfiles import shared_ends
 from tests.unit.local_host import LocalHost
@@ -62,6 +63,21 @@ def test_an_edit_in_place_sends_only_the_stretch_it_changed(
     locked.flush()
     assert target.read_bytes() == new
     assert _sent(locked) - before < 1000, "the whole file went, not the stretch"
+
+
+def test_the_benchs_switch_sends_whole_files(
+    locked: LocalHost, private: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DEPLOY_ABLATE=splice`` (`python -m bench --ablate`): the same write, every byte sent."""
+    monkeypatch.setattr(ablation, "OFF", frozenset({"splice"}))
+    target = private / "app.conf"
+    old = b"x = 1\n" * 2000
+    target.write_bytes(old)
+    before = _sent(locked)
+    locked.write_atomic(str(target), old + b"y = 2\n", known=(str(target), old))
+    locked.flush()
+    assert target.read_bytes() == old + b"y = 2\n"
+    assert _sent(locked) - before > len(old)
 
 
 def test_the_saved_copy_of_a_file_the_host_has_is_made_there(

@@ -122,3 +122,50 @@ def test_a_run_that_changes_a_large_file_sends_what_it_changed(rig: LocalRig, ki
     assert undone.hosts[0].outcome == "restored", undone.hosts[0]
     assert kimi.read_bytes() == original
     assert undone.hosts[0].ops["sent"] < 16 * 1024, undone.hosts[0].ops
+
+
+def test_a_backup_of_a_file_a_command_rewrote_saves_the_original(rig: LocalRig) -> None:
+    """``backup`` is for a file the playbook changes by other means (a command); its copy is
+    saved at the run's first change, which may come after that command. The host's file is
+    then no longer the original the run read, so the copy cannot be made from it: the run
+    sends the original it holds, and the copy is that original, not a refusal that fails the
+    run (nor the rewritten file)."""
+    env = rig.files / "server.env"
+    env.write_bytes(b"PORT=80\n" * 2000)
+    conf = rig.files / "app.conf"
+    conf.write_bytes(b"a = 1\n")
+    playbook = rig.playbook(
+        "rewrite",
+        [
+            {"backup": {"path": str(env)}},
+            {"verify_command": {"run": f"printf 'PORT=81\\n' > {env}"}},
+            {"append": {"path": str(conf), "text": "b = 2\n"}},
+        ],
+    )
+    result = rig.apply(playbook)
+    host = result.hosts[0]
+    assert host.outcome == "changed", host.error
+    assert env.read_bytes() == b"PORT=81\n"
+    assert conf.read_bytes() == b"a = 1\nb = 2\n"
+    copies = sorted(c.read_bytes() for c in rig.state_dir.glob("runs/*/files/*"))
+    assert copies == sorted([b"PORT=80\n" * 2000, b"a = 1\n"])
+
+
+def test_a_backup_of_a_file_this_run_created_does_not_fail_the_run(rig: LocalRig) -> None:
+    """A file this run created has no original on the host (the run holds it as empty): its
+    saved copy is not made from the file, which holds what the run wrote."""
+    made = rig.files / "made.env"
+    conf = rig.files / "app.conf"
+    conf.write_bytes(b"a = 1\n")
+    playbook = rig.playbook(
+        "created",
+        [
+            {"copy": {"content": "X=1\n", "dest": str(made)}},
+            {"backup": {"path": str(made)}},
+            {"append": {"path": str(conf), "text": "b = 2\n"}},
+        ],
+    )
+    host = rig.apply(playbook).hosts[0]
+    assert host.outcome == "changed", host.error
+    assert made.read_bytes() == b"X=1\n"
+    assert conf.read_bytes() == b"a = 1\nb = 2\n"

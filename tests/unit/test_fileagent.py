@@ -201,6 +201,35 @@ def test_a_splice_is_never_made_from_a_symlink(tmp_path: Path) -> None:
     assert not copy.exists()
 
 
+def test_a_fifo_as_the_splice_source_is_refused_at_once(tmp_path: Path) -> None:
+    """Someone who can write where the file is swaps a fifo in between the run's read and
+    the saved copy made from it: the helper opens it without blocking (``O_NONBLOCK``), sees
+    it is no regular file and refuses, rather than wait for a writer with the lock held."""
+    import threading
+
+    fifo = tmp_path / "target"
+    tmp_path.chmod(0o755)
+    os.mkfifo(fifo, 0o600)
+    copy = tmp_path / "copy"
+    spec = _splice(fifo, b"old\n", 4, 0, b"old\n")
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            fileagent.write({"path": str(copy), "splice": spec}, b"")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the helper blocked opening a fifo"
+    assert isinstance(outcome[0], Refused), outcome
+    assert not copy.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
 def _start_helper(
     stdout: int, env: dict[str, str] | None = None, source: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int, int]:

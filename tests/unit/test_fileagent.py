@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import base64
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -228,6 +229,30 @@ def test_a_fifo_as_the_splice_source_is_refused_at_once(tmp_path: Path) -> None:
     assert isinstance(outcome[0], Refused), outcome
     assert not copy.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_a_splice_source_that_cannot_be_opened_is_named_in_the_refusal(tmp_path: Path) -> None:
+    """The saved copy is written in state_dir from the file being edited: when that file
+    cannot be read (swapped for a socket here; EACCES or ENOTDIR alike), the answer must name
+    it, not fail as an error of the copy's own path (which the client would report as
+    "failed writing" or "permission denied" on state_dir)."""
+    import socket
+
+    tmp_path.chmod(0o755)
+    source = tmp_path / "target"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(source))
+        copy = tmp_path / "copy"
+        spec = _splice(source, b"old\n", 4, 0, b"old\n")
+        answer, _ = fileagent.handle(
+            json.dumps({"op": "write", "path": str(copy), "splice": spec}).encode(), b""
+        )
+    finally:
+        listener.close()
+    assert answer.get("refused"), answer
+    assert str(source) in answer["error"], answer
+    assert not copy.exists()
 
 
 def _start_helper(

@@ -255,6 +255,29 @@ def test_a_splice_source_that_cannot_be_opened_is_named_in_the_refusal(tmp_path:
     assert not copy.exists()
 
 
+def test_a_spliced_write_holds_no_more_than_a_whole_one(tmp_path: Path) -> None:
+    """An edit of a large file held by the helper: sent whole, the payload and the file
+    read for the compare-and-swap, twice the file at most. Put together from the file, the
+    same: the file as read and the result, not the slices and sums between them as well
+    (d4bada7 held three times the file: 313 MB for a 100 MB file, 213 MB sent whole)."""
+    import tracemalloc
+
+    size = 4 << 20
+    old = os.urandom(size)
+    new = old[: size // 2] + b"inserted" + old[size // 2 :]
+    path = _target(tmp_path, content=old)
+    spec = _splice(path, old, size // 2, size - size // 2, new)
+    args = {"path": str(path), "expect_sha256": hashlib.sha256(old).hexdigest(), "splice": spec}
+    tracemalloc.start()
+    try:
+        fileagent.write(args, b"inserted")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert path.read_bytes() == new
+    assert peak < 2.5 * size, f"{peak / size:.2f} times the file"
+
+
 def _start_helper(
     stdout: int, env: dict[str, str] | None = None, source: str | None = None
 ) -> tuple[subprocess.Popen[bytes], int, int]:

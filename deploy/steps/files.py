@@ -107,15 +107,19 @@ def save_original(ctx: StepContext, state: FileState, *, writing: bool = False) 
     """Save the run's original copy of a file (once); return its sha256.
 
     ``writing``: a write of this file follows, refused unless the file still holds what the
-    run read. Only then is the copy made on the host from the file itself (nothing sent): a
-    file that changed since the read fails that write anyway. Otherwise (a ``backup`` saved at
-    the first change, maybe after a command rewrote the file; a file this run created) the
-    run sends the bytes it read, so the copy is the original whatever the file holds now."""
+    run read. Then, if no step that may change files behind the run's cache (a command, a
+    restart) ran since the read, the copy is made on the host from the file itself (nothing
+    sent): should the file have changed anyway, the copy is refused with the write it
+    precedes. Otherwise (a ``backup`` saved at the first change, maybe after a command
+    rewrote the file; a file this run created; an edit after such a command) the run sends
+    the bytes it read: the copy is the original whatever the file holds now, the one a human
+    puts back when the run's own command changed the file and the edit was refused."""
     digest = ctx.saved.get(state.path)
     if ctx.check_mode:
         return digest or sha256(state.original)
     if digest is None:
-        unchanged = writing and state.content == state.original  # not yet written by this run
+        # Not yet written by this run, nor maybe rewritten by one of its commands.
+        unchanged = writing and not state.stale and state.content == state.original
         digest = ctx.journal.save_copy(state.original, state.path if unchanged else None)
         ctx.saved[state.path] = digest
         ctx.journal.write(

@@ -169,3 +169,27 @@ def test_a_backup_of_a_file_this_run_created_does_not_fail_the_run(rig: LocalRig
     assert host.outcome == "changed", host.error
     assert made.read_bytes() == b"X=1\n"
     assert conf.read_bytes() == b"a = 1\nb = 2\n"
+
+
+def test_the_backup_of_a_file_a_command_rewrote_before_its_edit_is_kept(rig: LocalRig) -> None:
+    """``backup``, a command that rewrites the file, then an edit of it: the edit, computed on
+    the file as read, is refused (the file changed since), and the run is rolled back; the
+    command's change is not deploy's to undo, so the copy of the original the backup step
+    promised is what the operator has left to put it back with, and must be there."""
+    env = rig.files / "server.env"
+    original = b"PORT=80\n" * 2000
+    env.write_bytes(original)
+    playbook = rig.playbook(
+        "rewrite-then-edit",
+        [
+            {"backup": {"path": str(env)}},
+            {"verify_command": {"run": f"printf 'PORT=81\\n' > {env}"}},
+            {"append": {"path": str(env), "text": "Z=1\n"}},
+        ],
+    )
+    host = rig.apply(playbook).hosts[0]
+    assert host.outcome == "rolled back", host
+    assert "changed on the host" in str(host.error)
+    assert env.read_bytes() == b"PORT=81\n"
+    copies = [c.read_bytes() for c in rig.state_dir.glob("runs/*/files/*")]
+    assert copies == [original]

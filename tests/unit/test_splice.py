@@ -193,3 +193,24 @@ def test_the_backup_of_a_file_a_command_rewrote_before_its_edit_is_kept(rig: Loc
     assert env.read_bytes() == b"PORT=81\n"
     copies = [c.read_bytes() for c in rig.state_dir.glob("runs/*/files/*")]
     assert copies == [original]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"", b"x\n"),  # an empty file: nothing shared, the whole of the new sent
+        (b"x\n", b""),  # emptied: nothing sent at all
+        (b"x", b"y"),  # one byte
+        (b"a = 1\nb = 2\n", b"a = 1\n"),  # shorter: the tail dropped
+        (b"ab", b"abab"),  # the new bytes repeat the old: head and tail must not overlap
+        (b"same\n", b"same\n"),  # the bytes kept (a write for the mode alone)
+    ],
+)
+def test_edges_of_a_spliced_write(locked: LocalHost, private: Path, old: bytes, new: bytes) -> None:
+    target = private / "edge"
+    target.write_bytes(old)
+    locked.write_atomic(
+        str(target), new, expect_sha256=hashlib.sha256(old).hexdigest(), known=(str(target), old)
+    )
+    locked.flush()
+    assert target.read_bytes() == new

@@ -214,3 +214,27 @@ def test_edges_of_a_spliced_write(locked: LocalHost, private: Path, old: bytes, 
     )
     locked.flush()
     assert target.read_bytes() == new
+
+
+@pytest.mark.parametrize("someone", ["edited", "removed"])
+def test_a_forced_rollback_over_someones_change_puts_the_original_back(
+    rig: LocalRig, kimi: Path, someone: str
+) -> None:
+    """The undo splices from what it just read: someone's edit of the patched file (the
+    ends it shares with the original come from it) or nothing at all (the file removed: the
+    whole original sent). Refused without --force, byte for byte the original with it."""
+    original = kimi.read_bytes()
+    result = rig.apply(KIMI, skip_tags=["service"])
+    assert result.hosts[0].outcome == "changed", result.hosts[0].error
+    assert result.run_id is not None
+    if someone == "edited":
+        kimi.write_bytes(kimi.read_bytes().replace(b"import", b"import  ", 1) + b"# mine\n")
+    else:
+        kimi.unlink()
+    refused = rig.rollback(result.run_id)
+    assert refused.exit_code == 3, refused.hosts[0]
+    assert "changed since deploy wrote it" in (refused.hosts[0].error or "")
+    forced = rig.rollback(result.run_id, force=True)
+    assert forced.hosts[0].outcome == "restored", forced.hosts[0].error
+    assert kimi.read_bytes() == original
+    assert kimi.stat().st_mode & 0o7777 == 0o640

@@ -261,10 +261,17 @@ def _spliced(spec, middle):
     ``spec``'s head and tail of that file around ``middle``, each side checked by sha256 (the
     file must still be what the client knew; the result what it meant)."""
     source = spec["path"]
-    answer, known = read({"path": source})
+    try:
+        answer, known = read({"path": source})
+    except OSError as exc:  # named here: the request's own path may be another (a saved copy)
+        raise Refused(
+            f"{source} could not be read ({exc.strerror or exc}) to put the new bytes "
+            "together; not written"
+        ) from None
     if not answer.get("content") or sha256(known).hexdigest() != spec["sha256"]:
         raise Refused(source + " changed on the host while we were editing it; not written")
-    data = known[: spec["head"]] + middle + known[len(known) - spec["tail"] :]
+    view = memoryview(known)  # no copies of the ends: the file and the result, nothing else
+    data = b"".join((view[: spec["head"]], middle, view[len(known) - spec["tail"] :]))
     if sha256(data).hexdigest() != spec["result"]:
         raise Refused("the bytes put together from " + source + " are not the ones meant")
     return data

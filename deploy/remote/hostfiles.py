@@ -50,11 +50,12 @@ it is removed before the mode is set, so apply and rollback never open a file to
 directory's default names. A file deploy creates (state_dir's records) gets what any new file
 in that directory would get, then the mode deploy asks for.
 
-What the host already has does not travel again: the saved copy of a file is made from the
-file itself, and an edit (or an undo) sends only the stretch between what the old and the new
-bytes share at their start and end. The helper puts the new bytes together only if the file
-it takes them from still hashes (sha256) to what deploy read, and writes them only if they
-hash to what deploy meant; otherwise nothing is written.
+What the host already has does not travel again: the saved copy of a file deploy is about to
+edit is made from the file itself (sent whole when a command or a restart may have rewritten
+the file since deploy read it), and an edit (or an undo) sends only the stretch between what
+the old and the new bytes share at their start and end. The helper puts the new bytes
+together only if the file it takes them from still hashes (sha256) to what deploy read, and
+writes them only if they hash to what deploy meant; otherwise nothing is written.
 """
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).

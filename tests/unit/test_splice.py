@@ -138,3 +138,119 @@ def test_a_run_that_changes_a_large_file_sends_what_it_changed(rig: LocalRig, ki
     assert undone.hosts[0].outcome == "restored", undone.hosts[0]
     assert kimi.read_bytes() == original
     assert undone.hosts[0].ops["sent"] < 16 * 1024, undone.hosts[0].ops
+
+
+def test_a_backup_of_a_file_a_command_rewrote_saves_the_original(rig: LocalRig) -> None:
+    """``backup`` is for a file the playbook changes by other means (a command); its copy is
+    saved at the run's first change, which may come after that command. The host's file is
+    then no longer the original the run read, so the copy cannot be made from it: the run
+    sends the original it holds, and the copy is that original, not a refusal that fails the
+    run (nor the rewritten file)."""
+    env = rig.files / "server.env"
+    env.write_bytes(b"PORT=80\n" * 2000)
+    conf = rig.files / "app.conf"
+    conf.write_bytes(b"a = 1\n")
+    playbook = rig.playbook(
+        "rewrite",
+        [
+            {"backup": {"path": str(env)}},
+            {"verify_command": {"run": f"printf 'PORT=81\\n' > {env}"}},
+            {"append": {"path": str(conf), "text": "b = 2\n"}},
+        ],
+    )
+    result = rig.apply(playbook)
+    host = result.hosts[0]
+    assert host.outcome == "changed", host.error
+    assert env.read_bytes() == b"PORT=81\n"
+    assert conf.read_bytes() == b"a = 1\nb = 2\n"
+    copies = sorted(c.read_bytes() for c in rig.state_dir.glob("runs/*/files/*"))
+    assert copies == sorted([b"PORT=80\n" * 2000, b"a = 1\n"])
+
+
+def test_a_backup_of_a_file_this_run_created_does_not_fail_the_run(rig: LocalRig) -> None:
+    """A file this run created has no original on the host (the run holds it as empty): its
+    saved copy is not made from the file, which holds what the run wrote."""
+    made = rig.files / "made.env"
+    conf = rig.files / "app.conf"
+    conf.write_bytes(b"a = 1\n")
+    playbook = rig.playbook(
+        "created",
+        [
+            {"copy": {"content": "X=1\n", "dest": str(made)}},
+            {"backup": {"path": str(made)}},
+            {"append": {"path": str(conf), "text": "b = 2\n"}},
+        ],
+    )
+    host = rig.apply(playbook).hosts[0]
+    assert host.outcome == "changed", host.error
+    assert made.read_bytes() == b"X=1\n"
+    assert conf.read_bytes() == b"a = 1\nb = 2\n"
+
+
+def test_the_backup_of_a_file_a_command_rewrote_before_its_edit_is_kept(rig: LocalRig) -> None:
+    """``backup``, a command that rewrites the file, then an edit of it: the edit, computed on
+    the file as read, is refused (the file changed since), and the run is rolled back; the
+    command's change is not deploy's to undo, so the copy of the original the backup step
+    promised is what the operator has left to put it back with, and must be there."""
+    env = rig.files / "server.env"
+    original = b"PORT=80\n" * 2000
+    env.write_bytes(original)
+    playbook = rig.playbook(
+        "rewrite-then-edit",
+        [
+            {"backup": {"path": str(env)}},
+            {"verify_command": {"run": f"printf 'PORT=81\\n' > {env}"}},
+            {"append": {"path": str(env), "text": "Z=1\n"}},
+        ],
+    )
+    host = rig.apply(playbook).hosts[0]
+    assert host.outcome == "rolled back", host
+    assert "changed on the host" in str(host.error)
+    assert env.read_bytes() == b"PORT=81\n"
+    copies = [c.read_bytes() for c in rig.state_dir.glob("runs/*/files/*")]
+    assert copies == [original]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"", b"x\n"),  # an empty file: nothing shared, the whole of the new sent
+        (b"x\n", b""),  # emptied: nothing sent at all
+        (b"x", b"y"),  # one byte
+        (b"a = 1\nb = 2\n", b"a = 1\n"),  # shorter: the tail dropped
+        (b"ab", b"abab"),  # the new bytes repeat the old: head and tail must not overlap
+        (b"same\n", b"same\n"),  # the bytes kept (a write for the mode alone)
+    ],
+)
+def test_edges_of_a_spliced_write(locked: LocalHost, private: Path, old: bytes, new: bytes) -> None:
+    target = private / "edge"
+    target.write_bytes(old)
+    locked.write_atomic(
+        str(target), new, expect_sha256=hashlib.sha256(old).hexdigest(), known=(str(target), old)
+    )
+    locked.flush()
+    assert target.read_bytes() == new
+
+
+@pytest.mark.parametrize("someone", ["edited", "removed"])
+def test_a_forced_rollback_over_someones_change_puts_the_original_back(
+    rig: LocalRig, kimi: Path, someone: str
+) -> None:
+    """The undo splices from what it just read: someone's edit of the patched file (the
+    ends it shares with the original come from it) or nothing at all (the file removed: the
+    whole original sent). Refused without --force, byte for byte the original with it."""
+    original = kimi.read_bytes()
+    result = rig.apply(KIMI, skip_tags=["service"])
+    assert result.hosts[0].outcome == "changed", result.hosts[0].error
+    assert result.run_id is not None
+    if someone == "edited":
+        kimi.write_bytes(kimi.read_bytes().replace(b"import", b"import  ", 1) + b"# mine\n")
+    else:
+        kimi.unlink()
+    refused = rig.rollback(result.run_id)
+    assert refused.exit_code == 3, refused.hosts[0]
+    assert "changed since deploy wrote it" in (refused.hosts[0].error or "")
+    forced = rig.rollback(result.run_id, force=True)
+    assert forced.hosts[0].outcome == "restored", forced.hosts[0].error
+    assert kimi.read_bytes() == original
+    assert kimi.stat().st_mode & 0o7777 == 0o640

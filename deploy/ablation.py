@@ -17,6 +17,7 @@ MECHANISMS = {
     "compression": "no delayed zlib compression (deploy.remote.connect.Wire)",
     "readahead": "no file reads or compile checks sent with the lock's exec",
     "dial": "no TCP connects ahead of the SSH stack's import (deploy.remote.dial)",
+    "splice": "every write sends its whole file, saved copies too (deploy.remote.hostfiles)",
 }
 
 _ENV = "DEPLOY_ABLATE"

@@ -60,7 +60,7 @@ class JournalSink(Protocol):
 
     def append(self, line: bytes, *, durable: bool) -> Call | None: ...
 
-    def save_copy(self, name: str, content: bytes) -> None: ...
+    def save_copy(self, name: str, content: bytes, source: str | None = None) -> None: ...
 
     def replace_journal(self, body: bytes) -> None: ...
 
@@ -92,9 +92,11 @@ class HelperSink:
         self._ready()
         return self.remote.append_file(self.layout.journal(self.run_id), line, durable=durable)
 
-    def save_copy(self, name: str, content: bytes) -> None:
+    def save_copy(self, name: str, content: bytes, source: str | None = None) -> None:
         self._ready()
-        self.remote.write_atomic(f"{self.layout.copies(self.run_id)}/{name}", content, mode=0o600)
+        copy = f"{self.layout.copies(self.run_id)}/{name}"
+        known = None if source is None else (source, content)
+        self.remote.write_atomic(copy, content, mode=0o600, known=known)
 
     def replace_journal(self, body: bytes) -> None:
         self.remote.write_atomic(self.layout.journal(self.run_id), body, mode=0o600)
@@ -202,12 +204,13 @@ class Journal:
         self._calls = [self._calls[i] for i in kept]
         self._guards = {}
 
-    def save_copy(self, content: bytes) -> str:
-        """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha."""
+    def save_copy(self, content: bytes, source: str | None = None) -> str:
+        """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha.
+        ``source``: the file on the host that holds ``content``, copied there instead of sent."""
         digest = sha256(content)
         if digest not in self._saved:
             self.start()
-            self.sink.save_copy(digest, content)
+            self.sink.save_copy(digest, content, source)
             self._saved.add(digest)
         return digest
 

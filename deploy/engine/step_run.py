@@ -169,8 +169,9 @@ def _run_step(run: _Run, position: int, index: int, entry: Any) -> bool:
             _not_run(result, run.steps[position:])
             run.fail(failed.index, failed.summary, CheckFailed(failed.summary))
             return False
-    if not step.confined:  # it may change files behind what was read ahead
+    if not step.confined:  # it may change files behind what was read ahead, or cached
         remote.forget_read_ahead()
+        ctx.files_may_change()
     ctx.step_index = index
     ctx.checks_with_commit = not options.check_mode and all(
         build_step(later, later_index).answered_locally(ctx)

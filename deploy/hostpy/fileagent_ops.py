@@ -256,6 +256,27 @@ def _apply_meta(fd, path, meta, exact):
             ) from exc
 
 
+def _spliced(spec, middle):
+    """The bytes to write when the client sent only what differs from a file the host has:
+    ``spec``'s head and tail of that file around ``middle``, each side checked by sha256 (the
+    file must still be what the client knew; the result what it meant)."""
+    source = spec["path"]
+    try:
+        answer, known = read({"path": source})
+    except OSError as exc:  # named here: the request's own path may be another (a saved copy)
+        raise Refused(
+            f"{source} could not be read ({exc.strerror or exc}) to put the new bytes "
+            "together; not written"
+        ) from None
+    if not answer.get("content") or sha256(known).hexdigest() != spec["sha256"]:
+        raise Refused(source + " changed on the host while we were editing it; not written")
+    view = memoryview(known)  # no copies of the ends: the file and the result, nothing else
+    data = b"".join((view[: spec["head"]], middle, view[len(known) - spec["tail"] :]))
+    if sha256(data).hexdigest() != spec["result"]:
+        raise Refused("the bytes put together from " + source + " are not the ones meant")
+    return data
+
+
 def write(args, data):
     """Replace ``path`` with ``data`` atomically, keeping (or setting) its metadata."""
     path = args["path"]
@@ -265,6 +286,8 @@ def write(args, data):
         current = _current(dfd, base, path, args)
         if current is None and args.get("expect_sha256"):
             raise Refused(path + " disappeared on the host while we were editing it; not written")
+        if args.get("splice"):
+            data = _spliced(args["splice"], data)
         meta = args.get("meta")
         explicit = meta is not None
         if meta is None:

@@ -36,6 +36,10 @@ class WriteOptions(TypedDict, total=False):
     unsafe_dir: bool
     #: ``"allow"``: replace a file with other hard links ["refuse"].
     hardlinks: Literal["refuse", "allow"]
+    #: ``(path, content)``: a file on the host that holds ``content``; only what the new bytes
+    #: do not share with it at their head and tail is sent, the host checking both ends by
+    #: sha256 [the whole of ``data`` sent].
+    known: tuple[str, bytes] | None
     #: Wait for the answer rather than letting it surface at the next `flush` [False].
     wait: bool
 

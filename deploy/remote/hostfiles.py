@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import shlex
 import stat as statmod
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import paramiko
 
+from deploy import ablation
 from deploy.errors import HostUnreachable, PermissionDenied, StepFailed
 from deploy.hostpy import program
 from deploy.remote.api import WriteOptions
@@ -47,6 +49,13 @@ original had none: a temp file created in a directory with a default ACL takes t
 it is removed before the mode is set, so apply and rollback never open a file to a user the
 directory's default names. A file deploy creates (state_dir's records) gets what any new file
 in that directory would get, then the mode deploy asks for.
+
+What the host already has does not travel again: the saved copy of a file deploy is about to
+edit is made from the file itself (sent whole when a command or a restart may have rewritten
+the file since deploy read it), and an edit (or an undo) sends only the stretch between what
+the old and the new bytes share at their start and end. The helper puts the new bytes
+together only if the file it takes them from still hashes (sha256) to what deploy read, and
+writes them only if they hash to what deploy meant; otherwise nothing is written.
 """
 
 #: The helper's program text, started by the lock's shell (`deploy.remote.lock`).
@@ -74,6 +83,33 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
         xattrs=dict(answer.get("xattrs") or {}),
     )
     return info, call.payload if answer.get("content") else None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def shared_ends(before: bytes, after: bytes) -> tuple[int, int]:
+    """How many bytes ``after`` shares with ``before`` at its head, then at its tail (not
+    overlapping the head): an edit in place changes one stretch of a file, and only that
+    stretch needs to travel to a host that has ``before`` (`WriteOptions` ``known``)."""
+    size = min(len(before), len(after))
+    head = 0
+    step = 4096
+    while step:  # whole blocks compared in C, then halving to the first difference
+        while head + step <= size and before[head : head + step] == after[head : head + step]:
+            head += step
+        step //= 2
+    tail, step, room = 0, 4096, size - head
+    while step:
+        while (
+            tail + step <= room
+            and before[len(before) - tail - step : len(before) - tail]
+            == after[len(after) - tail - step : len(after) - tail]
+        ):
+            tail += step
+        step //= 2
+    return head, tail
 
 
 class HostFiles:
@@ -285,6 +321,13 @@ class HostFiles:
             args["unsafe_dir"] = True
         if options.get("hardlinks", "refuse") != "refuse":
             args["hardlinks"] = options["hardlinks"]
+        known = options.get("known")
+        if known is not None and not ablation.off("splice"):
+            source, before = known
+            head, tail = shared_ends(before, data)
+            args["splice"] = {"path": source, "sha256": _sha256(before), "head": head,
+                              "tail": tail, "result": _sha256(data)}  # fmt: skip
+            data = data[head : len(data) - tail]
         return self._call(args, data, wait=options.get("wait", False), doing="writing")
 
     def remove_temp_leftovers(self, path: str) -> list[str]:

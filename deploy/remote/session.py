@@ -84,6 +84,7 @@ class Session:
         """
         if self.broken:
             raise SessionLost("the session was lost earlier in this run")
+        self.ops["sent"] = self.ops.get("sent", 0) + len(data)
         if self._channel is None:
             self._held += data
             return

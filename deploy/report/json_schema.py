@@ -222,7 +222,7 @@ HOST: dict[str, Any] = {
         "ops": {
             "type": "object",
             "additionalProperties": {"type": "integer"},
-            "description": "SSH operations by kind (`exec`, `cmd`, `call`, `sftp`) and `wait`: the requests the run blocked on, one round trip each.",
+            "description": "SSH operations by kind (`exec`, `cmd`, `call`, `sftp`), `wait`: the requests the run blocked on, one round trip each, and `sent`: the bytes of requests sent to the host's file helper and the lock's shell (payloads included).",
         },
     },
 }

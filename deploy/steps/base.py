@@ -58,7 +58,7 @@ class Recorder(Protocol):
 
     def write(self, event: Record | Mapping[str, Any]) -> None: ...
 
-    def save_copy(self, content: bytes) -> str: ...
+    def save_copy(self, content: bytes, source: str | None = None) -> str: ...
 
     def guard(self, change: Call | None) -> None: ...
 
@@ -73,6 +73,9 @@ class FileState:
     original: bytes  # as first read in this run: what a rollback must put back
     #: The file did not exist before this run (`deploy.steps.create`): undo removes it.
     created: bool = False
+    #: A step that may change files behind the cache (not `Step.confined`: a command, a
+    #: restart) ran since the read: the host's file may no longer hold ``original``.
+    stale: bool = False
 
 
 @dataclass
@@ -195,6 +198,12 @@ class StepContext:
         self.first_change_seen = True
         if self.on_first_change is not None:
             self.on_first_change()
+
+    def files_may_change(self) -> None:
+        """A step that may change files behind the run's cache is about to run: no file read
+        so far is known to be on the host as read any longer (`FileState.stale`)."""
+        for state in self.files.values():
+            state.stale = True
 
     def anything_changed(self) -> bool:
         """Whether this run changed (or, under --check, would change) anything so far."""

@@ -103,13 +103,24 @@ def read_file_or_none(ctx: StepContext, path: str) -> FileState | None:
     return state
 
 
-def save_original(ctx: StepContext, state: FileState) -> str:
-    """Save the run's original copy of a file (once); return its sha256."""
+def save_original(ctx: StepContext, state: FileState, *, writing: bool = False) -> str:
+    """Save the run's original copy of a file (once); return its sha256.
+
+    ``writing``: a write of this file follows, refused unless the file still holds what the
+    run read. Then, if no step that may change files behind the run's cache (a command, a
+    restart) ran since the read, the copy is made on the host from the file itself (nothing
+    sent): should the file have changed anyway, the copy is refused with the write it
+    precedes. Otherwise (a ``backup`` saved at the first change, maybe after a command
+    rewrote the file; a file this run created; an edit after such a command) the run sends
+    the bytes it read: the copy is the original whatever the file holds now, the one a human
+    puts back when the run's own command changed the file and the edit was refused."""
     digest = ctx.saved.get(state.path)
     if ctx.check_mode:
         return digest or sha256(state.original)
     if digest is None:
-        digest = ctx.journal.save_copy(state.original)
+        # Not yet written by this run, nor maybe rewritten by one of its commands.
+        unchanged = writing and not state.stale and state.content == state.original
+        digest = ctx.journal.save_copy(state.original, state.path if unchanged else None)
         ctx.saved[state.path] = digest
         ctx.journal.write(
             {"event": "backup", "path": state.path, "sha256": digest, "step": ctx.step_index}
@@ -117,14 +128,16 @@ def save_original(ctx: StepContext, state: FileState) -> str:
     return digest
 
 
-def before_change(ctx: StepContext) -> None:
-    """Save every file a ``backup`` step named; called right before any change to the host.
+def before_change(ctx: StepContext, writing: str | None = None) -> None:
+    """Save every file a ``backup`` step named; called right before any change to the host
+    (``writing``: the file that change writes, `save_original`'s ``writing``).
 
     The first call opens the engine's "before the first change" phase first
     (`StepContext.first_change`): the host is seen as it was before anything is saved."""
     ctx.first_change()
     while ctx.pending_backups:
-        save_original(ctx, read_file(ctx, ctx.pending_backups.pop(0)))
+        path = ctx.pending_backups.pop(0)
+        save_original(ctx, read_file(ctx, path), writing=path == writing)
 
 
 def write_file(
@@ -172,8 +185,8 @@ def write_file(
         state.content = content
         state.stat = _with_meta(info, meta, len(content))
         return
-    before_change(ctx)
-    backup = save_original(ctx, state)
+    before_change(ctx, path)
+    backup = save_original(ctx, state, writing=True)
     record: dict[str, Any] = {
         "event": "intent",
         "op": "write",
@@ -202,6 +215,7 @@ def write_file(
         expect_sha256=sha256(state.content),
         unsafe_dir=unsafe_dir,
         hardlinks=hardlinks,
+        known=(path, state.content),
     )
     ctx.journal.guard(change)
     ctx.journal.write({"event": "done", "op": "write", "step": ctx.step_index, "path": path})
@@ -363,6 +377,9 @@ def undo_write(
             # target it split is not made worse by restoring its original name.
             unsafe_dir=True,
             hardlinks="allow",
+            # What is there now was just read: only the stretch that differs goes back (and
+            # nothing is written if it changed meanwhile: a change we never saw is not lost).
+            known=None if current is None else (path, current),
         )
         check = remote.read(path)
     except (StepFailed, FileNotFoundError) as exc:

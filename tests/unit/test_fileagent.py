@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import base64
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -155,6 +156,126 @@ def test_a_file_changed_since_it_was_read_is_not_overwritten(tmp_path: Path) -> 
     ok = hashlib.sha256(b"old\n").hexdigest()
     fileagent.write({"path": str(path), "expect_sha256": ok}, b"new\n")
     assert path.read_bytes() == b"new\n"
+
+
+def _splice(source: Path, known: bytes, head: int, tail: int, result: bytes) -> dict[str, object]:
+    return {
+        "path": str(source),
+        "sha256": hashlib.sha256(known).hexdigest(),
+        "head": head,
+        "tail": tail,
+        "result": hashlib.sha256(result).hexdigest(),
+    }
+
+
+def test_a_spliced_write_is_the_known_ends_around_the_bytes_sent(tmp_path: Path) -> None:
+    path = _target(tmp_path, content=b"head|old|tail")
+    spec = _splice(path, b"head|old|tail", 5, 5, b"head|new!|tail")
+    fileagent.write({"path": str(path), "splice": spec}, b"new!")
+    assert path.read_bytes() == b"head|new!|tail"
+    # A saved copy: the whole of another file, nothing sent.
+    copy = tmp_path / "copy"
+    spec = _splice(path, b"head|new!|tail", 14, 0, b"head|new!|tail")
+    fileagent.write({"path": str(copy), "splice": spec}, b"")
+    assert copy.read_bytes() == b"head|new!|tail"
+
+
+def test_a_splice_that_does_not_make_the_meant_bytes_is_refused(tmp_path: Path) -> None:
+    """A client whose head or tail is off by one would write a file nobody meant: the helper
+    checks the result's sha256 before anything is written."""
+    path = _target(tmp_path, content=b"head|old|tail")
+    spec = _splice(path, b"head|old|tail", 5, 4, b"head|new|tail")  # tail one short
+    with pytest.raises(Refused, match="not the ones meant"):
+        fileagent.write({"path": str(path), "splice": spec}, b"new")
+    assert path.read_bytes() == b"head|old|tail"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_a_splice_is_never_made_from_a_symlink(tmp_path: Path) -> None:
+    real = _target(tmp_path, content=b"secret\n")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    copy = tmp_path / "copy"
+    spec = _splice(link, b"secret\n", 7, 0, b"secret\n")
+    with pytest.raises(Refused, match="changed on the host"):
+        fileagent.write({"path": str(copy), "splice": spec}, b"")
+    assert not copy.exists()
+
+
+def test_a_fifo_as_the_splice_source_is_refused_at_once(tmp_path: Path) -> None:
+    """Someone who can write where the file is swaps a fifo in between the run's read and
+    the saved copy made from it: the helper opens it without blocking (``O_NONBLOCK``), sees
+    it is no regular file and refuses, rather than wait for a writer with the lock held."""
+    import threading
+
+    fifo = tmp_path / "target"
+    tmp_path.chmod(0o755)
+    os.mkfifo(fifo, 0o600)
+    copy = tmp_path / "copy"
+    spec = _splice(fifo, b"old\n", 4, 0, b"old\n")
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            fileagent.write({"path": str(copy), "splice": spec}, b"")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the helper blocked opening a fifo"
+    assert isinstance(outcome[0], Refused), outcome
+    assert not copy.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_a_splice_source_that_cannot_be_opened_is_named_in_the_refusal(tmp_path: Path) -> None:
+    """The saved copy is written in state_dir from the file being edited: when that file
+    cannot be read (swapped for a socket here; EACCES or ENOTDIR alike), the answer must name
+    it, not fail as an error of the copy's own path (which the client would report as
+    "failed writing" or "permission denied" on state_dir)."""
+    import socket
+
+    tmp_path.chmod(0o755)
+    source = tmp_path / "target"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(source))
+        copy = tmp_path / "copy"
+        spec = _splice(source, b"old\n", 4, 0, b"old\n")
+        answer, _ = fileagent.handle(
+            json.dumps({"op": "write", "path": str(copy), "splice": spec}).encode(), b""
+        )
+    finally:
+        listener.close()
+    assert answer.get("refused"), answer
+    assert str(source) in answer["error"], answer
+    assert not copy.exists()
+
+
+def test_a_spliced_write_holds_no_more_than_a_whole_one(tmp_path: Path) -> None:
+    """An edit of a large file held by the helper: sent whole, the payload and the file
+    read for the compare-and-swap, twice the file at most. Put together from the file, the
+    same: the file as read and the result, not the slices and sums between them as well
+    (d4bada7 held three times the file: 313 MB for a 100 MB file, 213 MB sent whole)."""
+    import tracemalloc
+
+    size = 4 << 20
+    old = os.urandom(size)
+    new = old[: size // 2] + b"inserted" + old[size // 2 :]
+    path = _target(tmp_path, content=old)
+    spec = _splice(path, old, size // 2, size - size // 2, new)
+    args = {"path": str(path), "expect_sha256": hashlib.sha256(old).hexdigest(), "splice": spec}
+    tracemalloc.start()
+    try:
+        fileagent.write(args, b"inserted")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert path.read_bytes() == new
+    assert peak < 2.5 * size, f"{peak / size:.2f} times the file"
 
 
 def _start_helper(

@@ -85,8 +85,15 @@ def fetch_answer(path: str, call: Call) -> tuple[FileStat | None, bytes | None]:
     return info, call.payload if answer.get("content") else None
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _shared(a: bytes, b: bytes, limit: int) -> int:
+    """How many leading bytes ``a`` and ``b`` share, at most ``limit``: whole blocks compared
+    in C, then halving to the first difference."""
+    n, step = 0, 4096
+    while step:
+        while n + step <= limit and a[n : n + step] == b[n : n + step]:
+            n += step
+        step //= 2
+    return n
 
 
 def shared_ends(before: bytes, after: bytes) -> tuple[int, int]:
@@ -94,22 +101,8 @@ def shared_ends(before: bytes, after: bytes) -> tuple[int, int]:
     overlapping the head): an edit in place changes one stretch of a file, and only that
     stretch needs to travel to a host that has ``before`` (`WriteOptions` ``known``)."""
     size = min(len(before), len(after))
-    head = 0
-    step = 4096
-    while step:  # whole blocks compared in C, then halving to the first difference
-        while head + step <= size and before[head : head + step] == after[head : head + step]:
-            head += step
-        step //= 2
-    tail, step, room = 0, 4096, size - head
-    while step:
-        while (
-            tail + step <= room
-            and before[len(before) - tail - step : len(before) - tail]
-            == after[len(after) - tail - step : len(after) - tail]
-        ):
-            tail += step
-        step //= 2
-    return head, tail
+    head = _shared(before, after, size)
+    return head, _shared(before[::-1], after[::-1], size - head)
 
 
 class HostFiles:
@@ -325,8 +318,9 @@ class HostFiles:
         if known is not None and not ablation.off("splice"):
             source, before = known
             head, tail = shared_ends(before, data)
-            args["splice"] = {"path": source, "sha256": _sha256(before), "head": head,
-                              "tail": tail, "result": _sha256(data)}  # fmt: skip
+            args["splice"] = {"path": source, "head": head, "tail": tail,
+                              "sha256": hashlib.sha256(before).hexdigest(),
+                              "result": hashlib.sha256(data).hexdigest()}  # fmt: skip
             data = data[head : len(data) - tail]
         return self._call(args, data, wait=options.get("wait", False), doing="writing")
 

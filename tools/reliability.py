@@ -49,11 +49,13 @@ NOTES = """\
   is on the host's disk: the proxy holds them, then cuts or kills.
 - Writes, saved copies and journal records are pipelined to the host's file helper, which
   reads a request whole and then writes it in microseconds, so no client-side moment lies
-  inside a write, or between two writes of one file. For "saved copy half received",
+  inside a write, or between two writes of one file. For "saved copy received, not made",
   "new file half received" and "between two writes of one file" the helper itself stops
   (a test-only rule, enabled through the sandbox sshd's `SetEnv`) when that request has
-  reached it — 4096 bytes of the payload, or (second write) only its header, after the
-  second intent is fsynced — and records what it received; the fault is injected while it
+  reached it — half of the new file's payload (the stretch the edit changed: the rest is
+  put together from the file on the host), or only the request's header (the saved copy,
+  made from the file on the host, has no payload; the second write, after the second
+  intent is fsynced) — and records what it received; the fault is injected while it
   is stopped, then the helper is SIGKILLed, so the rest of the request is lost with the
   connection. The test asserts the stop happened there and that the half-received write
   never landed.

@@ -91,7 +91,9 @@ def test_a_change_run_sends_a_fraction_of_the_bytes(
     try:
         assert packed_file == plain_file
         assert b"set_eagle3_layers_to_capture" in packed_file
-        assert plain.bytes_up > 60_000, plain.bytes_up
+        # The lock's exec (~35 kB of host programs) and the batch: enough to compress, though
+        # the saved copy and the new file no longer travel whole (a spliced write).
+        assert plain.bytes_up > 45_000, plain.bytes_up
         assert packed.bytes_up < plain.bytes_up / 2, (packed.bytes_up, plain.bytes_up)
         assert packed.bytes_down < plain.bytes_down / 2, (packed.bytes_down, plain.bytes_down)
     finally:

@@ -46,9 +46,11 @@ def test_a_background_process_holding_the_output_costs_the_window_not_a_hang(
 ) -> None:
     with RemoteHost(settings(ssh_host)) as remote:
         began = time.monotonic()
-        result = remote.run("sleep 30 & echo started", timeout=60)
+        # A duration no other test sleeps: the pkill below sees every process of this machine
+        # (the sandbox host is this machine), and once killed another test's `sleep 30`.
+        result = remote.run("sleep 29.17 & echo started", timeout=60)
         took = time.monotonic() - began
-        remote.run("pkill -f '^sleep 30$' || true")
+        remote.run("pkill -f '^sleep 29.17$' || true")
     assert result.exit_status == 0 and result.stdout == "started\n"
     assert AFTER_EXIT <= took < AFTER_EXIT + 2, f"{took:.2f} s"
 

@@ -53,10 +53,11 @@ from deploy.hostpy.agent_proc import (
     _read,
     _stat_fields,
     _titled,
-    judge_start,
     pycheck,
     resolve_imports,
-    start_as,
+    start_ids,
+    start_problem,
+    switcher,
 )
 
 
@@ -95,7 +96,7 @@ def _start_problem(info):
     user = info.get("user") or {}
     if user.get("uid") is None:
         return "cannot tell whom pid " + str(info.get("pid")) + " runs as"
-    return judge_start(
+    return start_problem(
         _interpreter(info),
         info.get("cmdline") or [],
         info.get("env") or {},
@@ -236,7 +237,7 @@ def stop(args):
 
 def start(args):
     user = args.get("user")
-    ids, become, refusal = start_as(user)
+    ids, refusal = start_ids(user, (os.geteuid(), os.getuid(), os.getgid()))
     if refusal:  # before anything is created: not even the log
         return {"error": refusal}
     log_file = args["log_file"]
@@ -254,7 +255,7 @@ def start(args):
         python = _argv_interpreter(argv, env, cwd)
         first = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
         judged = [os.path.join(cwd, first or argv[0]), *argv[1:]]
-        problem = judge_start(python, judged, env, cwd, ids[0] if ids else os.geteuid())
+        problem = start_problem(python, judged, env, cwd, ids[0] if ids else os.geteuid())
         if problem:
             return {"error": "refusing to start " + argv[0] + ": " + problem}
     with open(log_file, "ab") as log:
@@ -271,7 +272,7 @@ def start(args):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=become,  # groups, gid, uid, in that order, before the exec
+                preexec_fn=switcher(ids),  # groups, gid, uid, in that order, before the exec
             )
         except (OSError, subprocess.SubprocessError) as exc:
             who = f" as uid {ids[0]}" if ids else ""

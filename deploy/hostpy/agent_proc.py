@@ -13,8 +13,9 @@ import socket
 import subprocess
 import time
 
+# start_problem is the agent's: a program's parts share one namespace on the host.
 # host-program: part (deploy.hostpy.program)
-from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher
+from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher  # noqa: F401
 
 TCP_LISTEN = "0A"
 
@@ -104,12 +105,6 @@ def start_ids(user, me):
         f"ran: deploy's process helper runs as uid {euid}, not root, and cannot switch users "
         "(log in as root or use become); not starting it as another user"
     )
-
-
-def start_as(user):
-    """`start_ids` for this helper: ``(ids, preexec_fn or None, refusal or None)``."""
-    ids, refusal = start_ids(user, (os.geteuid(), os.getuid(), os.getgid()))
-    return ids, switcher(ids), refusal
 
 
 def _alive(pid):
@@ -215,11 +210,6 @@ def _interpreter(info):
         if candidate and exe and os.path.realpath(candidate) == os.path.realpath(exe):
             return candidate
     return exe
-
-
-def judge_start(python, argv, env, cwd, uid):
-    """`deploy.hostpy.agent_trust.start_problem`, for the agent's probe and start."""
-    return start_problem(python, argv, env, cwd, uid)
 
 
 def resolve_imports(imports, python, env, cwd, pid=None):

@@ -1,21 +1,12 @@
-"""The file helper's operations (`deploy.hostpy.fileagent`, which frames requests and answers).
+"""The file helper's operations (`deploy.hostpy.fileagent` frames the requests); the rules, as
+users read them, are `deploy.remote.hostfiles.FILES_RULE`.
 
 Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
 can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
-binary that way). Here every check and change of one operation use one fd, or names relative
-to one directory fd:
-
-- reads open ``O_NOFOLLOW`` and take ``fstat`` and bytes from that fd;
-- writes create the temp file ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to the directory fd, then
-  ``fchown``, ``fchmod`` (chown clears setuid/setgid), the xattrs (POSIX ACLs and capabilities;
-  chown clears a capability), ``fsync``, ``renameat`` within the directory fd, and ``fsync`` of
-  the directory;
-- a target with other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it
-  would split it).
-
-Paths are walked, never resolved by the kernel in one lookup (issue 32; `walk`), so a directory
-another user swaps for a symlink mid-run is seen as one; the rules, as users read them, are
-`deploy.remote.hostfiles.FILES_RULE`.
+binary that way). Here every check and change of one operation use one fd, or names relative to
+one directory fd, reached by `walk` (issue 32), never by the kernel resolving the whole path.
+A write's order matters: ``fchown`` clears setuid/setgid and a capability, so ``fchmod`` and
+the xattrs come after it.
 """
 
 import binascii

@@ -5,10 +5,8 @@ lock, its arguments as JSON on stdin (the API key among them: never in a command
 which every local user can read); it prints one JSON object. Standard library only, Python 3.8
 syntax, no annotations: it runs on whatever python3 the host has.
 
-Why on the host: 32 requests at once through one SSH connection would measure the workstation,
-the link and the connection's window, not the server; and a request relayed whole cannot say
-when its first token came. Here each request is its own TCP connection to the server's address
-with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`` so far,
+Why on the host: `deploy.services.load`. Each request is its own TCP connection to the server's
+address with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`` so far,
 ``meta_info.completion_tokens``) as tokens come, then ``data: [DONE]``. The first event with a
 token is the time to first token; the last one ends the request.
 

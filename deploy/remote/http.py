@@ -14,6 +14,7 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import paramiko
@@ -51,7 +52,8 @@ def request(
     (``headers``: extra ones, e.g. ``Authorization``; never logged).
 
     Raises:
-        ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
+        ServerUnavailable: refused, reset, or no complete answer within ``timeout`` (empty,
+            malformed or cut short).
         HostUnreachable: the SSH connection itself is gone.
     """
     payload = b"" if body is None else json.dumps(body).encode()
@@ -87,33 +89,17 @@ def request(
         ) from exc
     finally:
         channel.close()
-    return parse_response(b"".join(chunks))
-
-
-def parse_response(raw: bytes) -> HttpResponse:
-    """Parse a whole HTTP/1.x response (Content-Length, chunked, or read-to-close bodies) with
-    the standard library's parser, over the bytes already read.
-
-    Raises:
-        ServerUnavailable: empty, malformed or cut short (the server closed the connection early).
-    """
-    if b"\r\n\r\n" not in raw:  # the parser would take a cut header for a whole one
+    # The standard library's parser (Content-Length, chunked, read-to-close bodies) over the
+    # bytes read; it would take a cut header for a whole one.
+    raw = b"".join(chunks)
+    if b"\r\n\r\n" not in raw:
         raise ServerUnavailable("connection closed before a complete HTTP answer")
-    response = http.client.HTTPResponse(_Received(raw))  # type: ignore[arg-type]  # makefile only
+    received = SimpleNamespace(makefile=lambda mode: io.BytesIO(raw))  # all it reads a socket by
+    response = http.client.HTTPResponse(received)  # type: ignore[arg-type]
     try:
         response.begin()
-        body = response.read()
+        answer = response.read()
     except (http.client.HTTPException, ValueError) as exc:
         raise ServerUnavailable(f"no complete HTTP answer ({type(exc).__name__}: {exc})") from exc
     headers = {key.lower(): value for key, value in response.getheaders()}
-    return HttpResponse(response.status, body, headers)
-
-
-class _Received:
-    """Bytes read off a stream, as the socket `http.client.HTTPResponse` reads them from."""
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    def makefile(self, mode: str) -> io.BytesIO:
-        return io.BytesIO(self.raw)
+    return HttpResponse(response.status, answer, headers)

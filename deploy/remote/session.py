@@ -109,13 +109,18 @@ class Session:
     def send_run(self, command: str, *, timeout: float, check: bool = False) -> Call:
         """Send a command without waiting (answered in turn, like a `call`); ``check``: as a
         ``CHECK`` (module docstring)."""
-        code = command.encode()
-        seconds = max(1, round(timeout))
-        verb = b"CHECK" if check else b"RUN"
-        self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
-        call = Call({"run": command}, command=True, check=check, timeout=seconds)
-        self._pending.append(call)
+        call = self._command(b"CHECK" if check else b"RUN", command, b"", max(1, round(timeout)))
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
+        return call
+
+    def _command(self, verb: bytes, command: str, stdin: bytes, seconds: int) -> Call:
+        """Send one ``RUN`` or ``CHECK`` frame (``seconds`` 0: no time limit)."""
+        code = command.encode()
+        head = b"%s %d %d %d\n" % (verb, len(code), len(stdin), seconds)
+        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
+        check = verb == b"CHECK"
+        call = Call({"run": command}, command=True, check=check, timeout=seconds or None)
+        self._pending.append(call)
         return call
 
     @trace.spanned("session.wait")
@@ -192,22 +197,19 @@ class Session:
         return checked
 
     def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
+        """A command's ``DONE`` line and what follows it (stdout: the call's payload)."""
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
-        status, call.payload, err = self._done(header, deadline)
-        stderr = err.decode("utf-8", "replace")
-        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
-        if call.check and status != 0:
-            answer["error"] = f"a check sent earlier exited {status}"
-        return answer
-
-    def _done(self, header: bytes, deadline: float | None) -> tuple[int, bytes, bytes]:
-        """A command's ``DONE`` line and what follows it: (exit status, stdout, stderr)."""
         parts = header.split()
         if len(parts) != 4 or parts[0] != b"DONE":
             raise SessionLost(f"unexpected answer {header[:80]!r}")
         status, out_len, err_len = (int(p) for p in parts[1:])
-        return status, self._read_exactly(out_len, deadline), self._read_exactly(err_len, deadline)
+        call.payload = self._read_exactly(out_len, deadline)
+        stderr = self._read_exactly(err_len, deadline).decode("utf-8", "replace")
+        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
+        if call.check and status != 0:
+            answer["error"] = f"a check sent earlier exited {status}"
+        return answer
 
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
@@ -223,38 +225,23 @@ class Session:
             CallFailed: an earlier request failed; the command was not run.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
         """
-        code = command.encode()
         seconds = 0 if timeout is None else max(1, round(timeout))
         began = time.monotonic()
-        head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
-        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
+        call = self._command(b"RUN", command, stdin, seconds)
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        deadline = None if timeout is None else began + seconds + GRACE
-        earlier: CallFailed | NoHelper | None = None
-        try:
-            checked = self._collect(deadline)
-            if checked is not None:  # the engine waits for its checks first: not expected
-                earlier = CallFailed(checked)
-        except (CallFailed, NoHelper) as exc:
-            earlier = exc
-        try:
-            header = self._read_line(deadline)
-            if earlier is not None:  # SKIP, or (CLEAR's race: cannot happen) its answer
-                raise earlier
-            if header == b"SKIP":
-                raise SessionLost("the host skipped a command after no failure")
-            status, out, err = self._done(header, deadline)
-        except SessionLost:
+        checked = self._collect(None if timeout is None else began + seconds + GRACE)
+        if checked is not None:  # the engine waits for its checks first: not expected
+            raise CallFailed(checked)
+        answer = call.answer or {}
+        if call.skipped:
             self.broken = True
-            raise
-        except (paramiko.SSHException, OSError, EOFError, ValueError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+            raise SessionLost("the host skipped a command after no failure")
+        status = int(answer["status"])
         # timeout(1) exits 124 when it stopped the command (137 if it had to KILL it).
         timed_out = (
             bool(seconds) and status in (124, 137) and (time.monotonic() - began >= seconds - 0.5)
         )
-        return status, out, err, timed_out
+        return status, call.payload, str(answer["stderr"]).encode(), timed_out
 
     def _fill(self, deadline: float | None) -> None:
         # The lock shell's own stderr (the helper's traceback or warning, say) is no answer's:

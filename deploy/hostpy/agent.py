@@ -186,7 +186,7 @@ def stop(args):
     began = time.monotonic()
     pgids = {int(p) for p in args.get("pgids", [])} - {os.getpgid(0), 0, 1}
     sids = {int(s) for s in args.get("sids", [])} - {os.getsid(0), 0, 1}
-    port = args.get("port")
+    port = int(args.get("port") or 0)  # 0: none (nothing listens on port 0)
     timeout = float(args.get("timeout", 60))
     drained = _drain(args)
     terminated = sorted(_members(pgids, set()))
@@ -206,7 +206,7 @@ def stop(args):
         _wait_gone(pgids, set(), time.monotonic() + 10)
     # Orphans: titled children of those groups or sessions, and whatever still holds the port.
     reaped = []
-    suspects = set(_members(pgids, sids)) | (set(_listeners(int(port))) if port else set())
+    suspects = set(_members(pgids, sids)) | set(_listeners(port))
     for pid in sorted(suspects):
         title = (_cmdline(pid) or [""])[0]
         fields = _stat_fields(pid)
@@ -216,21 +216,17 @@ def stop(args):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 reaped.append({"pid": pid, "title": title})
-    port_free = True
-    if port:
-        deadline = time.monotonic() + 10
-        while _listening_inodes(int(port)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        port_free = not _listening_inodes(int(port))
+    deadline = time.monotonic() + 10
+    while _listening_inodes(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port_free = not _listening_inodes(port)
     return {
         **drained,
         "terminated": terminated,
         "killed": killed,
         "reaped": reaped,
         "port_free": port_free,
-        "holders": [_describe(pid) for pid in _listeners(int(port))]
-        if port and not port_free
-        else [],
+        "holders": [] if port_free else [_describe(pid) for pid in _listeners(port)],
         "elapsed": round(time.monotonic() - began, 3),
     }
 
@@ -252,10 +248,12 @@ def start(args):
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
     if args.get("argv"):  # a server's own argv again (a restart, an undo): judged as it runs
         cwd = args.get("cwd") or "/"
-        python = _argv_interpreter(argv, env, cwd)
-        first = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
-        judged = [os.path.join(cwd, first or argv[0]), *argv[1:]]
-        problem = start_problem(python, judged, env, cwd, ids[0] if ids else os.geteuid())
+        found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        first = os.path.join(cwd, found or argv[0])
+        python = _argv_interpreter(first, env)
+        problem = start_problem(
+            python, [first, *argv[1:]], env, cwd, ids[0] if ids else os.geteuid()
+        )
         if problem:
             return {"error": "refusing to start " + argv[0] + ": " + problem}
     with open(log_file, "ab") as log:
@@ -297,14 +295,9 @@ def start(args):
     }
 
 
-def _argv_interpreter(argv, env, cwd):
-    """The interpreter ``argv`` starts: ``argv[0]`` (found on the env's PATH) when it is a
-    python, else the one its ``#!`` line names; None when neither says."""
-    first = argv[0]
-    if "/" not in first:
-        first = shutil.which(first, path=env.get("PATH", "")) or first
-    elif not first.startswith("/"):
-        first = os.path.join(cwd, first)
+def _argv_interpreter(first, env):
+    """The interpreter the program at ``first`` (absolute) starts: itself when it is a python,
+    else the one its ``#!`` line names; None when neither says."""
     if os.path.basename(first).startswith("python"):
         return first
     try:

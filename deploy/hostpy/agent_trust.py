@@ -24,6 +24,7 @@ directory above):
 import glob
 import os
 import pwd
+import shutil
 
 # host-program: part (deploy.hostpy.program)
 from deploy.hostpy.trust_rule import OTHER_OWNER, WRITABLE, verdict
@@ -169,12 +170,7 @@ def script_of(argv, env, cwd):
         return None
     first = argv[0]
     if not os.path.basename(first).startswith("python"):
-        found = first if "/" in first else None
-        if found is None:
-            for directory in (env.get("PATH") or "").split(":"):
-                if directory and os.path.isfile(directory + "/" + first):
-                    found = directory + "/" + first
-                    break
+        found = first if "/" in first else shutil.which(first, path=env.get("PATH", ""))
         return found if found is None or found.startswith("/") else cwd + "/" + found
     skip = False
     for word in argv[1:]:

@@ -54,9 +54,8 @@ def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = ""
     return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
-#: What may travel in the lock's command line, which any local user of the host can read
-#: (``ps``, /proc/PID/cmdline): the paths the run reads first and the code of its compile
-#: checks, never data (a write's bytes, a record, an environment). The rest goes on stdin.
+#: The requests that may travel in the lock's command line (module docstring: never data,
+#: such as a write's bytes, a record, an environment); the rest goes on stdin.
 CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
@@ -64,14 +63,6 @@ CARRIED_OPS = frozenset({"read"})
 #: sudo's, after `deploy.remote.become` quoted it again: each ``'`` becomes 5 characters).
 #: Requests that would make it larger go on stdin, one round trip later, as before.
 MAX_COMMAND = 96 * 1024
-
-
-def _carriable(held: bytes) -> str:
-    """``held`` as text for a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
-    try:
-        return "" if b"\0" in held else held.decode()
-    except UnicodeDecodeError:
-        return ""
 
 
 def _carried(script: str) -> bool:
@@ -107,7 +98,6 @@ class HostLock:
         self.remote.forget_read_ahead()
         try:
             if session is not None and session.pending and not session.broken:
-                # Normally nothing is left: a run waits for its answers at commit.
                 with contextlib.suppress(CallFailed, NoHelper, SessionLost):
                     session.wait(timeout=30)
             self.channel.shutdown_write()
@@ -180,14 +170,13 @@ def acquire(
     def script_with(ahead: str) -> str:
         return lock_script(state_dir, holder_json, ahead=ahead, agent=HELPER_SOURCE)
 
-    # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
-    # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
-    # is written to stdin leaves a round trip after the exec (issue 17).
+    # Carried in the command line (module docstring), unless a NUL cannot be a shell word
+    # (the frames are JSON and UTF-8 encoded text: always UTF-8).
     paths_only = all(
         call.command or call.args.get("op") in CARRIED_OPS
         for call in [*calls, *dict(ahead).values()]
     )
-    carried = _carriable(held) if paths_only else ""
+    carried = held.decode() if paths_only and b"\0" not in held else ""
     script, unsent = script_with(carried), b""
     if not carried or not _carried(script):
         script, unsent = script_with(""), held

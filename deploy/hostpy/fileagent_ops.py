@@ -264,7 +264,7 @@ def write(args, data):
         explicit = meta is not None
         if meta is None:
             meta = current or {"mode": 0o600}
-        elif "xattrs" not in meta and current:
+        elif meta.get("xattrs") is None and current:
             meta = dict(meta, xattrs=current["xattrs"])  # a record from before xattrs were kept
         tmp = temp_prefix(base) + os.urandom(4).hex() + TEMP_SUFFIX
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

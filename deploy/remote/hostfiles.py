@@ -271,20 +271,12 @@ class HostFiles:
         the helper (`FILES_RULE`, `WriteOptions`). Sent without waiting unless ``wait``: a
         failure surfaces at the next `flush` (or command), and nothing sent after it happens
         on the host. Returns the request: a failed answer means the target was not touched."""
-        mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
         self.prefetched.pop(path, None)
         args: dict[str, Any] = {"op": "write", "path": path}
-        if mode is not None:
-            meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
-            if options.get("xattrs") is not None:
-                meta["xattrs"] = options["xattrs"]
-            args["meta"] = meta
-        if options.get("expect_sha256"):
-            args["expect_sha256"] = options["expect_sha256"]
-        if options.get("unsafe_dir"):
-            args["unsafe_dir"] = True
-        if options.get("hardlinks", "refuse") != "refuse":
-            args["hardlinks"] = options["hardlinks"]
+        args.update((key, options.get(key)) for key in ("expect_sha256", "unsafe_dir", "hardlinks"))
+        if (mode := options.get("mode")) is not None:
+            meta = {key: options.get(key) for key in ("uid", "gid", "xattrs")}
+            args["meta"] = {**meta, "mode": statmod.S_IMODE(mode)}
         return self._call(args, data, wait=options.get("wait", False), doing="writing")
 
     def remove_temp_leftovers(self, path: str) -> list[str]:

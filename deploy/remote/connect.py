@@ -136,7 +136,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
     try:
         conn, attempt = _prepared(settings)
     except BaseException:  # no login will take a socket dialed ahead for this host
-        dial.discard(settings.address, settings.port or 22)
+        dial.discard((settings.address, settings.port or 22))
         raise
     try:
         if conn.gateway is None:

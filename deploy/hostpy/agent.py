@@ -135,7 +135,7 @@ def _probe_imports(imports, args, answer):
     }
 
 
-def _members(pgids, sids):
+def _members(pgids, sids=()):
     mine = (os.getpgid(0), os.getsid(0))
     out = []
     for pid in _pids():
@@ -149,19 +149,19 @@ def _members(pgids, sids):
     return out
 
 
-def _wait_gone(pgids, sids, deadline, main=(), grace=2.0):
+def _wait_gone(pgids, deadline, main=()):
     """Wait until the groups are empty; give up early once the ``main`` pids are gone and only
-    stragglers remain after ``grace`` seconds (SGLang's orphans ignore SIGTERM for ever)."""
+    stragglers remain after 2 s (SGLang's orphans ignore SIGTERM for ever)."""
     main_gone_at = None
     while time.monotonic() < deadline:
-        if not _members(pgids, sids):
+        if not _members(pgids):
             return True
         if not any(_alive(pid) for pid in main):
             main_gone_at = main_gone_at or time.monotonic()
-            if time.monotonic() - main_gone_at > grace:
+            if time.monotonic() - main_gone_at > 2.0:
                 return False
         time.sleep(0.05)
-    return not _members(pgids, sids)
+    return not _members(pgids)
 
 
 def _drain(args):
@@ -189,21 +189,20 @@ def stop(args):
     port = int(args.get("port") or 0)  # 0: none (nothing listens on port 0)
     timeout = float(args.get("timeout", 60))
     drained = _drain(args)
-    terminated = sorted(_members(pgids, set()))
+    terminated = sorted(_members(pgids))
     for pgid in pgids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
     killed = []
     main = [int(p) for p in args.get("pids", [])]
-    if not _wait_gone(pgids, set(), time.monotonic() + timeout, main):
+    if not _wait_gone(pgids, time.monotonic() + timeout, main):
         killed = [
-            {"pid": pid, "title": (_cmdline(pid) or ["?"])[0]}
-            for pid in sorted(_members(pgids, set()))
+            {"pid": pid, "title": (_cmdline(pid) or ["?"])[0]} for pid in sorted(_members(pgids))
         ]
         for pgid in pgids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-        _wait_gone(pgids, set(), time.monotonic() + 10)
+        _wait_gone(pgids, time.monotonic() + 10)
     # Orphans: titled children of those groups or sessions, and whatever still holds the port.
     reaped = []
     suspects = set(_members(pgids, sids)) | set(_listeners(port))

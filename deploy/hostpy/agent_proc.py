@@ -223,15 +223,8 @@ def resolve_imports(imports, python, env, cwd, pid=None):
     try:
         if refused:
             raise ValueError(refused)
-        done = subprocess.run(
-            [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
-            env=lookup_env(env, ids),
-            cwd=cwd or "/" if ids is None else None,  # else entered as that user
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            preexec_fn=switcher(ids, cwd or "/"),
-        )
+        argv = ["-c", _FIND_SPEC, json.dumps(sorted(imports))]
+        done = _run_python(python, argv, env, cwd or "/", ids, 60)
         found = json.loads(done.stdout) if done.returncode == 0 else None
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         failure = None if found else (lines[-1] if lines else f"exit {done.returncode}")
@@ -252,6 +245,20 @@ def resolve_imports(imports, python, env, cwd, pid=None):
     return results
 
 
+def _run_python(python, argv, env, cwd, ids, timeout):
+    """``python argv`` with the server's ``env`` and ``cwd``; as ``ids`` when `run_as` gave
+    some, with only the variables `lookup_env` keeps, the cwd entered after the switch."""
+    return subprocess.run(
+        [python, *argv],
+        env=lookup_env(env, ids),
+        cwd=cwd if ids is None else None,  # else entered as that user
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+        preexec_fn=switcher(ids, cwd),
+    )
+
+
 def pycheck(args):
     """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
     `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
@@ -264,15 +271,8 @@ def pycheck(args):
         return {"error": refused}
     began = time.monotonic()
     try:
-        done = subprocess.run(
-            [python, "-c", args["code"], *args.get("argv", [])],
-            env=lookup_env(env, ids),
-            cwd=cwd if ids is None else None,  # else entered as that user
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=float(args.get("timeout", 300)),
-            preexec_fn=switcher(ids, cwd),
-        )
+        argv = ["-c", args["code"], *args.get("argv", [])]
+        done = _run_python(python, argv, env, cwd, ids, float(args.get("timeout", 300)))
     except subprocess.TimeoutExpired:
         seconds = round(time.monotonic() - began, 1)
         return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}

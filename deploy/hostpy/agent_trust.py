@@ -38,8 +38,7 @@ _SITE = (
     "lib/python3*/lib-dynload",
     "lib/python3*/site-packages",
     "lib64/python3*/site-packages",
-    "lib/python3*/dist-packages",
-    "lib/python3/dist-packages",
+    "lib/python3*/dist-packages",  # python3* matches python3 itself
     "local/lib/python3*/dist-packages",
 )
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from deploy.remote.api import Host
 from deploy.remote.calls import CallFailed, FileStat, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
-from deploy.remote.transport import Channel, rest_after_exit
+from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
 
@@ -184,31 +183,22 @@ def acquire(
     session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
     lost = _send_ahead(channel, unsent)
-    buffer, cut = bytearray(), f"{remote.name}: connection lost while taking the lock"
-    deadline = time.monotonic() + timeout
-    try:
-        while b"\nREADY\n" not in buffer:
-            if channel.recv_ready():
-                buffer += channel.recv(65536)
-                deadline = time.monotonic() + timeout  # silence is what times out
-                continue
-            if channel.exit_status_ready() and not channel.recv_ready():
-                buffer += rest_after_exit(channel)[0]  # why it refused may come after
-                break
-            if time.monotonic() > deadline:
-                raise HostUnreachable(
-                    f"{remote.name}: no answer for {timeout:g} s while taking the lock in "
-                    f"{state_dir} (a slow login shell? raise the host's lock_timeout)"
-                )
-            # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
-            # wake-ups of the GIL per run at 50 hosts).
-            select.select([channel], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
+    lines: list[str] = []
+    cut = f"{remote.name}: connection lost while taking the lock"
+    try:  # read as the session reads answers: what follows READY is theirs
+        while "READY" not in lines:  # silence is what times out
+            lines.append(session.read_line(time.monotonic() + timeout).decode("utf-8", "replace"))
+    except SessionLost as exc:
+        if session.ended_at is None:  # not ended (a refusal ends it): silent
+            channel.close()
+            raise HostUnreachable(
+                f"{remote.name}: no answer for {timeout:g} s while taking the lock in "
+                f"{state_dir} (a slow login shell? raise the host's lock_timeout)"
+            ) from exc
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
         raise HostUnreachable(f"{cut}: {exc}") from exc
-    head, ready, rest = buffer.partition(b"\nREADY\n")
-    text = (head + ready).decode("utf-8", "replace")
-    lines = text.splitlines()
+    text = "\n".join(lines)
     first = lines[0] if lines else ""
     if first.startswith("LOCKED") and "NORELAY" in lines:  # no fifo: stdin it is
         lines.remove("NORELAY")
@@ -219,7 +209,6 @@ def acquire(
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])
-        session.feed(bytes(rest))
         remote.session = session
         files = _prefetched(remote, session, paths, calls, timeout)
         ran = {  # command -> (exit status, stdout, stderr) of what was sent ahead and answered

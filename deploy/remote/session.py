@@ -55,7 +55,7 @@ class Session:
         self._buffer = bytearray()
         self.broken = False
         #: When the shell was first seen ended (its exit status in): bounds what is read after.
-        self._ended_at: float | None = None
+        self.ended_at: float | None = None
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
 
@@ -162,7 +162,7 @@ class Session:
                 limit = deadline
                 if limit is None and call.timeout is not None:  # as `run` bounds its own
                     limit = time.monotonic() + call.timeout + GRACE
-                header = self._read_line(limit)
+                header = self.read_line(limit)
                 if call.command:
                     call.answer = self._command_answer(header, call, limit)
                     if call.failed_check and checked is None:
@@ -258,9 +258,9 @@ class Session:
                 # Its last answer may follow the status: read on for AFTER_EXIT in all, within
                 # the deadline (a host trickling a byte at a time after it must not hold us).
                 now = time.monotonic()
-                if self._ended_at is None:
-                    self._ended_at = now
-                left = self._ended_at + AFTER_EXIT - now
+                if self.ended_at is None:
+                    self.ended_at = now
+                left = self.ended_at + AFTER_EXIT - now
                 if deadline is not None:
                     left = min(left, deadline - now)
                 rest = rest_after_exit(self.channel, left)[0] if left > 0 else b""
@@ -277,7 +277,7 @@ class Session:
             raise SessionLost("the host's shell ended")
         self._buffer += chunk
 
-    def _read_line(self, deadline: float | None) -> bytes:
+    def read_line(self, deadline: float | None) -> bytes:
         searched = 0
         while (end := self._buffer.find(b"\n", searched)) < 0:
             searched = len(self._buffer)

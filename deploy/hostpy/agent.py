@@ -8,11 +8,10 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
 ``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, group, session, command line, cwd, environment,
-    interpreter, and every address:port each listens on: /proc/net/tcp{,6} matched to its
-    socket inodes), the pid in ``pid_file`` if alive, and every process titled ``prefix``*
-    (SGLang's ``sglang::scheduler_TP0``...). With ``imports`` ({module: file}): where the
-    server's own interpreter, environment and cwd (else ``fallback``'s) find each module,
-    without importing it or its packages, compared with the file after realpath.
+    interpreter, and every address:port each listens on) and the process whose pid
+    ``pid_file`` holds, if alive. With ``imports`` ({module: file}): where the server's own
+    interpreter, environment and cwd (else ``fallback``'s) find each module, without
+    importing it or its packages, compared with the file after realpath.
 ``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
     SIGTERM to ``drain_pids`` first (SGLang's main process finishes its in-flight requests
     while its schedulers work) for up to ``drain_timeout``; then SIGTERM to each group, up to
@@ -52,7 +51,6 @@ from deploy.hostpy.agent_proc import (
     _pids,
     _read,
     _stat_fields,
-    _titled,
     pycheck,
     resolve_imports,
     start_ids,
@@ -68,11 +66,7 @@ def probe(args):
     recorded = _pid_from_file(args.get("pid_file"))
     answer = {
         "listeners": [item for item in listeners if item],
-        "pid_file_pid": recorded,
         "pid_file_process": _describe(recorded, with_env=True, table=table) if recorded else None,
-        "titled": [
-            item for item in (_describe(pid) for pid in _titled(args.get("prefix"))) if item
-        ],
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
         # our own cgroup: a server in the same one was started from a login like ours
         "helper_cgroup": (_read("/proc/self/cgroup") or "")[:4096],
@@ -183,13 +177,11 @@ def _drain(args):
 
 
 def stop(args):
-    began = time.monotonic()
     pgids = {int(p) for p in args.get("pgids", [])} - {os.getpgid(0), 0, 1}
     sids = {int(s) for s in args.get("sids", [])} - {os.getsid(0), 0, 1}
     port = int(args.get("port") or 0)  # 0: none (nothing listens on port 0)
     timeout = float(args.get("timeout", 60))
     drained = _drain(args)
-    terminated = sorted(_members(pgids))
     for pgid in pgids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
@@ -221,12 +213,10 @@ def stop(args):
     port_free = not _listening_inodes(port)
     return {
         **drained,
-        "terminated": terminated,
         "killed": killed,
         "reaped": reaped,
         "port_free": port_free,
         "holders": [] if port_free else [_describe(pid) for pid in _listeners(port)],
-        "elapsed": round(time.monotonic() - began, 3),
     }
 
 

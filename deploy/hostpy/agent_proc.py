@@ -335,10 +335,6 @@ def _listeners(port):
     return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
 
 
-def _titled(prefix):
-    return [pid for pid in _pids() if prefix and (_cmdline(pid) or [""])[0].startswith(prefix)]
-
-
 def _pid_from_file(path):
     raw = _read(path) if path else None
     try:

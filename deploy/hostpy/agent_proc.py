@@ -11,7 +11,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import time
 
 # start_problem is the agent's: a program's parts share one namespace on the host.
 # host-program: part (deploy.hostpy.program)
@@ -38,7 +37,6 @@ def _stat_fields(pid):
     # reused later has another start), so an undo knows the server its run started.
     return {
         "state": rest[0],
-        "ppid": int(rest[1]),
         "pgid": int(rest[2]),
         "sid": int(rest[3]),
         "start": int(rest[19]),
@@ -263,30 +261,21 @@ def pycheck(args):
     """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
     `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
     ``timeout`` seconds: an import of the patched module, the new command line against the
-    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output,
-    ``seconds``, ``timed_out`` and ``ran_as``."""
+    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output
+    (``tail``) and ``timed_out``."""
     python, env, cwd = args["python"], args.get("env") or {}, args.get("cwd") or "/"
-    ids, note, refused = run_as(python, env, cwd, args.get("pid"))
+    ids, _, refused = run_as(python, env, cwd, args.get("pid"))
     if refused:
         return {"error": refused}
-    began = time.monotonic()
     try:
         argv = ["-c", args["code"], *args.get("argv", [])]
         done = _run_python(python, argv, env, cwd, ids, float(args.get("timeout", 300)))
     except subprocess.TimeoutExpired:
-        seconds = round(time.monotonic() - began, 1)
-        return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}
+        return {"ok": False, "timed_out": True, "tail": []}
     except OSError as exc:
         return {"error": "cannot run " + python + ": " + (exc.strerror or str(exc))}
     output = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()
-    return {
-        "ok": done.returncode == 0,
-        "status": done.returncode,
-        "tail": output[-8:],
-        "seconds": round(time.monotonic() - began, 1),
-        "timed_out": False,
-        "ran_as": note,
-    }
+    return {"ok": done.returncode == 0, "status": done.returncode, "tail": output[-8:]}
 
 
 def _address(hex_address):

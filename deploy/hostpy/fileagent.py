@@ -105,7 +105,7 @@ def serve(go_fd, ack_fd):
 
 
 def once():
-    """Answer the ``read`` requests framed on stdin (``<hlen> <blen>`` lines), then exit.
+    """Answer the ``read`` requests framed on stdin (``CALL <hlen> <blen> 0`` lines), then exit.
 
     For a run that holds no lock (``--check``, the plan shown before asking): the same fd-based
     reads, in one exec for all the files, and nothing but reads.
@@ -113,8 +113,8 @@ def once():
     stdin = os.fdopen(0, "rb")
     for line in stdin:
         parts = line.split()
-        header = stdin.read(int(parts[0]))
-        stdin.read(int(parts[1]))
+        header = stdin.read(int(parts[1]))
+        stdin.read(int(parts[2]))
         args = loads(header.decode("utf-8"))
         if args.get("op") != "read":
             answer, body = {"ok": False, "error": "only reads without the lock"}, b""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import shlex
 import stat as statmod
 from typing import TYPE_CHECKING, Any, Unpack
@@ -181,17 +180,15 @@ class HostFiles:
         """
         if self.session is not None or not paths:
             return
-        heads = [json.dumps({"op": "read", "path": path}).encode() for path in paths]
-        frames = b"".join(b"%d 0\n" % len(head) + head for head in heads)
+        answers = Session(None)  # frames the requests and parses the answers as the lock's does
+        calls = [answers.call({"op": "read", "path": path}) for path in paths]
         command = (
             "p=$(command -v /usr/bin/python3 || command -v /usr/local/bin/python3 || "
             f'command -v python3) && exec "$p" -I -S -c {shlex.quote(HELPER_SOURCE)} once'
         )
-        status, out, _, _ = self.exec_collect(command, frames, 60)
+        status, out, _, _ = self.exec_collect(command, answers.held(), 60)
         if status != 0:
             return
-        answers = Session(None)  # parses the answers as the lock's session does
-        calls = [answers.call({"op": "read", "path": path}) for path in paths]
         answers.feed(out)
         with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
             answers.collect()
@@ -293,11 +290,9 @@ class HostFiles:
         self._call({"op": "remove", "path": path}, wait=True, doing="removing")
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
-        """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
-        Sent without waiting: the helper appends (and fsyncs) before it serves the next
-        request, so a durable intent precedes its change on the host's disk whatever the client
-        does next. The request's answer says later whether it was appended (`Journal.settle`).
-        """
+        """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``, sent
+        without waiting (served in order: module docstring); the request's answer says later
+        whether it was appended (`Journal.settle`)."""
         args = {"op": "append", "path": path, "durable": durable}
         return self._call(args, data, wait=False, doing="appending to")
 

@@ -254,7 +254,7 @@ class RemoteHost(HostFiles):
         return status, b"".join(out), b"".join(err), timed_out
 
     def http(self, *args: Any, **kwargs: Any) -> HttpResponse:
-        """`deploy.remote.http.request` over this host's connection (see `Host.http`)."""
+        """`deploy.remote.http.request` over this host's connection."""
         from deploy.remote import http  # not loaded by a run without services
 
         return http.request(self.transport, *args, **kwargs)

@@ -10,8 +10,8 @@ address with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`
 ``meta_info.completion_tokens``) as tokens come, then ``data: [DONE]``. The first event with a
 token is the time to first token; the last one ends the request.
 
-Input: ``{address, port, headers, prompts, max_new_tokens, timeout, warmup, plan, idle_wait,
-server_info}``, ``plan`` being ``[[concurrency, waves], ...]``. Output: ``{levels:
+Input: ``{address, port, headers, prompts, max_new_tokens, timeout, warmup, plan,
+idle_wait}``, ``plan`` being ``[[concurrency, waves], ...]``. Output: ``{levels:
 [{concurrency, waves: [{wall, busy, requests: [[ttft_s, decode_s, completion_tokens,
 spec_accept_length, first_tokens]]}]}], busy_max, busy_source, idle_waited,
 avg_spec_accept_length}``, or ``{error}``.
@@ -210,7 +210,7 @@ def measure(args):
         "busy_max": busy_max,
         "busy_source": source,
         "idle_waited": round(waited_total, 3),
-        "avg_spec_accept_length": accept_length(args) if args.get("server_info") else None,
+        "avg_spec_accept_length": accept_length(args),
     }
 
 

@@ -1,8 +1,7 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin (no argv
-size limit, nothing in /proc/PID/cmdline for other users); it prints one JSON object. So
-finding a port's listener, stopping a process group with its orphans or starting a detached
+Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin
+(`deploy.services.helper` says why); it prints one JSON object. So finding a port's listener, stopping a process group with its orphans or starting a detached
 server costs one round trip, not a dozen shell commands, and reads ``/proc`` the same way on
 every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
@@ -19,8 +18,7 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
 ``pycheck {python, env, cwd, pid?, code, argv, timeout}``
-    Run ``code`` under the server's interpreter, environment and cwd (trusted as ``probe``'s
-    lookup is), bounded in time: the checks made before a running server is stopped.
+    `deploy.hostpy.agent_proc.pycheck`: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
@@ -159,7 +157,6 @@ def _wait_gone(pgids, deadline, main=()):
 
 
 def _drain(args):
-    """SIGTERM to the main processes only, then wait while they finish in-flight requests."""
     pids = [int(p) for p in args.get("drain_pids", []) if int(p) > 1 and int(p) != os.getpid()]
     timeout = float(args.get("drain_timeout") or 0)
     if not pids or timeout <= 0:
@@ -266,12 +263,10 @@ def start(args):
             return {
                 "error": f"cannot start {argv[0]}{who}: {getattr(exc, 'strerror', None) or exc}"
             }
-    pid_file = args.get("pid_file")
-    if pid_file:
-        tmp = pid_file + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(f"{child.pid}\n")
-        os.replace(tmp, pid_file)
+    tmp = args["pid_file"] + ".tmp"  # its one client always names one
+    with open(tmp, "w") as handle:
+        handle.write(f"{child.pid}\n")
+    os.replace(tmp, args["pid_file"])
     child.returncode = 0  # detached on purpose: silence Popen's "still running" warning
     return {
         "pid": child.pid,

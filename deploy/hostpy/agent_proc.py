@@ -54,14 +54,6 @@ def _cmdline(pid):
     return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")]
 
 
-def _environ(pid):
-    parts = (_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0")
-    pairs = (part.partition(b"=") for part in parts if b"=" in part)
-    return {
-        key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, _, value in pairs
-    }
-
-
 def _link(path):
     try:
         return os.readlink(path)
@@ -110,23 +102,22 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
-def _started_at(ticks):
-    """A process's start (``/proc/PID/stat`` ticks after boot) as Unix time, or None."""
-    for line in (_read("/proc/stat") or "").splitlines():
-        if line.startswith("btime "):
-            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    return None
-
-
 def _describe(pid, with_env=False, table=None):
     fields = _stat_fields(pid)
     if fields is None:
         return None
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": _link(f"/proc/{pid}/cwd"), **fields}
-    info["started_at"] = _started_at(fields["start"])
+    info["started_at"] = None  # the start (ticks after boot) as Unix time
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            info["started_at"] = int(line.split()[1]) + fields["start"] / os.sysconf("SC_CLK_TCK")
     if with_env:
-        info["env"] = _environ(pid)
-        info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
+        raw = _read(f"/proc/{pid}/environ", "rb")
+        pairs = (part.partition(b"=") for part in (raw or b"").split(b"\0") if b"=" in part)
+        info["env"] = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, _, v in pairs
+        }
+        info["env_readable"] = raw is not None
         info["user"] = _user(pid)
         info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         info["exe"] = _link(f"/proc/{pid}/exe")
@@ -211,11 +202,9 @@ def _interpreter(info):
 
 
 def resolve_imports(imports, python, env, cwd, pid=None):
-    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file.
-
-    ``pid``: the running server this stands for. Run as root only when nobody else could
-    change what it runs (`deploy.hostpy.agent_trust.run_as`); else as the server's user or the
-    interpreter's owner (each entry's ``ran_as`` says so), or not at all (its ``error``)."""
+    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file;
+    ``pid``: the running server this stands for. Whom it runs as: `run_as` (each entry's
+    ``ran_as`` says; refused: its ``error``)."""
     results = []
     ids, note, refused = run_as(python, env, cwd or "/", pid)
     try:

@@ -177,9 +177,7 @@ class Session:
                     raise SessionLost(f"unexpected answer {header[:80]!r}")
                 head = self._read_exactly(int(parts[1]), deadline)
                 call.payload = self._read_exactly(int(parts[2]), deadline)
-                call.answer = json.loads(head)
-                if call.failed_check and checked is None:
-                    checked = call
+                call.answer = json.loads(head)  # a helper request: never a CHECK
                 if not call.ok and failed is None and not call.skipped:
                     failed = call
         except SessionLost:

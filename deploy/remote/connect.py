@@ -150,9 +150,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
     except (OSError, EOFError, paramiko.SSHException) as exc:
         conn.close()
         raise HostUnreachable(describe(exc, attempt)) from exc
-    transport = conn.client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(15)
+    conn.client.get_transport().set_keepalive(15)  # opened: it has one
     return conn
 
 

@@ -1,8 +1,7 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
 ``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
-from a *connector* (by default `deploy.remote.connect.SshTransport`; tests give a local
-one, and everything here runs unchanged on it). Every method raises our exceptions
+from a *connector* (by default `deploy.remote.connect.SshTransport`). Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
 to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
 """

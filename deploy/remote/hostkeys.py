@@ -85,13 +85,10 @@ def _hashed_match(field_text: str, name: str) -> bool:
     return hmac.compare_digest(mine, digest)
 
 
-#: Key types that are one family for matching: an RSA key is listed as ``ssh-rsa`` whichever
-#: signature algorithm (rsa-sha2-256/512) the connection negotiates.
-_FAMILY = {"rsa-sha2-256": "ssh-rsa", "rsa-sha2-512": "ssh-rsa"}
-
-
 def family(key_type: str) -> str:
-    return _FAMILY.get(key_type, key_type)
+    """An RSA key is listed as ``ssh-rsa`` whichever signature algorithm the connection
+    negotiates (rsa-sha2-256/512): one family for matching."""
+    return "ssh-rsa" if key_type in ("rsa-sha2-256", "rsa-sha2-512") else key_type
 
 
 @dataclass
@@ -159,12 +156,6 @@ class KnownHosts:
         return Verdict.UNKNOWN, None
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """The key's SHA256 fingerprint as OpenSSH prints it (``SHA256:base64``)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
 _KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
@@ -206,7 +197,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             HostKeyUnknown: unknown (without accept-new), or trusted only through a CA.
         """
         who, name = self.settings.name, self.name
-        offered = f"{key.get_name()} {fingerprint(key)}"
+        digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+        offered = f"{key.get_name()} SHA256:{digest}"  # the fingerprint as OpenSSH prints it
         for path in self.files:
             verdict, entry = _known_hosts(path).verdict(name, key.get_name(), key.asbytes())
             where = f"{path}:{entry.line}" if entry else str(path)

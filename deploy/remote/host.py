@@ -227,11 +227,7 @@ class RemoteHost(HostFiles):
                     out.append(channel.recv(65536))
                 while channel.recv_stderr_ready():
                     err.append(channel.recv_stderr(65536))
-                if (
-                    channel.exit_status_ready()
-                    and not channel.recv_ready()
-                    and not channel.recv_stderr_ready()
-                ):
+                if channel.exit_status_ready():  # the rest follows, to the one EOF
                     rest, rest_err = rest_after_exit(channel)
                     out.append(rest)
                     err.append(rest_err)

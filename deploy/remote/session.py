@@ -143,8 +143,8 @@ class Session:
         self.collect(timeout)
 
     def feed(self, data: bytes) -> None:
-        """Bytes already read off the channel (after the lock's own answer) that are ours."""
-        self._buffer[:0] = data
+        """Answers read another way (`HostFiles.read_ahead`: an exec's output), to parse."""
+        self._buffer += data
 
     def collect(self, timeout: float | None = None) -> None:
         """`wait` for answers already counted in another round trip (the lock's: prefetch)."""

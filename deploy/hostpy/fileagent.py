@@ -34,17 +34,17 @@ from deploy.hostpy.fileagent_ops import (
 )
 
 
-def handle(header, payload):
+def handle(header, payload, reads_only=False):
     """One request: (answer header, answer payload). Errors become ``{"error": ...}``."""
     try:
         args = loads(header.decode("utf-8"))
         op = args.get("op")
         if op == "read":
             answer, body = read(args)
-        elif op in OPERATIONS:
+        elif op in OPERATIONS and not reads_only:
             answer, body = OPERATIONS[op](args, payload), b""
         else:
-            raise Refused(f"unknown operation {op!r}")
+            raise Refused("only reads without the lock" if reads_only else f"unknown op {op!r}")
         answer["ok"] = True
         return answer, body
     except Refused as exc:
@@ -115,11 +115,7 @@ def once():
         parts = line.split()
         header = stdin.read(int(parts[1]))
         stdin.read(int(parts[2]))
-        args = loads(header.decode("utf-8"))
-        if args.get("op") != "read":
-            answer, body = {"ok": False, "error": "only reads without the lock"}, b""
-        else:
-            answer, body = handle(header, b"")
+        answer, body = handle(header, b"", reads_only=True)
         text = dumps(answer).encode("utf-8")
         write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 

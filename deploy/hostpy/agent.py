@@ -60,11 +60,11 @@ from deploy.hostpy.agent_proc import (
 def probe(args):
     port = int(args["port"])
     table = _listen_table()
-    listeners = [_describe(pid, with_env=True, table=table) for pid in _listeners(port)]
+    listeners = [_describe(pid, table) for pid in _listeners(port)]
     recorded = _pid_from_file(args.get("pid_file"))
     answer = {
         "listeners": [item for item in listeners if item],
-        "pid_file_process": _describe(recorded, with_env=True, table=table) if recorded else None,
+        "pid_file_process": _describe(recorded, table) if recorded else None,
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
         # our own cgroup: a server in the same one was started from a login like ours
         "helper_cgroup": (_read("/proc/self/cgroup") or "")[:4096],

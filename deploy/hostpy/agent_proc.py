@@ -102,7 +102,7 @@ def _alive(pid):
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
-def _describe(pid, with_env=False, table=None):
+def _describe(pid, table=None):  # with a `_listen_table`: a listener's details, in full
     fields = _stat_fields(pid)
     if fields is None:
         return None
@@ -111,7 +111,7 @@ def _describe(pid, with_env=False, table=None):
     for line in (_read("/proc/stat") or "").splitlines():
         if line.startswith("btime "):
             info["started_at"] = int(line.split()[1]) + fields["start"] / os.sysconf("SC_CLK_TCK")
-    if with_env:
+    if table is not None:
         raw = _read(f"/proc/{pid}/environ", "rb")
         pairs = (part.partition(b"=") for part in (raw or b"").split(b"\0") if b"=" in part)
         info["env"] = {
@@ -121,7 +121,6 @@ def _describe(pid, with_env=False, table=None):
         info["user"] = _user(pid)
         info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         info["exe"] = _link(f"/proc/{pid}/exe")
-    if table is not None:
         info["listen"] = _listens_on(pid, table)
     return info
 

@@ -4,9 +4,7 @@ paramiko's own ``HostKeys`` keeps one key per (host, type) — the last one wins
 with two keys of one type during a key rotation looked "CHANGED" — and raises on the
 ``@revoked`` and ``@cert-authority`` markers that OpenSSH's sshd(8) documents. So the file is
 parsed here, line by line (`KnownHosts`, pure: text in, a verdict out), once per version of
-the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`):
-each key a server offers is judged, and refused in one line that says what to do; the one
-write is recording a new key under ``accept-new``.
+the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`).
 """
 
 from __future__ import annotations
@@ -131,17 +129,13 @@ class KnownHosts:
         return list(dict.fromkeys(e.key_type for e in self.for_host(name) if not e.marker))
 
     def verdict(self, name: str, key_type: str, blob: bytes) -> tuple[Verdict, Entry | None]:
-        """Judge the key ``(key_type, blob)`` offered by host ``name``.
-
-        Revoked wins over everything (sshd(8): "@revoked ... shall never be accepted"); then
-        any listed key of the host that equals it (several per type: rotation); then a listed
-        key of the same type that differs means CHANGED; a host listed only through
-        ``@cert-authority`` is reported as such, since its key is to be proven by a certificate.
-        The entry returned is the one the verdict rests on (for the message's line number).
-        """
+        """Judge the key ``(key_type, blob)`` offered by host ``name``, and the entry the
+        verdict rests on (for the message's line number). Revoked wins over everything (sshd(8):
+        "@revoked ... shall never be accepted"); several keys of one type may be listed
+        (rotation); a host listed only through ``@cert-authority`` is reported as such."""
         lines = self.for_host(name)
-        for entry in self.entries:  # @revoked applies to the key wherever its host field points
-            if entry.marker == "@revoked" and entry.blob == blob and entry.matches(name):
+        for entry in lines:
+            if entry.marker == "@revoked" and entry.blob == blob:
                 return Verdict.REVOKED, entry
         plain = [e for e in lines if not e.marker]
         for entry in plain:

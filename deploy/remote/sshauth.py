@@ -96,12 +96,8 @@ _KEYS: dict[tuple[str, int, int, str | None], paramiko.PKey] = {}
 
 
 def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
-    """paramiko's key loader, once per key file version per run (callers hold the lock).
-
-    An encrypted OpenSSH key costs its bcrypt rounds (~0.1-1 s) on every load: fifty hosts
-    loading it each would serialize that fifty times. The passphrase goes to cryptography as
-    bytes, which is what it wants.
-    """
+    """paramiko's key loader, once per key file version per run (callers hold the lock): an
+    encrypted key's bcrypt rounds take ~0.1-1 s a load (module docstring)."""
     info = path.stat()
     cache = (str(path), info.st_ino, info.st_mtime_ns, passphrase)
     key = _KEYS.get(cache)

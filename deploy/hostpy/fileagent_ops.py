@@ -134,8 +134,7 @@ def walk(directory, judge=True, unsafe_dir=False):
             shown.append(here)
             if check:
                 _judge(fd, here, not parts)
-        fd = stack.pop()
-        return fd
+        return stack.pop()
     finally:
         for fd in stack:
             os.close(fd)

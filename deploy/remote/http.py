@@ -20,7 +20,7 @@ from typing import Any
 import paramiko
 
 from deploy.errors import HostUnreachable
-from deploy.remote.transport import Transport
+from deploy.remote.transport import Stream, Transport
 
 
 class ServerUnavailable(Exception):
@@ -67,20 +67,16 @@ def request(
         if "\r" in name + value or "\n" in name + value:
             raise ValueError(f"header {name!r}: no line breaks allowed")
         head += f"{name}: {value}\r\n"
+    channel: Stream | None = None
     try:
         channel = transport.open_stream(address, port, min(timeout, 30.0))
-    except ConnectionRefusedError as exc:
-        raise ServerUnavailable(f"{address}:{port}: {exc or 'connect failed'}") from exc
-    except (paramiko.SSHException, EOFError, OSError) as exc:
-        if not transport.is_active():
-            raise HostUnreachable(f"connection lost while calling {path}: {exc}") from exc
-        raise ServerUnavailable(f"{address}:{port}: {exc}") from exc
-    try:
         channel.settimeout(timeout)
         channel.sendall(head.encode() + b"\r\n" + payload)
         chunks = []
         while data := channel.recv(65536):
             chunks.append(data)
+    except ConnectionRefusedError as exc:  # nothing listens there (yet)
+        raise ServerUnavailable(f"{address}:{port}: {exc or 'connect failed'}") from exc
     except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         if not transport.is_active():
             raise HostUnreachable(f"connection lost while calling {path}: {exc}") from exc
@@ -88,7 +84,8 @@ def request(
             f"{address}:{port}{path}: no complete answer ({exc or 'timeout'})"
         ) from exc
     finally:
-        channel.close()
+        if channel is not None:
+            channel.close()
     # The standard library's parser (Content-Length, chunked, read-to-close bodies) over the
     # bytes read; it would take a cut header for a whole one.
     raw = b"".join(chunks)

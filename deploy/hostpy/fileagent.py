@@ -105,11 +105,8 @@ def serve(go_fd, ack_fd):
 
 
 def once():
-    """Answer the ``read`` requests framed on stdin (``CALL <hlen> <blen> 0`` lines), then exit.
-
-    For a run that holds no lock (``--check``, the plan shown before asking): the same fd-based
-    reads, in one exec for all the files, and nothing but reads.
-    """
+    """Answer the ``read`` requests framed on stdin (``CALL <hlen> <blen> 0`` lines), then exit:
+    a run without the lock (`deploy.remote.hostfiles.HostFiles.read_ahead`), nothing but reads."""
     stdin = os.fdopen(0, "rb")
     for line in stdin:
         parts = line.split()

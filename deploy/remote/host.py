@@ -109,10 +109,8 @@ class RemoteHost(HostFiles):
                     self._sftp = paramiko.SFTPClient(channel)
                 else:
                     self._sftp = self.transport.open_sftp()
-            except (paramiko.SSHException, OSError, EOFError) as exc:
+            except (paramiko.SSHException, OSError, EOFError) as exc:  # a refused subsystem too
                 raise HostUnreachable(f"{self.name}: cannot open SFTP: {exc}") from exc
-            if self._sftp is None:
-                raise HostUnreachable(f"{self.name}: the server refused the SFTP subsystem")
         return self._sftp
 
     def lost(self, exc: BaseException, doing: str) -> HostUnreachable:

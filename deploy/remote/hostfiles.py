@@ -174,10 +174,8 @@ class HostFiles:
             raise self._helper_error("writing", "", exc) from exc
 
     def read_ahead(self, paths: list[str]) -> None:
-        """Without the lock (``--check``): read ``paths`` through the helper in one exec, so the
-        plan's reads are fd-based too (``O_NOFOLLOW``, status and bytes from one fd), and kept
-        for `fetch`. A host without python3 leaves them to `fetch`'s SFTP path.
-        """
+        """Without the lock (``--check``): read ``paths`` through the helper (as `fetch` reads
+        under the lock) in one exec, for `fetch`; a host without python3 leaves them to SFTP."""
         if self.session is not None or not paths:
             return
         answers = Session(None)  # frames the requests and parses the answers as the lock's does

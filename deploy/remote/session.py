@@ -242,22 +242,18 @@ class Session:
         return status, call.payload, str(answer["stderr"]).encode(), timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (the helper's traceback or warning, say) is no answer's:
-        # read it away, since bytes left in it keep the channel's pipe readable and the select
-        # below would return at once, every wait spinning.
-        while self.channel.recv_stderr_ready():
-            self.channel.recv_stderr(1 << 16)
         while not self.channel.recv_ready():
+            # The lock shell's own stderr (the helper's traceback or warning, say) is no
+            # answer's: read it away before any select, since bytes left in it keep the
+            # channel's pipe readable and the select would return at once, every wait spinning.
             if self.channel.recv_stderr_ready():
                 self.channel.recv_stderr(1 << 16)
                 continue
-            ended = self.channel.closed or self.channel.exit_status_ready()
-            if ended and not self.channel.recv_ready():
+            if self.channel.closed or self.channel.exit_status_ready():
                 # Its last answer may follow the status: read on for AFTER_EXIT in all, within
                 # the deadline (a host trickling a byte at a time after it must not hold us).
                 now = time.monotonic()
-                if self.ended_at is None:
-                    self.ended_at = now
+                self.ended_at = self.ended_at or now
                 left = self.ended_at + AFTER_EXIT - now
                 if deadline is not None:
                     left = min(left, deadline - now)

@@ -24,7 +24,6 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import paramiko
 
@@ -39,7 +38,7 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
-from deploy.remote.calls import CallFailed, FileStat, NoHelper, SessionLost
+from deploy.remote.calls import CallFailed, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
 from deploy.remote.transport import Channel
@@ -151,7 +150,7 @@ def acquire(
         HostUnreachable: the host stayed silent for ``timeout`` seconds.
         LockHeld: another run holds the lock (nothing was changed).
         StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
-        StepFailed: the state directory cannot be created, or flock(1) is missing.
+        StepFailed: the state directory cannot be created; no flock(1), or no python3 (helper).
     """
     if timeout is None:  # a `Host` without settings: ConnectSettings.lock_timeout's default
         timeout = float(getattr(getattr(remote, "settings", None), "lock_timeout", 60.0))
@@ -210,7 +209,21 @@ def acquire(
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])
         remote.session = session
-        files = _prefetched(remote, session, paths, calls, timeout)
+        try:  # the prefetched files' answers, already on their way
+            session.collect(timeout)
+        except CallFailed:
+            pass  # a file the helper could not read is left out: its step's own read says why
+        except NoHelper as exc:
+            raise StepFailed(f"{remote.name}: {exc}") from exc
+        except SessionLost as exc:
+            raise HostUnreachable(
+                f"{remote.name}: connection lost while reading files: {exc}"
+            ) from exc
+        files = {
+            path: fetch_answer(path, call)
+            for path, call in zip(paths, calls, strict=True)
+            if call.ok
+        }
         ran = {  # command -> (exit status, stdout, stderr) of what was sent ahead and answered
             command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
             for command, call in ahead
@@ -252,26 +265,3 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     except (paramiko.SSHException, OSError, EOFError) as exc:
         return SessionLost(str(exc) or type(exc).__name__)
     return None
-
-
-def _prefetched(
-    remote: Host, session: Session, paths: list[str], calls: list[Any], timeout: float
-) -> dict[str, tuple[FileStat | None, bytes | None]]:
-    """The prefetched files' answers (already on their way: no round trip of their own); a
-    file the helper could not read is left out (its step's own read words the error).
-
-    Raises:
-        HostUnreachable: the connection was lost.
-        StepFailed: the host has no python3 for the file helper.
-    """
-    try:
-        session.collect(timeout)
-    except CallFailed:
-        pass
-    except NoHelper as exc:
-        raise StepFailed(f"{remote.name}: {exc}") from exc
-    except SessionLost as exc:
-        raise HostUnreachable(f"{remote.name}: connection lost while reading files: {exc}") from exc
-    return {
-        path: fetch_answer(path, call) for path, call in zip(paths, calls, strict=True) if call.ok
-    }

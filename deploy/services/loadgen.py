@@ -151,15 +151,13 @@ def wave(args, concurrency, offset):
 
 
 def wait_idle(args, budget):
-    """(requests running after waiting, where read, seconds waited): polls while busy."""
+    """(requests running, where read) after polling while busy, for ``budget`` seconds at most."""
     began = time.monotonic()
     count, source = running_requests(args)
-    while count and time.monotonic() - began < budget["left"]:
+    while count and time.monotonic() - began < budget:
         time.sleep(0.25)
         count, source = running_requests(args)
-    waited = time.monotonic() - began
-    budget["left"] = max(0.0, budget["left"] - waited)
-    return count, source, waited
+    return count, source
 
 
 def accept_length(args):
@@ -185,16 +183,17 @@ def measure(args):
     for offset in range(0, warm, high):  # uncounted: answers checked, not timed
         wave(args, min(high, warm - offset), offset)
     offset = warm
-    budget = {"left": float(args.get("idle_wait") or 0)}
-    checking = budget["left"] > 0
+    idle_wait = float(args.get("idle_wait") or 0)  # seconds, over the whole run
+    checking = idle_wait > 0
     busy_max, source, waited_total, levels = None, None, 0.0, []
     for concurrency, count in args["plan"]:
         waves = []
         for _ in range(int(count)):
             busy = None
             if checking:
-                busy, where, waited = wait_idle(args, budget)
-                waited_total += waited
+                began = time.monotonic()
+                busy, where = wait_idle(args, idle_wait - waited_total)
+                waited_total += time.monotonic() - began
                 if where is None:
                     checking = False  # the server cannot say: not asked again
                 else:

@@ -31,7 +31,6 @@ class ServerUnavailable(Exception):
 class HttpResponse:
     status: int
     body: bytes
-    headers: dict[str, str]
 
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
@@ -98,5 +97,4 @@ def request(
         answer = response.read()
     except (http.client.HTTPException, ValueError) as exc:
         raise ServerUnavailable(f"no complete HTTP answer ({type(exc).__name__}: {exc})") from exc
-    headers = {key.lower(): value for key, value in response.getheaders()}
-    return HttpResponse(response.status, answer, headers)
+    return HttpResponse(response.status, answer)

@@ -127,8 +127,8 @@ def lookup_paths(python, env, cwd):
 
 
 def judge(paths, me):
-    """(reason or None, the one other owner's uid or None) for ``paths`` as they are now
-    (`judge_stats`); a path that does not exist is left out, as the shell's ``stat`` does."""
+    """`judge_stats` for ``paths`` as they are now; one that does not exist is left out, as
+    the shell's ``stat`` does."""
     stats = []
     for path in paths:
         try:

@@ -1,9 +1,9 @@
 """`Host`: what the engine and the steps may do on a host — the only door they know.
 
-`deploy.remote.host.RemoteHost` implements it (tests' `LocalHost` is a `RemoteHost` on local
-processes). Layers above `deploy.remote` annotate with `Host`, never a concrete class, so no
-paramiko or Fabric type leaks out. A host does nothing until `open`; `close` ends its
-connection and every command still running on it; one thread per host.
+`deploy.remote.host.RemoteHost` implements it. Layers above `deploy.remote` annotate with
+`Host`, never a concrete class, so no paramiko or Fabric type leaks out. A host does nothing
+until `open`; `close` ends its connection and every command still running on it; one thread
+per host.
 """
 
 from __future__ import annotations

@@ -101,8 +101,7 @@ class Wire(paramiko.Transport):  # type: ignore[misc]  # untyped
 def _guard(conn: Connection, settings: ConnectSettings) -> None:
     """Give ``conn`` our host-key policy and a `Wire` that offers the host's listed key types
     first, as OpenSSH does: paramiko prefers only the type of the first key it was given for the
-    host, and we give it none (`deploy.remote.hostkeys.KnownHostsPolicy` judges every key).
-    paramiko applies ``compress`` to the `Wire` right after the factory made it."""
+    host, and we give it none (`deploy.remote.hostkeys.KnownHostsPolicy` judges every key)."""
     policy, types = policy_for(conn, settings)
     conn.client.set_missing_host_key_policy(policy)
     wanted: list[str] = []

@@ -99,8 +99,7 @@ class RemoteHost(HostFiles):
 
     @property
     def sftp(self) -> Any:
-        """SFTP, opened on first use; under become the host's sftp-server run through sudo,
-        so that no file operation runs as the login user."""
+        """SFTP, opened on first use; under become through sudo (`deploy.remote.become`)."""
         if self._sftp is None:
             try:
                 if self.become is not None:

@@ -72,9 +72,8 @@ def probe(args):
     for info in [answer["pid_file_process"], *answer["listeners"]]:
         if info and not _titled_by(info, args.get("prefix")):
             info["start_problem"] = _start_problem(info)
-    imports = args.get("imports")
-    if imports:
-        answer["imports"] = _probe_imports(imports, args, answer)
+    if args.get("imports"):
+        answer["imports"] = _probe_imports(args["imports"], args, answer)
     return answer
 
 
@@ -269,9 +268,7 @@ def start(args):
     os.replace(tmp, args["pid_file"])
     child.returncode = 0  # detached on purpose: silence Popen's "still running" warning
     return {
-        "pid": child.pid,
-        "pgid": child.pid,
-        "sid": child.pid,
+        "pid": child.pid,  # its group and session too (start_new_session)
         "start": (_stat_fields(child.pid) or {}).get("start"),
         "log_offset": offset,
         "argv": argv,

@@ -62,7 +62,6 @@ def _link(path):
 
 
 def _user(pid):
-    """Whom ``pid`` runs as (`parse_status`) with the user's name when it has one."""
     ids = parse_status(_read(f"/proc/{pid}/status") or "")
     if ids is not None:
         try:
@@ -297,7 +296,6 @@ def _fd_links(pid):
 
 
 def _listens_on(pid, table):
-    """The addresses the process listens on (its fds that are listening sockets)."""
     return sorted({table[link] for link in _fd_links(pid) if link in table})
 
 

@@ -90,7 +90,6 @@ class RemoteHost(HostFiles):
 
     @property
     def transport(self) -> Transport:
-        """The open connection; `HostUnreachable` if it was lost."""
         if self._conn is None:
             raise RuntimeError("RemoteHost used before open()")
         if not self._conn.is_active():
@@ -113,7 +112,6 @@ class RemoteHost(HostFiles):
         return self._sftp
 
     def lost(self, exc: BaseException, doing: str) -> HostUnreachable:
-        """The error for a connection lost while ``doing``."""
         return HostUnreachable(
             f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}"
         )

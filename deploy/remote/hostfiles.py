@@ -114,7 +114,6 @@ class HostFiles:
         self.speculated.clear()
 
     def _helper_error(self, doing: str, path: str, exc: Exception) -> Exception:
-        """The error for a helper request that failed (or the session that was lost)."""
         if isinstance(exc, SessionLost):
             return self.lost(exc, f"{doing} {path}")
         if isinstance(exc, NoHelper):

@@ -123,8 +123,7 @@ class KnownHosts:
         return [e for e in self.entries if e.matches(name)]
 
     def key_types(self, name: str) -> list[str]:
-        """Types of the plain keys listed for the host, in file order (to prefer in the
-        handshake, as OpenSSH does, so that a host with several keys offers a known one)."""
+        """Types of the plain keys listed for the host, in file order (`connect._guard`'s)."""
         return list(dict.fromkeys(e.key_type for e in self.for_host(name) if not e.marker))
 
     def verdict(self, name: str, key_type: str, blob: bytes) -> tuple[Verdict, Entry | None]:

@@ -164,10 +164,6 @@ def acquire(
         for command in dict.fromkeys(speculate)
     ]
     held, holder_json = session.held(), json.dumps(holder, sort_keys=True)
-
-    def script_with(ahead: str) -> str:
-        return lock_script(state_dir, holder_json, ahead=ahead, agent=HELPER_SOURCE)
-
     # Carried in the command line (module docstring), unless a NUL cannot be a shell word
     # (the frames are JSON and UTF-8 encoded text: always UTF-8).
     paths_only = all(
@@ -175,9 +171,9 @@ def acquire(
         for call in [*calls, *dict(ahead).values()]
     )
     carried = held.decode() if paths_only and b"\0" not in held else ""
-    script, unsent = script_with(carried), b""
+    script, unsent = lock_script(state_dir, holder_json, ahead=carried, agent=HELPER_SOURCE), b""
     if not carried or not _carried(script):
-        script, unsent = script_with(""), held
+        script, unsent = lock_script(state_dir, holder_json, agent=HELPER_SOURCE), held
     channel = remote.start(script)
     session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included

@@ -60,18 +60,19 @@ from deploy.hostpy.agent_proc import (
 def probe(args):
     port = int(args["port"])
     table = _listen_table()
-    listeners = [_describe(pid, table) for pid in _listeners(port)]
+    listeners = [item for item in (_describe(pid, table) for pid in _listeners(port)) if item]
     recorded = _pid_from_file(args.get("pid_file"))
+    process = _describe(recorded, table) if recorded else None
+    for info in [process, *listeners]:
+        if info and not _titled_by(info, args.get("prefix")):
+            info["start_problem"] = _start_problem(info)
     answer = {
-        "listeners": [item for item in listeners if item],
-        "pid_file_process": _describe(recorded, table) if recorded else None,
+        "listeners": listeners,
+        "pid_file_process": process,
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
         # our own cgroup: a server in the same one was started from a login like ours
         "helper_cgroup": (_read("/proc/self/cgroup") or "")[:4096],
     }
-    for info in [answer["pid_file_process"], *answer["listeners"]]:
-        if info and not _titled_by(info, args.get("prefix")):
-            info["start_problem"] = _start_problem(info)
     if args.get("imports"):
         answer["imports"] = _probe_imports(args["imports"], args, answer)
     return answer

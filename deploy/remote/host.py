@@ -121,12 +121,8 @@ class RemoteHost(HostFiles):
         return self._conn is not None and self._conn.is_active()
 
     def start(self, command: str) -> Channel:
-        """Start ``command`` on a new exec channel and return it (the caller reads it); under
-        become through sudo, returning once sudo started it (`deploy.remote.become.handshake`).
-
-        Raises:
-            BecomeFailed: sudo refused.
-        """
+        """`Host.start`; under become through sudo, returning once sudo started it
+        (`deploy.remote.become.handshake`: `BecomeFailed` when sudo refused)."""
         self.ops["exec"] += 1
         log.debug("%s: $ %.400s", self.name, command)
         line, marker, nonce = command, "", ""

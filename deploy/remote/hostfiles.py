@@ -158,12 +158,8 @@ class HostFiles:
         return call
 
     def flush(self) -> None:
-        """Wait once for every request sent without waiting; raise the first failure.
-
-        Raises:
-            StepFailed: a write, saved copy or record failed (those after it were skipped).
-            HostUnreachable: the connection was lost.
-        """
+        """`Host.flush`: `StepFailed` when a write, saved copy or record failed (those after it
+        were skipped), `HostUnreachable` when the connection was lost."""
         session = self.session
         if session is None or not session.pending:
             return

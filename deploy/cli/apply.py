@@ -193,7 +193,7 @@ def apply(
     }
     if not check and not yes:
         preview = api.execute(prepared, check=True, **connection)
-        dial.close_all()  # a host the preview did not reach: the run connects anew
+        dial.discard()  # a host the preview did not reach: the run connects anew
         from deploy.report.human import render_plan
 
         click.echo(render_plan(preview, colour=colour), color=colour)
@@ -228,7 +228,7 @@ def apply(
         on_start=record_start,
         **connection,
     )
-    dial.close_all()
+    dial.discard()
     run.detailed_exitcode = detailed_exitcode
     if check and not as_json:
         from deploy.report.human import render_plan

@@ -1,18 +1,16 @@
 """Process helper that runs ON THE HOST: find, stop and start a server in one exec each.
 
-Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin (no argv
-size limit, nothing in /proc/PID/cmdline for other users); it prints one JSON object. So
-finding a port's listener, stopping a process group with its orphans or starting a detached
+Sent as ``python3 -c SOURCE OP`` in the run's session, its arguments as JSON on stdin
+(`deploy.services.helper` says why); it prints one JSON object. So finding a port's listener, stopping a process group with its orphans or starting a detached
 server costs one round trip, not a dozen shell commands, and reads ``/proc`` the same way on
 every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 
 ``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, group, session, command line, cwd, environment,
-    interpreter, and every address:port each listens on: /proc/net/tcp{,6} matched to its
-    socket inodes), the pid in ``pid_file`` if alive, and every process titled ``prefix``*
-    (SGLang's ``sglang::scheduler_TP0``...). With ``imports`` ({module: file}): where the
-    server's own interpreter, environment and cwd (else ``fallback``'s) find each module,
-    without importing it or its packages, compared with the file after realpath.
+    interpreter, and every address:port each listens on) and the process whose pid
+    ``pid_file`` holds, if alive. With ``imports`` ({module: file}): where the server's own
+    interpreter, environment and cwd (else ``fallback``'s) find each module, without
+    importing it or its packages, compared with the file after realpath.
 ``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
     SIGTERM to ``drain_pids`` first (SGLang's main process finishes its in-flight requests
     while its schedulers work) for up to ``drain_timeout``; then SIGTERM to each group, up to
@@ -20,8 +18,7 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
     ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
     memory and sometimes the port), and wait until nothing listens on the port.
 ``pycheck {python, env, cwd, pid?, code, argv, timeout}``
-    Run ``code`` under the server's interpreter, environment and cwd (trusted as ``probe``'s
-    lookup is), bounded in time: the checks made before a running server is stopped.
+    `deploy.hostpy.agent_proc.pycheck`: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
@@ -52,36 +49,32 @@ from deploy.hostpy.agent_proc import (
     _pids,
     _read,
     _stat_fields,
-    _titled,
-    judge_start,
     pycheck,
     resolve_imports,
-    start_as,
+    start_ids,
+    start_problem,
+    switcher,
 )
 
 
 def probe(args):
     port = int(args["port"])
     table = _listen_table()
-    listeners = [_describe(pid, with_env=True, table=table) for pid in _listeners(port)]
+    listeners = [item for item in (_describe(pid, table) for pid in _listeners(port)) if item]
     recorded = _pid_from_file(args.get("pid_file"))
+    process = _describe(recorded, table) if recorded else None
+    for info in [process, *listeners]:
+        if info and not _titled_by(info, args.get("prefix")):
+            info["start_problem"] = _start_problem(info)
     answer = {
-        "listeners": [item for item in listeners if item],
-        "pid_file_pid": recorded,
-        "pid_file_process": _describe(recorded, with_env=True, table=table) if recorded else None,
-        "titled": [
-            item for item in (_describe(pid) for pid in _titled(args.get("prefix"))) if item
-        ],
+        "listeners": listeners,
+        "pid_file_process": process,
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],  # whom `start` could run as
         # our own cgroup: a server in the same one was started from a login like ours
         "helper_cgroup": (_read("/proc/self/cgroup") or "")[:4096],
     }
-    for info in [answer["pid_file_process"], *answer["listeners"]]:
-        if info and not _titled_by(info, args.get("prefix")):
-            info["start_problem"] = _start_problem(info)
-    imports = args.get("imports")
-    if imports:
-        answer["imports"] = _probe_imports(imports, args, answer)
+    if args.get("imports"):
+        answer["imports"] = _probe_imports(args["imports"], args, answer)
     return answer
 
 
@@ -95,7 +88,7 @@ def _start_problem(info):
     user = info.get("user") or {}
     if user.get("uid") is None:
         return "cannot tell whom pid " + str(info.get("pid")) + " runs as"
-    return judge_start(
+    return start_problem(
         _interpreter(info),
         info.get("cmdline") or [],
         info.get("env") or {},
@@ -134,7 +127,7 @@ def _probe_imports(imports, args, answer):
     }
 
 
-def _members(pgids, sids):
+def _members(pgids, sids=()):
     mine = (os.getpgid(0), os.getsid(0))
     out = []
     for pid in _pids():
@@ -148,23 +141,22 @@ def _members(pgids, sids):
     return out
 
 
-def _wait_gone(pgids, sids, deadline, main=(), grace=2.0):
+def _wait_gone(pgids, deadline, main=()):
     """Wait until the groups are empty; give up early once the ``main`` pids are gone and only
-    stragglers remain after ``grace`` seconds (SGLang's orphans ignore SIGTERM for ever)."""
+    stragglers remain after 2 s (SGLang's orphans ignore SIGTERM for ever)."""
     main_gone_at = None
     while time.monotonic() < deadline:
-        if not _members(pgids, sids):
+        if not _members(pgids):
             return True
         if not any(_alive(pid) for pid in main):
             main_gone_at = main_gone_at or time.monotonic()
-            if time.monotonic() - main_gone_at > grace:
+            if time.monotonic() - main_gone_at > 2.0:
                 return False
         time.sleep(0.05)
-    return not _members(pgids, sids)
+    return not _members(pgids)
 
 
 def _drain(args):
-    """SIGTERM to the main processes only, then wait while they finish in-flight requests."""
     pids = [int(p) for p in args.get("drain_pids", []) if int(p) > 1 and int(p) != os.getpid()]
     timeout = float(args.get("drain_timeout") or 0)
     if not pids or timeout <= 0:
@@ -182,30 +174,27 @@ def _drain(args):
 
 
 def stop(args):
-    began = time.monotonic()
     pgids = {int(p) for p in args.get("pgids", [])} - {os.getpgid(0), 0, 1}
     sids = {int(s) for s in args.get("sids", [])} - {os.getsid(0), 0, 1}
-    port = args.get("port")
+    port = int(args.get("port") or 0)  # 0: none (nothing listens on port 0)
     timeout = float(args.get("timeout", 60))
     drained = _drain(args)
-    terminated = sorted(_members(pgids, set()))
     for pgid in pgids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
     killed = []
     main = [int(p) for p in args.get("pids", [])]
-    if not _wait_gone(pgids, set(), time.monotonic() + timeout, main):
+    if not _wait_gone(pgids, time.monotonic() + timeout, main):
         killed = [
-            {"pid": pid, "title": (_cmdline(pid) or ["?"])[0]}
-            for pid in sorted(_members(pgids, set()))
+            {"pid": pid, "title": (_cmdline(pid) or ["?"])[0]} for pid in sorted(_members(pgids))
         ]
         for pgid in pgids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-        _wait_gone(pgids, set(), time.monotonic() + 10)
+        _wait_gone(pgids, time.monotonic() + 10)
     # Orphans: titled children of those groups or sessions, and whatever still holds the port.
     reaped = []
-    suspects = set(_members(pgids, sids)) | (set(_listeners(int(port))) if port else set())
+    suspects = set(_members(pgids, sids)) | set(_listeners(port))
     for pid in sorted(suspects):
         title = (_cmdline(pid) or [""])[0]
         fields = _stat_fields(pid)
@@ -215,28 +204,22 @@ def stop(args):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 reaped.append({"pid": pid, "title": title})
-    port_free = True
-    if port:
-        deadline = time.monotonic() + 10
-        while _listening_inodes(int(port)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        port_free = not _listening_inodes(int(port))
+    deadline = time.monotonic() + 10
+    while _listening_inodes(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port_free = not _listening_inodes(port)
     return {
         **drained,
-        "terminated": terminated,
         "killed": killed,
         "reaped": reaped,
         "port_free": port_free,
-        "holders": [_describe(pid) for pid in _listeners(int(port))]
-        if port and not port_free
-        else [],
-        "elapsed": round(time.monotonic() - began, 3),
+        "holders": [] if port_free else [_describe(pid) for pid in _listeners(port)],
     }
 
 
 def start(args):
     user = args.get("user")
-    ids, become, refusal = start_as(user)
+    ids, refusal = start_ids(user, (os.geteuid(), os.getuid(), os.getgid()))
     if refusal:  # before anything is created: not even the log
         return {"error": refusal}
     log_file = args["log_file"]
@@ -251,10 +234,12 @@ def start(args):
     argv = args.get("argv") or ["/bin/sh", "-c", "exec " + args["command"]]
     if args.get("argv"):  # a server's own argv again (a restart, an undo): judged as it runs
         cwd = args.get("cwd") or "/"
-        python = _argv_interpreter(argv, env, cwd)
-        first = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
-        judged = [os.path.join(cwd, first or argv[0]), *argv[1:]]
-        problem = judge_start(python, judged, env, cwd, ids[0] if ids else os.geteuid())
+        found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        first = os.path.join(cwd, found or argv[0])
+        python = _argv_interpreter(first, env)
+        problem = start_problem(
+            python, [first, *argv[1:]], env, cwd, ids[0] if ids else os.geteuid()
+        )
         if problem:
             return {"error": "refusing to start " + argv[0] + ": " + problem}
     with open(log_file, "ab") as log:
@@ -271,24 +256,20 @@ def start(args):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=become,  # groups, gid, uid, in that order, before the exec
+                preexec_fn=switcher(ids),  # groups, gid, uid, in that order, before the exec
             )
         except (OSError, subprocess.SubprocessError) as exc:
             who = f" as uid {ids[0]}" if ids else ""
             return {
                 "error": f"cannot start {argv[0]}{who}: {getattr(exc, 'strerror', None) or exc}"
             }
-    pid_file = args.get("pid_file")
-    if pid_file:
-        tmp = pid_file + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(f"{child.pid}\n")
-        os.replace(tmp, pid_file)
+    tmp = args["pid_file"] + ".tmp"  # its one client always names one
+    with open(tmp, "w") as handle:
+        handle.write(f"{child.pid}\n")
+    os.replace(tmp, args["pid_file"])
     child.returncode = 0  # detached on purpose: silence Popen's "still running" warning
     return {
-        "pid": child.pid,
-        "pgid": child.pid,
-        "sid": child.pid,
+        "pid": child.pid,  # its group and session too (start_new_session)
         "start": (_stat_fields(child.pid) or {}).get("start"),
         "log_offset": offset,
         "argv": argv,
@@ -296,14 +277,9 @@ def start(args):
     }
 
 
-def _argv_interpreter(argv, env, cwd):
-    """The interpreter ``argv`` starts: ``argv[0]`` (found on the env's PATH) when it is a
-    python, else the one its ``#!`` line names; None when neither says."""
-    first = argv[0]
-    if "/" not in first:
-        first = shutil.which(first, path=env.get("PATH", "")) or first
-    elif not first.startswith("/"):
-        first = os.path.join(cwd, first)
+def _argv_interpreter(first, env):
+    """The interpreter the program at ``first`` (absolute) starts: itself when it is a python,
+    else the one its ``#!`` line names; None when neither says."""
     if os.path.basename(first).startswith("python"):
         return first
     try:

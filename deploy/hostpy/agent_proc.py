@@ -11,10 +11,10 @@ import pwd
 import shutil
 import socket
 import subprocess
-import time
 
+# start_problem is the agent's: a program's parts share one namespace on the host.
 # host-program: part (deploy.hostpy.program)
-from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher
+from deploy.hostpy.agent_trust import lookup_env, parse_status, run_as, start_problem, switcher  # noqa: F401
 
 TCP_LISTEN = "0A"
 
@@ -37,7 +37,6 @@ def _stat_fields(pid):
     # reused later has another start), so an undo knows the server its run started.
     return {
         "state": rest[0],
-        "ppid": int(rest[1]),
         "pgid": int(rest[2]),
         "sid": int(rest[3]),
         "start": int(rest[19]),
@@ -55,14 +54,6 @@ def _cmdline(pid):
     return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")]
 
 
-def _environ(pid):
-    parts = (_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0")
-    pairs = (part.partition(b"=") for part in parts if b"=" in part)
-    return {
-        key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, _, value in pairs
-    }
-
-
 def _link(path):
     try:
         return os.readlink(path)
@@ -71,7 +62,6 @@ def _link(path):
 
 
 def _user(pid):
-    """Whom ``pid`` runs as (`parse_status`) with the user's name when it has one."""
     ids = parse_status(_read(f"/proc/{pid}/status") or "")
     if ids is not None:
         try:
@@ -106,38 +96,30 @@ def start_ids(user, me):
     )
 
 
-def start_as(user):
-    """`start_ids` for this helper: ``(ids, preexec_fn or None, refusal or None)``."""
-    ids, refusal = start_ids(user, (os.geteuid(), os.getuid(), os.getgid()))
-    return ids, switcher(ids), refusal
-
-
 def _alive(pid):
     fields = _stat_fields(pid)
     return fields is not None and fields["state"] not in ("Z", "X")
 
 
-def _started_at(ticks):
-    """A process's start (``/proc/PID/stat`` ticks after boot) as Unix time, or None."""
-    for line in (_read("/proc/stat") or "").splitlines():
-        if line.startswith("btime "):
-            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    return None
-
-
-def _describe(pid, with_env=False, table=None):
+def _describe(pid, table=None):  # with a `_listen_table`: a listener's details, in full
     fields = _stat_fields(pid)
     if fields is None:
         return None
     info = {"pid": pid, "cmdline": _cmdline(pid), "cwd": _link(f"/proc/{pid}/cwd"), **fields}
-    info["started_at"] = _started_at(fields["start"])
-    if with_env:
-        info["env"] = _environ(pid)
-        info["env_readable"] = _read(f"/proc/{pid}/environ", "rb") is not None
+    info["started_at"] = None  # the start (ticks after boot) as Unix time
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            info["started_at"] = int(line.split()[1]) + fields["start"] / os.sysconf("SC_CLK_TCK")
+    if table is not None:
+        raw = _read(f"/proc/{pid}/environ", "rb")
+        pairs = (part.partition(b"=") for part in (raw or b"").split(b"\0") if b"=" in part)
+        info["env"] = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, _, v in pairs
+        }
+        info["env_readable"] = raw is not None
         info["user"] = _user(pid)
         info["cgroup"] = (_read(f"/proc/{pid}/cgroup") or "")[:4096]  # unit, container, session
         info["exe"] = _link(f"/proc/{pid}/exe")
-    if table is not None:
         info["listen"] = _listens_on(pid, table)
     return info
 
@@ -217,31 +199,17 @@ def _interpreter(info):
     return exe
 
 
-def judge_start(python, argv, env, cwd, uid):
-    """`deploy.hostpy.agent_trust.start_problem`, for the agent's probe and start."""
-    return start_problem(python, argv, env, cwd, uid)
-
-
 def resolve_imports(imports, python, env, cwd, pid=None):
-    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file.
-
-    ``pid``: the running server this stands for. Run as root only when nobody else could
-    change what it runs (`deploy.hostpy.agent_trust.run_as`); else as the server's user or the
-    interpreter's owner (each entry's ``ran_as`` says so), or not at all (its ``error``)."""
+    """Where ``python`` (with ``env`` and ``cwd``) finds each module, against the wanted file;
+    ``pid``: the running server this stands for. Whom it runs as: `run_as` (each entry's
+    ``ran_as`` says; refused: its ``error``)."""
     results = []
     ids, note, refused = run_as(python, env, cwd or "/", pid)
     try:
         if refused:
             raise ValueError(refused)
-        done = subprocess.run(
-            [python, "-c", _FIND_SPEC, json.dumps(sorted(imports))],
-            env=lookup_env(env, ids),
-            cwd=cwd or "/" if ids is None else None,  # else entered as that user
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            preexec_fn=switcher(ids, cwd or "/"),
-        )
+        argv = ["-c", _FIND_SPEC, json.dumps(sorted(imports))]
+        done = _run_python(python, argv, env, cwd or "/", ids, 60)
         found = json.loads(done.stdout) if done.returncode == 0 else None
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         failure = None if found else (lines[-1] if lines else f"exit {done.returncode}")
@@ -262,41 +230,39 @@ def resolve_imports(imports, python, env, cwd, pid=None):
     return results
 
 
+def _run_python(python, argv, env, cwd, ids, timeout):
+    """``python argv`` with the server's ``env`` and ``cwd``; as ``ids`` when `run_as` gave
+    some, with only the variables `lookup_env` keeps, the cwd entered after the switch."""
+    return subprocess.run(
+        [python, *argv],
+        env=lookup_env(env, ids),
+        cwd=cwd if ids is None else None,  # else entered as that user
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+        preexec_fn=switcher(ids, cwd),
+    )
+
+
 def pycheck(args):
     """Run ``code`` (with ``argv``) under the server's interpreter, environment and cwd, as
     `resolve_imports` runs its lookup (the same trust rule decides whom it runs as), within
     ``timeout`` seconds: an import of the patched module, the new command line against the
-    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output,
-    ``seconds``, ``timed_out`` and ``ran_as``."""
+    server's own argument parser. Answers ``ok``, ``status``, the last lines of its output
+    (``tail``) and ``timed_out``."""
     python, env, cwd = args["python"], args.get("env") or {}, args.get("cwd") or "/"
-    ids, note, refused = run_as(python, env, cwd, args.get("pid"))
+    ids, _, refused = run_as(python, env, cwd, args.get("pid"))
     if refused:
         return {"error": refused}
-    began = time.monotonic()
     try:
-        done = subprocess.run(
-            [python, "-c", args["code"], *args.get("argv", [])],
-            env=lookup_env(env, ids),
-            cwd=cwd if ids is None else None,  # else entered as that user
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=float(args.get("timeout", 300)),
-            preexec_fn=switcher(ids, cwd),
-        )
+        argv = ["-c", args["code"], *args.get("argv", [])]
+        done = _run_python(python, argv, env, cwd, ids, float(args.get("timeout", 300)))
     except subprocess.TimeoutExpired:
-        seconds = round(time.monotonic() - began, 1)
-        return {"ok": False, "timed_out": True, "seconds": seconds, "ran_as": note, "tail": []}
+        return {"ok": False, "timed_out": True, "tail": []}
     except OSError as exc:
         return {"error": "cannot run " + python + ": " + (exc.strerror or str(exc))}
     output = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()
-    return {
-        "ok": done.returncode == 0,
-        "status": done.returncode,
-        "tail": output[-8:],
-        "seconds": round(time.monotonic() - began, 1),
-        "timed_out": False,
-        "ran_as": note,
-    }
+    return {"ok": done.returncode == 0, "status": done.returncode, "tail": output[-8:]}
 
 
 def _address(hex_address):
@@ -330,7 +296,6 @@ def _fd_links(pid):
 
 
 def _listens_on(pid, table):
-    """The addresses the process listens on (its fds that are listening sockets)."""
     return sorted({table[link] for link in _fd_links(pid) if link in table})
 
 
@@ -343,10 +308,6 @@ def _listening_inodes(port):
 def _listeners(port):
     targets = _listening_inodes(port)
     return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
-
-
-def _titled(prefix):
-    return [pid for pid in _pids() if prefix and (_cmdline(pid) or [""])[0].startswith(prefix)]
 
 
 def _pid_from_file(path):

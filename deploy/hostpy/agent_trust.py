@@ -24,6 +24,7 @@ directory above):
 import glob
 import os
 import pwd
+import shutil
 
 # host-program: part (deploy.hostpy.program)
 from deploy.hostpy.trust_rule import OTHER_OWNER, WRITABLE, verdict
@@ -37,8 +38,7 @@ _SITE = (
     "lib/python3*/lib-dynload",
     "lib/python3*/site-packages",
     "lib64/python3*/site-packages",
-    "lib/python3*/dist-packages",
-    "lib/python3/dist-packages",
+    "lib/python3*/dist-packages",  # python3* matches python3 itself
     "local/lib/python3*/dist-packages",
 )
 
@@ -127,8 +127,8 @@ def lookup_paths(python, env, cwd):
 
 
 def judge(paths, me):
-    """(reason or None, the one other owner's uid or None) for ``paths`` as they are now
-    (`judge_stats`); a path that does not exist is left out, as the shell's ``stat`` does."""
+    """`judge_stats` for ``paths`` as they are now; one that does not exist is left out, as
+    the shell's ``stat`` does."""
     stats = []
     for path in paths:
         try:
@@ -169,12 +169,7 @@ def script_of(argv, env, cwd):
         return None
     first = argv[0]
     if not os.path.basename(first).startswith("python"):
-        found = first if "/" in first else None
-        if found is None:
-            for directory in (env.get("PATH") or "").split(":"):
-                if directory and os.path.isfile(directory + "/" + first):
-                    found = directory + "/" + first
-                    break
+        found = first if "/" in first else shutil.which(first, path=env.get("PATH", ""))
         return found if found is None or found.startswith("/") else cwd + "/" + found
     skip = False
     for word in argv[1:]:

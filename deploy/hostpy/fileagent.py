@@ -34,17 +34,17 @@ from deploy.hostpy.fileagent_ops import (
 )
 
 
-def handle(header, payload):
+def handle(header, payload, reads_only=False):
     """One request: (answer header, answer payload). Errors become ``{"error": ...}``."""
     try:
         args = loads(header.decode("utf-8"))
         op = args.get("op")
         if op == "read":
             answer, body = read(args)
-        elif op in OPERATIONS:
+        elif op in OPERATIONS and not reads_only:
             answer, body = OPERATIONS[op](args, payload), b""
         else:
-            raise Refused(f"unknown operation {op!r}")
+            raise Refused("only reads without the lock" if reads_only else f"unknown op {op!r}")
         answer["ok"] = True
         return answer, body
     except Refused as exc:
@@ -105,21 +105,14 @@ def serve(go_fd, ack_fd):
 
 
 def once():
-    """Answer the ``read`` requests framed on stdin (``<hlen> <blen>`` lines), then exit.
-
-    For a run that holds no lock (``--check``, the plan shown before asking): the same fd-based
-    reads, in one exec for all the files, and nothing but reads.
-    """
+    """Answer the ``read`` requests framed on stdin (``CALL <hlen> <blen> 0`` lines), then exit:
+    a run without the lock (`deploy.remote.hostfiles.HostFiles.read_ahead`), nothing but reads."""
     stdin = os.fdopen(0, "rb")
     for line in stdin:
         parts = line.split()
-        header = stdin.read(int(parts[0]))
-        stdin.read(int(parts[1]))
-        args = loads(header.decode("utf-8"))
-        if args.get("op") != "read":
-            answer, body = {"ok": False, "error": "only reads without the lock"}, b""
-        else:
-            answer, body = handle(header, b"")
+        header = stdin.read(int(parts[1]))
+        stdin.read(int(parts[2]))
+        answer, body = handle(header, b"", reads_only=True)
         text = dumps(answer).encode("utf-8")
         write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
 

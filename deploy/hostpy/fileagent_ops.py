@@ -1,21 +1,12 @@
-"""The file helper's operations (`deploy.hostpy.fileagent`, which frames requests and answers).
+"""The file helper's operations (`deploy.hostpy.fileagent` frames the requests); the rules, as
+users read them, are `deploy.remote.hostfiles.FILES_RULE`.
 
 Why fds (issue 14): a check by path and a change by path are two lookups, and another user who
 can write in the directory can swap a symlink in between (a setuid mode landed on a root-owned
-binary that way). Here every check and change of one operation use one fd, or names relative
-to one directory fd:
-
-- reads open ``O_NOFOLLOW`` and take ``fstat`` and bytes from that fd;
-- writes create the temp file ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to the directory fd, then
-  ``fchown``, ``fchmod`` (chown clears setuid/setgid), the xattrs (POSIX ACLs and capabilities;
-  chown clears a capability), ``fsync``, ``renameat`` within the directory fd, and ``fsync`` of
-  the directory;
-- a target with other hard links is refused unless ``hardlinks`` is ``allow`` (replacing it
-  would split it).
-
-Paths are walked, never resolved by the kernel in one lookup (issue 32; `walk`), so a directory
-another user swaps for a symlink mid-run is seen as one; the rules, as users read them, are
-`deploy.remote.hostfiles.FILES_RULE`.
+binary that way). Here every check and change of one operation use one fd, or names relative to
+one directory fd, reached by `walk` (issue 32), never by the kernel resolving the whole path.
+A write's order matters: ``fchown`` clears setuid/setgid and a capability, so ``fchmod`` and
+the xattrs come after it.
 """
 
 import binascii
@@ -143,11 +134,22 @@ def walk(directory, judge=True, unsafe_dir=False):
             shown.append(here)
             if check:
                 _judge(fd, here, not parts)
-        fd = stack.pop()
-        return fd
+        return stack.pop()
     finally:
         for fd in stack:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def directory_of(path, judge=True, unsafe_dir=False):
+    """``(fd, base)``: ``path``'s directory, open as `walk` opens it, and its last component;
+    the fd is closed after."""
+    directory, base = _split(path)
+    dfd = walk(directory, judge, unsafe_dir)
+    try:
+        yield dfd, base
+    finally:
+        os.close(dfd)
 
 
 def write_all(fd, data):
@@ -167,32 +169,26 @@ def _read_fd(fd, size_hint):
 
 def read(args):
     """lstat and content of a path: (header, payload). Never through a symlink."""
-    directory, base = _split(args["path"])
     try:
-        dfd = walk(directory, judge=False)
-    except FileNotFoundError:
+        with directory_of(args["path"], judge=False) as (dfd, base):
+            try:
+                fd = os.open(base, _READ_FLAGS, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno != errnomod.ELOOP:
+                    raise
+                st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
+                return {"stat": _stat_dict(st)}, b""  # a symlink: its own status, no content
+            try:
+                st = os.fstat(fd)
+                if not statmod.S_ISREG(st.st_mode):
+                    return {"stat": _stat_dict(st)}, b""
+                data = _read_fd(fd, st.st_size)
+                st = os.fstat(fd)
+                return {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}, data
+            finally:
+                os.close(fd)
+    except FileNotFoundError:  # the directory or the file (or it went meanwhile)
         return {"missing": True}, b""
-    try:
-        try:
-            fd = os.open(base, _READ_FLAGS, dir_fd=dfd)
-        except FileNotFoundError:
-            return {"missing": True}, b""
-        except OSError as exc:
-            if exc.errno != errnomod.ELOOP:
-                raise
-            st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
-            return {"stat": _stat_dict(st)}, b""  # a symlink: its own status, no content
-        try:
-            st = os.fstat(fd)
-            if not statmod.S_ISREG(st.st_mode):
-                return {"stat": _stat_dict(st)}, b""
-            data = _read_fd(fd, st.st_size)
-            st = os.fstat(fd)
-            return {"stat": _stat_dict(st), "xattrs": _xattrs(fd), "content": True}, data
-        finally:
-            os.close(fd)
-    finally:
-        os.close(dfd)
 
 
 def _current(dfd, base, path, args):
@@ -280,9 +276,7 @@ def _spliced(spec, middle):
 def write(args, data):
     """Replace ``path`` with ``data`` atomically, keeping (or setting) its metadata."""
     path = args["path"]
-    directory, base = _split(path)
-    dfd = walk(directory, unsafe_dir=bool(args.get("unsafe_dir")))
-    try:
+    with directory_of(path, unsafe_dir=bool(args.get("unsafe_dir"))) as (dfd, base):
         current = _current(dfd, base, path, args)
         if current is None and args.get("expect_sha256"):
             raise Refused(path + " disappeared on the host while we were editing it; not written")
@@ -292,7 +286,7 @@ def write(args, data):
         explicit = meta is not None
         if meta is None:
             meta = current or {"mode": 0o600}
-        elif "xattrs" not in meta and current:
+        elif meta.get("xattrs") is None and current:
             meta = dict(meta, xattrs=current["xattrs"])  # a record from before xattrs were kept
         tmp = temp_prefix(base) + os.urandom(4).hex() + TEMP_SUFFIX
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -315,10 +309,8 @@ def write(args, data):
         try:
             os.fsync(dfd)
         except OSError as exc:  # renamed already: a failed answer must mean "not written"
-            answer["warning"] = "fsync of " + directory + ": " + (exc.strerror or str(exc))
+            answer["warning"] = "fsync of the directory: " + (exc.strerror or str(exc))
         return answer
-    finally:
-        os.close(dfd)
 
 
 _APPENDS = {}  # type: dict[str, int]
@@ -329,14 +321,10 @@ def append(args, data):
     path = args["path"]
     fd = _APPENDS.get(path)
     if fd is None:
-        directory, base = _split(path)
-        dfd = walk(directory)
-        try:
+        with directory_of(path) as (dfd, base):
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(base, flags, 0o600, dir_fd=dfd)
             os.fsync(dfd)  # the new name is durable with the file's first fsync
-        finally:
-            os.close(dfd)
         _APPENDS[path] = fd
     write_all(fd, data)
     if args.get("durable"):
@@ -346,49 +334,34 @@ def append(args, data):
 
 def mkdir(args, data):
     """Create one directory level; an existing directory (not a symlink to one) is fine."""
-    directory, base = _split(args["path"])
-    dfd = walk(directory)
-    try:
+    with directory_of(args["path"]) as (dfd, base):
         try:
             os.mkdir(base, int(args.get("mode", 0o700)), dir_fd=dfd)
         except FileExistsError:
             st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
             if not statmod.S_ISDIR(st.st_mode):
                 raise Refused(args["path"] + " exists and is not a directory") from None
-        return {}
-    finally:
-        os.close(dfd)
+    return {}
 
 
 def remove(args, data):
     """Unlink a name that is not a directory (a symlink itself, never its target)."""
-    directory, base = _split(args["path"])
     try:
-        dfd = walk(directory, judge=False)
-    except FileNotFoundError:
+        with directory_of(args["path"], judge=False) as (dfd, base):
+            os.unlink(base, dir_fd=dfd)
+    except FileNotFoundError:  # the directory or the name
         return {"missing": True}
-    try:
-        os.unlink(base, dir_fd=dfd)
-        return {}
-    except FileNotFoundError:
-        return {"missing": True}
-    finally:
-        os.close(dfd)
+    return {}
 
 
 def remove_temps(args, data):
     """Remove what an interrupted write of ``path`` left beside it; return the names."""
-    directory, base = _split(args["path"])
-    dfd = walk(directory, judge=False)
-    try:
-        prefix = temp_prefix(base)
-        removed = []
+    removed = []
+    with directory_of(args["path"], judge=False) as (dfd, base):
         for name in sorted(os.listdir(dfd)):
-            if name.startswith(prefix) and name.endswith(TEMP_SUFFIX):
+            if name.startswith(temp_prefix(base)) and name.endswith(TEMP_SUFFIX):
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                 if statmod.S_ISREG(st.st_mode):
                     os.unlink(name, dir_fd=dfd)
                     removed.append(name)
-        return {"removed": removed}
-    finally:
-        os.close(dfd)
+    return {"removed": removed}

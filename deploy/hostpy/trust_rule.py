@@ -11,7 +11,7 @@ tests/unit/test_trust_rule.py fails when it differs, and runs both on the same c
 
 A row: (what it is, the Python test of ``(uid, mode, me)``, the shell test of ``"$1"`` the
 uid, ``"$2"`` the mode in hex as ``stat -c %f`` prints it and ``$_tI`` the uid judged for,
-the verdict). The first row whose test holds gives the verdict; none: `WRITABLE`.
+the verdict), judged in order (`verdict`).
 """
 
 #: Owned by a user other than root and the one judged for: that user could change it.
@@ -56,7 +56,4 @@ RULE = (
 def verdict(uid, mode, me):
     """`OTHER_OWNER`, `TRUSTED` or `WRITABLE` for a path owned by ``uid`` with ``mode``
     (``st_mode``, not following a symbolic link), judged for the user ``me``."""
-    for row in RULE:
-        if row[1](uid, mode, me):
-            return row[3]
-    return WRITABLE
+    return next((row[3] for row in RULE if row[1](uid, mode, me)), WRITABLE)

@@ -1,9 +1,9 @@
 """`Host`: what the engine and the steps may do on a host — the only door they know.
 
-`deploy.remote.host.RemoteHost` implements it (tests' `LocalHost` is a `RemoteHost` on local
-processes). Layers above `deploy.remote` annotate with `Host`, never a concrete class, so no
-paramiko or Fabric type leaks out. A host does nothing until `open`; `close` ends its
-connection and every command still running on it; one thread per host.
+`deploy.remote.host.RemoteHost` implements it. Layers above `deploy.remote` annotate with
+`Host`, never a concrete class, so no paramiko or Fabric type leaks out. A host does nothing
+until `open`; `close` ends its connection and every command still running on it; one thread
+per host.
 """
 
 from __future__ import annotations
@@ -84,14 +84,10 @@ class Host(Protocol):
         ...
 
     def send_check(self, command: str, *, timeout: float) -> Call | None:
-        """Send ``command`` to the lock's shell as a check, without waiting: if it exits other
-        than 0, the host skips everything sent after it (`deploy.remote.session`), so a commit
-        record sent behind it is written only if it passed. Its answer comes with the next
-        `flush`. None when no lock's shell is held (then run it with `run`).
-
-        Raises:
-            HostUnreachable: the connection was lost.
-        """
+        """Send ``command`` to the lock's shell as a ``CHECK`` (`deploy.remote.session`: what
+        follows a failed one is skipped), without waiting: its answer comes with the next
+        `flush`. None when no lock's shell is held (then `run` it). `HostUnreachable`: the
+        connection was lost."""
         ...
 
     def stat(self, path: str) -> FileStat | None: ...
@@ -142,11 +138,6 @@ class Host(Protocol):
         timeout: float = 30.0,
         headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
-        """One HTTP request to ``address:port`` as seen from the host (its loopback);
-        ``headers`` are added to it (an ``Authorization`` the server wants).
-
-        Raises:
-            ServerUnavailable: nothing accepts connections there yet, or the answer was cut.
-            HostUnreachable: the connection to the host itself is gone.
-        """
+        """One HTTP request to ``address:port`` as seen from the host (its loopback):
+        `deploy.remote.http.request`, which says what it raises."""
         ...

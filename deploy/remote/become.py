@@ -35,12 +35,10 @@ SFTP_SERVERS = (
 )
 
 
-#: How the login shell starts sudo: `SUDO_LIMITS` says why each part (the login shell reads
-#: start-up files where a ``sudo`` function or alias could wait for the command and password).
-#: bash lets a function be named ``exec`` or ``/usr/bin/sudo`` too, but not in POSIX mode, which
-#: the plain assignment ``POSIXLY_CORRECT=y`` (no function can intercept it) turns on; a
-#: ``readonly`` one fails the assignment, and the ``&&`` then runs nothing. dash and other POSIX
-#: shells find special builtins first anyway. sudo's own ``sh`` is ``/bin/sh``, as the target user.
+#: How the login shell starts sudo (`SUDO_LIMITS` says why each part): bash lets a function be
+#: named ``exec`` or ``/usr/bin/sudo``, but not in POSIX mode, which the plain assignment
+#: ``POSIXLY_CORRECT=y`` (no function can intercept it) turns on; a ``readonly`` one fails the
+#: assignment, and the ``&&`` then runs nothing. dash finds special builtins first anyway.
 SUDO_LINE = "POSIXLY_CORRECT=y && \\exec /usr/bin/sudo"
 
 #: What the sudo line cannot defend against (docs/operations.md shows this text).

@@ -36,11 +36,9 @@ class Call:
     #: A shell command sent ahead (`Session.send_run`): the answer holds its exit status and
     #: stderr, the payload its stdout.
     command: bool = False
-    #: A command sent as a ``CHECK``: an exit status other than 0 made the host skip
-    #: everything sent after it (until the client's ``CLEAR``).
+    #: A command sent as a ``CHECK``, and a command's time limit in seconds on the host: what
+    #: they mean for the host and the client is `deploy.remote.session`'s module docstring.
     check: bool = False
-    #: A command's time limit in seconds (`send_run`): timeout(1) stops it on the host, and
-    #: the client waits for its answer that long plus `GRACE` (then the host counts as lost).
     timeout: float | None = None
 
     @property

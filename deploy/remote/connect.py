@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import paramiko
@@ -70,12 +69,9 @@ class Wire(paramiko.Transport):  # type: ignore[misc]  # untyped
     acknowledges every global request the server sends at once.
 
     **Compression after login** (``zlib@openssh.com``): fewer bytes, so fewer round trips. The
-    lock's command line carries the host programs (~36 KB of Python and shell), the host answers
-    with the files read (the SGLang model file is 29 KB). A fresh TCP connection may have only 10
-    segments (~14 KB) in flight, doubling once per round trip, so a 36 KB burst costs one round trip
-    more than a 14 KB one on a real link (`bench/window.py`; loopback never shows it); zlib brings
-    the lock's exec to ~11.5 KB for ~1 ms of CPU per 100 KB. Only the delayed method is offered (as
-    OpenSSH since 7.4): nothing an unauthenticated peer sends is decompressed; the inventory's
+    lock's command line carries the host programs (~36 KB), and a fresh TCP connection has ~14 KB
+    in flight in its first round trip (`bench/window.py`): zlib brings the lock's exec to ~11.5 KB
+    for ~1 ms of CPU per 100 KB. Only the delayed method is offered (as OpenSSH since 7.4): nothing an unauthenticated peer sends is decompressed; the inventory's
     ``compression: false`` offers none. Security (issue 17): paramiko compresses each packet on
     its own (``Z_FULL_FLUSH``), so a length can only reveal how that packet compresses — a
     CRIME-style risk only for a file mixing a secret with text someone else controls (then
@@ -86,8 +82,7 @@ class Wire(paramiko.Transport):  # type: ignore[misc]  # untyped
     ``hostkeys-00@openssh.com`` global request, which asks for no reply, and keeps Nagle on for a
     session without a tty: the confirmation of the channel the client opened meanwhile waits until
     that notice is acknowledged, and the client's kernel, with nothing to send, delays its ACK by
-    40 ms (tcpdump, loopback: the notice, 40.6 ms of silence, a bare ACK, the confirmation).
-    Flushing the pending ACK (``TCP_QUICKACK``, Linux; elsewhere nothing changes) once the notice
+    40 ms (tcpdump, loopback). Flushing the pending ACK (``TCP_QUICKACK``, Linux; elsewhere nothing changes) once the notice
     is read lets the confirmation go at once. A ProxyJump channel has no socket of its own.
     """
 
@@ -103,14 +98,12 @@ class Wire(paramiko.Transport):  # type: ignore[misc]  # untyped
         ack_now(self.sock)
 
 
-def preferring(types: list[str], *, compress: bool = True) -> Callable[..., paramiko.Transport]:
-    """A `Wire` factory that offers the host's listed key types first, as OpenSSH does, and
-    delayed compression unless ``compress`` is false.
-
-    paramiko prefers only the type of the first key it was given for the host; we give it
-    none (`deploy.remote.hostkeys.KnownHostsPolicy` judges every key), so the preference is
-    set here instead.
-    """
+def _guard(conn: Connection, settings: ConnectSettings) -> None:
+    """Give ``conn`` our host-key policy and a `Wire` that offers the host's listed key types
+    first, as OpenSSH does: paramiko prefers only the type of the first key it was given for the
+    host, and we give it none (`deploy.remote.hostkeys.KnownHostsPolicy` judges every key)."""
+    policy, types = policy_for(conn, settings)
+    conn.client.set_missing_host_key_policy(policy)
     wanted: list[str] = []
     for key_type in types:
         wanted += ["rsa-sha2-512", "rsa-sha2-256"] if key_type == "ssh-rsa" else [key_type]
@@ -119,22 +112,13 @@ def preferring(types: list[str], *, compress: bool = True) -> Callable[..., para
         transport = Wire(sock, **kwargs)
         # A banner sent with the connect (deploy.remote.dial) is the one the key exchange hashes.
         transport.local_version = getattr(sock, "banner", transport.local_version)
-        transport.use_compression(compress)
         options = transport.get_security_options()
         supported = list(options.key_types)
         first = [t for t in wanted if t in supported]
         options.key_types = first + [t for t in supported if t not in first]
         return transport
 
-    return factory
-
-
-def _guard(conn: Connection, settings: ConnectSettings) -> None:
-    """Give ``conn`` our host-key policy, our key-type preference for its host and the
-    host's compression setting (``compress``: paramiko applies it after the factory)."""
-    policy, types = policy_for(conn, settings)
-    conn.client.set_missing_host_key_policy(policy)
-    conn.connect_kwargs["transport_factory"] = preferring(types, compress=settings.compression)
+    conn.connect_kwargs["transport_factory"] = factory
     conn.connect_kwargs["compress"] = settings.compression
 
 
@@ -151,7 +135,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
     try:
         conn, attempt = _prepared(settings)
     except BaseException:  # no login will take a socket dialed ahead for this host
-        dial.discard(settings.address, settings.port or 22)
+        dial.discard((settings.address, settings.port or 22))
         raise
     try:
         if conn.gateway is None:
@@ -165,9 +149,7 @@ def open_connection(settings: ConnectSettings) -> Connection:
     except (OSError, EOFError, paramiko.SSHException) as exc:
         conn.close()
         raise HostUnreachable(describe(exc, attempt)) from exc
-    transport = conn.client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(15)
+    conn.client.get_transport().set_keepalive(15)  # opened: it has one
     return conn
 
 

@@ -130,7 +130,7 @@ class _Dial(threading.Thread):
         finally:
             self.done = time.monotonic()
         with _LOCK:
-            if self.abandoned:  # `close_all` came first: nobody will take it
+            if self.abandoned:  # `discard` came first: nobody will take it
                 sent.close()
             else:
                 self.sock = sent
@@ -192,22 +192,13 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         sock.settimeout(timeout)
 
 
-def discard(host: str, port: int) -> None:
-    """Close the socket dialed to ``(host, port)``, if any: its login stopped before taking it
-    (a key nobody can decrypt), and the host must not keep an unauthenticated client until
-    the run ends."""
-    _abandon([(host, port)])
-
-
-def close_all() -> None:
-    """Close every socket not taken (hosts never reached: an early end, max_fail, Ctrl-C)."""
-    _abandon(None)
-
-
-def _abandon(targets: list[tuple[str, int]] | None) -> None:
-    """Drop and close the sockets dialed to ``targets`` (None: all)."""
+def discard(target: tuple[str, int] | None = None) -> None:
+    """Close the socket dialed to ``target``, ``(host, port)``, if no login took it: its login
+    stopped before (a key nobody can decrypt), and the host must not keep an unauthenticated
+    client until the run ends. None: every one (hosts never reached: an early end, max_fail,
+    Ctrl-C)."""
     with _LOCK:
-        dials = [_AHEAD.pop(key) for key in list(_AHEAD) if targets is None or key in targets]
+        dials = [_AHEAD.pop(key) for key in list(_AHEAD) if target in (None, key)]
         for dial in dials:
             dial.abandoned = True  # a connect still under way closes its socket itself
     for dial in dials:

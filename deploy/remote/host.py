@@ -1,8 +1,7 @@
 """`RemoteHost`, the `deploy.remote.api.Host` of a run: one connection, commands, the lock's door.
 
 ``open()`` (or ``with``) makes the run's one connection, a `deploy.remote.transport.Transport`
-from a *connector* (by default `deploy.remote.connect.SshTransport`; tests give a local
-one, and everything here runs unchanged on it). Every method raises our exceptions
+from a *connector* (by default `deploy.remote.connect.SshTransport`). Every method raises our exceptions
 (`HostUnreachable` for a lost connection), never paramiko's. While the lock is held, commands go
 to its shell (`deploy.remote.session`); the file operations are `deploy.remote.hostfiles`'.
 """
@@ -91,7 +90,6 @@ class RemoteHost(HostFiles):
 
     @property
     def transport(self) -> Transport:
-        """The open connection; `HostUnreachable` if it was lost."""
         if self._conn is None:
             raise RuntimeError("RemoteHost used before open()")
         if not self._conn.is_active():
@@ -100,8 +98,7 @@ class RemoteHost(HostFiles):
 
     @property
     def sftp(self) -> Any:
-        """SFTP, opened on first use; under become the host's sftp-server run through sudo,
-        so that no file operation runs as the login user."""
+        """SFTP, opened on first use; under become through sudo (`deploy.remote.become`)."""
         if self._sftp is None:
             try:
                 if self.become is not None:
@@ -110,14 +107,11 @@ class RemoteHost(HostFiles):
                     self._sftp = paramiko.SFTPClient(channel)
                 else:
                     self._sftp = self.transport.open_sftp()
-            except (paramiko.SSHException, OSError, EOFError) as exc:
+            except (paramiko.SSHException, OSError, EOFError) as exc:  # a refused subsystem too
                 raise HostUnreachable(f"{self.name}: cannot open SFTP: {exc}") from exc
-            if self._sftp is None:
-                raise HostUnreachable(f"{self.name}: the server refused the SFTP subsystem")
         return self._sftp
 
     def lost(self, exc: BaseException, doing: str) -> HostUnreachable:
-        """The error for a connection lost while ``doing``."""
         return HostUnreachable(
             f"{self.name}: connection lost while {doing}: {exc or type(exc).__name__}"
         )
@@ -127,12 +121,8 @@ class RemoteHost(HostFiles):
         return self._conn is not None and self._conn.is_active()
 
     def start(self, command: str) -> Channel:
-        """Start ``command`` on a new exec channel and return it (the caller reads it); under
-        become through sudo, returning once sudo started it (`deploy.remote.become.handshake`).
-
-        Raises:
-            BecomeFailed: sudo refused.
-        """
+        """`Host.start`; under become through sudo, returning once sudo started it
+        (`deploy.remote.become.handshake`: `BecomeFailed` when sudo refused)."""
         self.ops["exec"] += 1
         log.debug("%s: $ %.400s", self.name, command)
         line, marker, nonce = command, "", ""
@@ -228,11 +218,7 @@ class RemoteHost(HostFiles):
                     out.append(channel.recv(65536))
                 while channel.recv_stderr_ready():
                     err.append(channel.recv_stderr(65536))
-                if (
-                    channel.exit_status_ready()
-                    and not channel.recv_ready()
-                    and not channel.recv_stderr_ready()
-                ):
+                if channel.exit_status_ready():  # the rest follows, to the one EOF
                     rest, rest_err = rest_after_exit(channel)
                     out.append(rest)
                     err.append(rest_err)
@@ -254,7 +240,7 @@ class RemoteHost(HostFiles):
         return status, b"".join(out), b"".join(err), timed_out
 
     def http(self, *args: Any, **kwargs: Any) -> HttpResponse:
-        """`deploy.remote.http.request` over this host's connection (see `Host.http`)."""
+        """`deploy.remote.http.request` over this host's connection."""
         from deploy.remote import http  # not loaded by a run without services
 
         return http.request(self.transport, *args, **kwargs)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import shlex
 import stat as statmod
 from typing import TYPE_CHECKING, Any, Unpack
@@ -144,7 +143,6 @@ class HostFiles:
         self.speculated.clear()
 
     def _helper_error(self, doing: str, path: str, exc: Exception) -> Exception:
-        """The error for a helper request that failed (or the session that was lost)."""
         if isinstance(exc, SessionLost):
             return self.lost(exc, f"{doing} {path}")
         if isinstance(exc, NoHelper):
@@ -189,12 +187,8 @@ class HostFiles:
         return call
 
     def flush(self) -> None:
-        """Wait once for every request sent without waiting; raise the first failure.
-
-        Raises:
-            StepFailed: a write, saved copy or record failed (those after it were skipped).
-            HostUnreachable: the connection was lost.
-        """
+        """`Host.flush`: `StepFailed` when a write, saved copy or record failed (those after it
+        were skipped), `HostUnreachable` when the connection was lost."""
         session = self.session
         if session is None or not session.pending:
             return
@@ -204,23 +198,19 @@ class HostFiles:
             raise self._helper_error("writing", "", exc) from exc
 
     def read_ahead(self, paths: list[str]) -> None:
-        """Without the lock (``--check``): read ``paths`` through the helper in one exec, so the
-        plan's reads are fd-based too (``O_NOFOLLOW``, status and bytes from one fd), and kept
-        for `fetch`. A host without python3 leaves them to `fetch`'s SFTP path.
-        """
+        """Without the lock (``--check``): read ``paths`` through the helper (as `fetch` reads
+        under the lock) in one exec, for `fetch`; a host without python3 leaves them to SFTP."""
         if self.session is not None or not paths:
             return
-        heads = [json.dumps({"op": "read", "path": path}).encode() for path in paths]
-        frames = b"".join(b"%d 0\n" % len(head) + head for head in heads)
+        answers = Session(None)  # frames the requests and parses the answers as the lock's does
+        calls = [answers.call({"op": "read", "path": path}) for path in paths]
         command = (
             "p=$(command -v /usr/bin/python3 || command -v /usr/local/bin/python3 || "
             f'command -v python3) && exec "$p" -I -S -c {shlex.quote(HELPER_SOURCE)} once'
         )
-        status, out, _, _ = self.exec_collect(command, frames, 60)
+        status, out, _, _ = self.exec_collect(command, answers.held(), 60)
         if status != 0:
             return
-        answers = Session(None)  # parses the answers as the lock's session does
-        calls = [answers.call({"op": "read", "path": path}) for path in paths]
         answers.feed(out)
         with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
             answers.collect()
@@ -300,20 +290,12 @@ class HostFiles:
         the helper (`FILES_RULE`, `WriteOptions`). Sent without waiting unless ``wait``: a
         failure surfaces at the next `flush` (or command), and nothing sent after it happens
         on the host. Returns the request: a failed answer means the target was not touched."""
-        mode, uid, gid = options.get("mode"), options.get("uid"), options.get("gid")
         self.prefetched.pop(path, None)
         args: dict[str, Any] = {"op": "write", "path": path}
-        if mode is not None:
-            meta: dict[str, Any] = {"mode": statmod.S_IMODE(mode), "uid": uid, "gid": gid}
-            if options.get("xattrs") is not None:
-                meta["xattrs"] = options["xattrs"]
-            args["meta"] = meta
-        if options.get("expect_sha256"):
-            args["expect_sha256"] = options["expect_sha256"]
-        if options.get("unsafe_dir"):
-            args["unsafe_dir"] = True
-        if options.get("hardlinks", "refuse") != "refuse":
-            args["hardlinks"] = options["hardlinks"]
+        args.update((key, options.get(key)) for key in ("expect_sha256", "unsafe_dir", "hardlinks"))
+        if (mode := options.get("mode")) is not None:
+            meta = {key: options.get(key) for key in ("uid", "gid", "xattrs")}
+            args["meta"] = {**meta, "mode": statmod.S_IMODE(mode)}
         known = options.get("known")
         if known is not None and not ablation.off("splice"):
             source, before = known
@@ -338,11 +320,9 @@ class HostFiles:
         self._call({"op": "remove", "path": path}, wait=True, doing="removing")
 
     def append_file(self, path: str, data: bytes, *, durable: bool) -> Call | None:
-        """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``.
-        Sent without waiting: the helper appends (and fsyncs) before it serves the next
-        request, so a durable intent precedes its change on the host's disk whatever the client
-        does next. The request's answer says later whether it was appended (`Journal.settle`).
-        """
+        """Append ``data`` to ``path`` (created 0600; a journal), fsynced when ``durable``, sent
+        without waiting (served in order: module docstring); the request's answer says later
+        whether it was appended (`Journal.settle`)."""
         args = {"op": "append", "path": path, "durable": durable}
         return self._call(args, data, wait=False, doing="appending to")
 

@@ -4,15 +4,12 @@ paramiko's own ``HostKeys`` keeps one key per (host, type) — the last one wins
 with two keys of one type during a key rotation looked "CHANGED" — and raises on the
 ``@revoked`` and ``@cert-authority`` markers that OpenSSH's sshd(8) documents. So the file is
 parsed here, line by line (`KnownHosts`, pure: text in, a verdict out), once per version of
-the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`):
-each key a server offers is judged, and refused in one line that says what to do; the one
-write is recording a new key under ``accept-new``.
+the file. `deploy.remote.connect` gives every connection a `KnownHostsPolicy` (`policy_for`).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import re
@@ -79,19 +76,16 @@ def _hashed_match(field_text: str, name: str) -> bool:
         _, _, salt64, digest64 = field_text.split("|", 3)
         salt = base64.b64decode(salt64)
         digest = base64.b64decode(digest64)
-    except (ValueError, binascii.Error):
+    except ValueError:  # binascii.Error is one
         return False
     mine = hmac.new(salt, name.encode(), hashlib.sha1).digest()
     return hmac.compare_digest(mine, digest)
 
 
-#: Key types that are one family for matching: an RSA key is listed as ``ssh-rsa`` whichever
-#: signature algorithm (rsa-sha2-256/512) the connection negotiates.
-_FAMILY = {"rsa-sha2-256": "ssh-rsa", "rsa-sha2-512": "ssh-rsa"}
-
-
 def family(key_type: str) -> str:
-    return _FAMILY.get(key_type, key_type)
+    """An RSA key is listed as ``ssh-rsa`` whichever signature algorithm the connection
+    negotiates (rsa-sha2-256/512): one family for matching."""
+    return "ssh-rsa" if key_type in ("rsa-sha2-256", "rsa-sha2-512") else key_type
 
 
 @dataclass
@@ -119,7 +113,7 @@ class KnownHosts:
                 continue
             try:
                 blob = base64.b64decode(parts[2], validate=True)
-            except (ValueError, binascii.Error):
+            except ValueError:  # binascii.Error is one
                 continue
             known.entries.append(Entry(marker, parts[0], parts[1], blob, number))
         return known
@@ -129,22 +123,17 @@ class KnownHosts:
         return [e for e in self.entries if e.matches(name)]
 
     def key_types(self, name: str) -> list[str]:
-        """Types of the plain keys listed for the host, in file order (to prefer in the
-        handshake, as OpenSSH does, so that a host with several keys offers a known one)."""
+        """Types of the plain keys listed for the host, in file order (`connect._guard`'s)."""
         return list(dict.fromkeys(e.key_type for e in self.for_host(name) if not e.marker))
 
     def verdict(self, name: str, key_type: str, blob: bytes) -> tuple[Verdict, Entry | None]:
-        """Judge the key ``(key_type, blob)`` offered by host ``name``.
-
-        Revoked wins over everything (sshd(8): "@revoked ... shall never be accepted"); then
-        any listed key of the host that equals it (several per type: rotation); then a listed
-        key of the same type that differs means CHANGED; a host listed only through
-        ``@cert-authority`` is reported as such, since its key is to be proven by a certificate.
-        The entry returned is the one the verdict rests on (for the message's line number).
-        """
+        """Judge the key ``(key_type, blob)`` offered by host ``name``, and the entry the
+        verdict rests on (for the message's line number). Revoked wins over everything (sshd(8):
+        "@revoked ... shall never be accepted"); several keys of one type may be listed
+        (rotation); a host listed only through ``@cert-authority`` is reported as such."""
         lines = self.for_host(name)
-        for entry in self.entries:  # @revoked applies to the key wherever its host field points
-            if entry.marker == "@revoked" and entry.blob == blob and entry.matches(name):
+        for entry in lines:
+            if entry.marker == "@revoked" and entry.blob == blob:
                 return Verdict.REVOKED, entry
         plain = [e for e in lines if not e.marker]
         for entry in plain:
@@ -157,12 +146,6 @@ class KnownHosts:
         if authorities and not plain:
             return Verdict.CERT_AUTHORITY_ONLY, authorities[0]
         return Verdict.UNKNOWN, None
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """The key's SHA256 fingerprint as OpenSSH prints it (``SHA256:base64``)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 _KNOWN_HOSTS: dict[tuple[str, int, int, int, int], KnownHosts] = {}
@@ -206,7 +189,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # 
             HostKeyUnknown: unknown (without accept-new), or trusted only through a CA.
         """
         who, name = self.settings.name, self.name
-        offered = f"{key.get_name()} {fingerprint(key)}"
+        digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+        offered = f"{key.get_name()} SHA256:{digest}"  # the fingerprint as OpenSSH prints it
         for path in self.files:
             verdict, entry = _known_hosts(path).verdict(name, key.get_name(), key.asbytes())
             where = f"{path}:{entry.line}" if entry else str(path)

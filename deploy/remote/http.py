@@ -14,12 +14,13 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import paramiko
 
 from deploy.errors import HostUnreachable
-from deploy.remote.transport import Transport
+from deploy.remote.transport import Stream, Transport
 
 
 class ServerUnavailable(Exception):
@@ -30,7 +31,6 @@ class ServerUnavailable(Exception):
 class HttpResponse:
     status: int
     body: bytes
-    headers: dict[str, str]
 
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
@@ -51,7 +51,8 @@ def request(
     (``headers``: extra ones, e.g. ``Authorization``; never logged).
 
     Raises:
-        ServerUnavailable: refused, reset, or no complete answer within ``timeout``.
+        ServerUnavailable: refused, reset, or no complete answer within ``timeout`` (empty,
+            malformed or cut short).
         HostUnreachable: the SSH connection itself is gone.
     """
     payload = b"" if body is None else json.dumps(body).encode()
@@ -65,20 +66,16 @@ def request(
         if "\r" in name + value or "\n" in name + value:
             raise ValueError(f"header {name!r}: no line breaks allowed")
         head += f"{name}: {value}\r\n"
+    channel: Stream | None = None
     try:
         channel = transport.open_stream(address, port, min(timeout, 30.0))
-    except ConnectionRefusedError as exc:
-        raise ServerUnavailable(f"{address}:{port}: {exc or 'connect failed'}") from exc
-    except (paramiko.SSHException, EOFError, OSError) as exc:
-        if not transport.is_active():
-            raise HostUnreachable(f"connection lost while calling {path}: {exc}") from exc
-        raise ServerUnavailable(f"{address}:{port}: {exc}") from exc
-    try:
         channel.settimeout(timeout)
         channel.sendall(head.encode() + b"\r\n" + payload)
         chunks = []
         while data := channel.recv(65536):
             chunks.append(data)
+    except ConnectionRefusedError as exc:  # nothing listens there (yet)
+        raise ServerUnavailable(f"{address}:{port}: {exc or 'connect failed'}") from exc
     except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         if not transport.is_active():
             raise HostUnreachable(f"connection lost while calling {path}: {exc}") from exc
@@ -86,34 +83,18 @@ def request(
             f"{address}:{port}{path}: no complete answer ({exc or 'timeout'})"
         ) from exc
     finally:
-        channel.close()
-    return parse_response(b"".join(chunks))
-
-
-def parse_response(raw: bytes) -> HttpResponse:
-    """Parse a whole HTTP/1.x response (Content-Length, chunked, or read-to-close bodies) with
-    the standard library's parser, over the bytes already read.
-
-    Raises:
-        ServerUnavailable: empty, malformed or cut short (the server closed the connection early).
-    """
-    if b"\r\n\r\n" not in raw:  # the parser would take a cut header for a whole one
+        if channel is not None:
+            channel.close()
+    # The standard library's parser (Content-Length, chunked, read-to-close bodies) over the
+    # bytes read; it would take a cut header for a whole one.
+    raw = b"".join(chunks)
+    if b"\r\n\r\n" not in raw:
         raise ServerUnavailable("connection closed before a complete HTTP answer")
-    response = http.client.HTTPResponse(_Received(raw))  # type: ignore[arg-type]  # makefile only
+    received = SimpleNamespace(makefile=lambda mode: io.BytesIO(raw))  # all it reads a socket by
+    response = http.client.HTTPResponse(received)  # type: ignore[arg-type]
     try:
         response.begin()
-        body = response.read()
+        answer = response.read()
     except (http.client.HTTPException, ValueError) as exc:
         raise ServerUnavailable(f"no complete HTTP answer ({type(exc).__name__}: {exc})") from exc
-    headers = {key.lower(): value for key, value in response.getheaders()}
-    return HttpResponse(response.status, body, headers)
-
-
-class _Received:
-    """Bytes read off a stream, as the socket `http.client.HTTPResponse` reads them from."""
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    def makefile(self, mode: str) -> io.BytesIO:
-        return io.BytesIO(self.raw)
+    return HttpResponse(response.status, answer)

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import paramiko
 
@@ -40,10 +38,10 @@ from deploy.errors import (
     StepFailed,
 )
 from deploy.remote.api import Host
-from deploy.remote.calls import CallFailed, FileStat, NoHelper, SessionLost
+from deploy.remote.calls import CallFailed, NoHelper, SessionLost
 from deploy.remote.hostfiles import HELPER_SOURCE, fetch_answer
 from deploy.remote.session import Session
-from deploy.remote.transport import Channel, rest_after_exit
+from deploy.remote.transport import Channel
 from deploy.statedir.layout import parse_scan
 from deploy.statedir.runs import RunInfo, ordered
 
@@ -54,9 +52,8 @@ def lock_script(state_dir: str, holder: str, *, ahead: str = "", agent: str = ""
     return hostsh.program("lock.sh", {"_dS": state_dir, "_dA": agent, "_dH": holder, "_dZ": ahead})
 
 
-#: What may travel in the lock's command line, which any local user of the host can read
-#: (``ps``, /proc/PID/cmdline): the paths the run reads first and the code of its compile
-#: checks, never data (a write's bytes, a record, an environment). The rest goes on stdin.
+#: The requests that may travel in the lock's command line (module docstring: never data,
+#: such as a write's bytes, a record, an environment); the rest goes on stdin.
 CARRIED_OPS = frozenset({"read"})
 
 #: The largest lock script that carries requests in its command line. Linux bounds one
@@ -64,14 +61,6 @@ CARRIED_OPS = frozenset({"read"})
 #: sudo's, after `deploy.remote.become` quoted it again: each ``'`` becomes 5 characters).
 #: Requests that would make it larger go on stdin, one round trip later, as before.
 MAX_COMMAND = 96 * 1024
-
-
-def _carriable(held: bytes) -> str:
-    """``held`` as text for a shell word; "" if it cannot be one (NUL, or not UTF-8 text)."""
-    try:
-        return "" if b"\0" in held else held.decode()
-    except UnicodeDecodeError:
-        return ""
 
 
 def _carried(script: str) -> bool:
@@ -107,7 +96,6 @@ class HostLock:
         self.remote.forget_read_ahead()
         try:
             if session is not None and session.pending and not session.broken:
-                # Normally nothing is left: a run waits for its answers at commit.
                 with contextlib.suppress(CallFailed, NoHelper, SessionLost):
                     session.wait(timeout=30)
             self.channel.shutdown_write()
@@ -162,7 +150,7 @@ def acquire(
         HostUnreachable: the host stayed silent for ``timeout`` seconds.
         LockHeld: another run holds the lock (nothing was changed).
         StateDirUntrusted: state_dir, a parent, or its lock could be changed by another user.
-        StepFailed: the state directory cannot be created, or flock(1) is missing.
+        StepFailed: the state directory cannot be created; no flock(1), or no python3 (helper).
     """
     if timeout is None:  # a `Host` without settings: ConnectSettings.lock_timeout's default
         timeout = float(getattr(getattr(remote, "settings", None), "lock_timeout", 60.0))
@@ -176,50 +164,36 @@ def acquire(
         for command in dict.fromkeys(speculate)
     ]
     held, holder_json = session.held(), json.dumps(holder, sort_keys=True)
-
-    def script_with(ahead: str) -> str:
-        return lock_script(state_dir, holder_json, ahead=ahead, agent=HELPER_SOURCE)
-
-    # Carried in the command line: no round trip of their own (``deploy/hostsh/loop.sh``:
-    # ``$_dZ``). sshd grants a session channel's window only with the exec's reply, so what
-    # is written to stdin leaves a round trip after the exec (issue 17).
+    # Carried in the command line (module docstring), unless a NUL cannot be a shell word
+    # (the frames are JSON and UTF-8 encoded text: always UTF-8).
     paths_only = all(
         call.command or call.args.get("op") in CARRIED_OPS
         for call in [*calls, *dict(ahead).values()]
     )
-    carried = _carriable(held) if paths_only else ""
-    script, unsent = script_with(carried), b""
+    carried = held.decode() if paths_only and b"\0" not in held else ""
+    script, unsent = lock_script(state_dir, holder_json, ahead=carried, agent=HELPER_SOURCE), b""
     if not carried or not _carried(script):
-        script, unsent = script_with(""), held
+        script, unsent = lock_script(state_dir, holder_json, agent=HELPER_SOURCE), held
     channel = remote.start(script)
     session.attach(channel)
     remote.ops["wait"] = remote.ops.get("wait", 0) + 1  # the lock's answer, prefetch included
     lost = _send_ahead(channel, unsent)
-    buffer, cut = bytearray(), f"{remote.name}: connection lost while taking the lock"
-    deadline = time.monotonic() + timeout
-    try:
-        while b"\nREADY\n" not in buffer:
-            if channel.recv_ready():
-                buffer += channel.recv(65536)
-                deadline = time.monotonic() + timeout  # silence is what times out
-                continue
-            if channel.exit_status_ready() and not channel.recv_ready():
-                buffer += rest_after_exit(channel)[0]  # why it refused may come after
-                break
-            if time.monotonic() > deadline:
-                raise HostUnreachable(
-                    f"{remote.name}: no answer for {timeout:g} s while taking the lock in "
-                    f"{state_dir} (a slow login shell? raise the host's lock_timeout)"
-                )
-            # Output and EOF both wake the select: no need to poll (a 50 ms poll cost 1700
-            # wake-ups of the GIL per run at 50 hosts).
-            select.select([channel], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
+    lines: list[str] = []
+    cut = f"{remote.name}: connection lost while taking the lock"
+    try:  # read as the session reads answers: what follows READY is theirs
+        while "READY" not in lines:  # silence is what times out
+            lines.append(session.read_line(time.monotonic() + timeout).decode("utf-8", "replace"))
+    except SessionLost as exc:
+        if session.ended_at is None:  # not ended (a refusal ends it): silent
+            channel.close()
+            raise HostUnreachable(
+                f"{remote.name}: no answer for {timeout:g} s while taking the lock in "
+                f"{state_dir} (a slow login shell? raise the host's lock_timeout)"
+            ) from exc
     except (paramiko.SSHException, OSError, EOFError) as exc:
         channel.close()
         raise HostUnreachable(f"{cut}: {exc}") from exc
-    head, ready, rest = buffer.partition(b"\nREADY\n")
-    text = (head + ready).decode("utf-8", "replace")
-    lines = text.splitlines()
+    text = "\n".join(lines)
     first = lines[0] if lines else ""
     if first.startswith("LOCKED") and "NORELAY" in lines:  # no fifo: stdin it is
         lines.remove("NORELAY")
@@ -230,9 +204,22 @@ def acquire(
     if first.startswith("LOCKED"):
         previous = _holder_text(first.partition("\t")[2])
         runs = _scanned(lines[1:])
-        session.feed(bytes(rest))
         remote.session = session
-        files = _prefetched(remote, session, paths, calls, timeout)
+        try:  # the prefetched files' answers, already on their way
+            session.collect(timeout)
+        except CallFailed:
+            pass  # a file the helper could not read is left out: its step's own read says why
+        except NoHelper as exc:
+            raise StepFailed(f"{remote.name}: {exc}") from exc
+        except SessionLost as exc:
+            raise HostUnreachable(
+                f"{remote.name}: connection lost while reading files: {exc}"
+            ) from exc
+        files = {
+            path: fetch_answer(path, call)
+            for path, call in zip(paths, calls, strict=True)
+            if call.ok
+        }
         ran = {  # command -> (exit status, stdout, stderr) of what was sent ahead and answered
             command: (int(call.answer["status"]), call.payload, str(call.answer["stderr"]))
             for command, call in ahead
@@ -274,26 +261,3 @@ def _send_ahead(channel: Channel, data: bytes) -> SessionLost | None:
     except (paramiko.SSHException, OSError, EOFError) as exc:
         return SessionLost(str(exc) or type(exc).__name__)
     return None
-
-
-def _prefetched(
-    remote: Host, session: Session, paths: list[str], calls: list[Any], timeout: float
-) -> dict[str, tuple[FileStat | None, bytes | None]]:
-    """The prefetched files' answers (already on their way: no round trip of their own); a
-    file the helper could not read is left out (its step's own read words the error).
-
-    Raises:
-        HostUnreachable: the connection was lost.
-        StepFailed: the host has no python3 for the file helper.
-    """
-    try:
-        session.collect(timeout)
-    except CallFailed:
-        pass
-    except NoHelper as exc:
-        raise StepFailed(f"{remote.name}: {exc}") from exc
-    except SessionLost as exc:
-        raise HostUnreachable(f"{remote.name}: connection lost while reading files: {exc}") from exc
-    return {
-        path: fetch_answer(path, call) for path, call in zip(paths, calls, strict=True) if call.ok
-    }

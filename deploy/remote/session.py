@@ -55,7 +55,7 @@ class Session:
         self._buffer = bytearray()
         self.broken = False
         #: When the shell was first seen ended (its exit status in): bounds what is read after.
-        self._ended_at: float | None = None
+        self.ended_at: float | None = None
         self.ops = ops if ops is not None else {}
         self._pending: deque[Call] = deque()
 
@@ -110,13 +110,18 @@ class Session:
     def send_run(self, command: str, *, timeout: float, check: bool = False) -> Call:
         """Send a command without waiting (answered in turn, like a `call`); ``check``: as a
         ``CHECK`` (module docstring)."""
-        code = command.encode()
-        seconds = max(1, round(timeout))
-        verb = b"CHECK" if check else b"RUN"
-        self._send(b"%s %d 0 %d\n" % (verb, len(code), seconds) + code + b"END\n")
-        call = Call({"run": command}, command=True, check=check, timeout=seconds)
-        self._pending.append(call)
+        call = self._command(b"CHECK" if check else b"RUN", command, b"", max(1, round(timeout)))
         self.ops["cmd"] = self.ops.get("cmd", 0) + 1
+        return call
+
+    def _command(self, verb: bytes, command: str, stdin: bytes, seconds: int) -> Call:
+        """Send one ``RUN`` or ``CHECK`` frame (``seconds`` 0: no time limit)."""
+        code = command.encode()
+        head = b"%s %d %d %d\n" % (verb, len(code), len(stdin), seconds)
+        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
+        check = verb == b"CHECK"
+        call = Call({"run": command}, command=True, check=check, timeout=seconds or None)
+        self._pending.append(call)
         return call
 
     @trace.spanned("session.wait")
@@ -139,8 +144,8 @@ class Session:
         self.collect(timeout)
 
     def feed(self, data: bytes) -> None:
-        """Bytes already read off the channel (after the lock's own answer) that are ours."""
-        self._buffer[:0] = data
+        """Answers read another way (`HostFiles.read_ahead`: an exec's output), to parse."""
+        self._buffer += data
 
     def collect(self, timeout: float | None = None) -> None:
         """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
@@ -158,7 +163,7 @@ class Session:
                 limit = deadline
                 if limit is None and call.timeout is not None:  # as `run` bounds its own
                     limit = time.monotonic() + call.timeout + GRACE
-                header = self._read_line(limit)
+                header = self.read_line(limit)
                 if call.command:
                     call.answer = self._command_answer(header, call, limit)
                     if call.failed_check and checked is None:
@@ -173,9 +178,7 @@ class Session:
                     raise SessionLost(f"unexpected answer {header[:80]!r}")
                 head = self._read_exactly(int(parts[1]), deadline)
                 call.payload = self._read_exactly(int(parts[2]), deadline)
-                call.answer = json.loads(head)
-                if call.failed_check and checked is None:
-                    checked = call
+                call.answer = json.loads(head)  # a helper request: never a CHECK
                 if not call.ok and failed is None and not call.skipped:
                     failed = call
         except SessionLost:
@@ -193,22 +196,19 @@ class Session:
         return checked
 
     def _command_answer(self, header: bytes, call: Call, deadline: float | None) -> dict[str, Any]:
+        """A command's ``DONE`` line and what follows it (stdout: the call's payload)."""
         if header == b"SKIP":
             return {"ok": False, "skipped": True, "error": "skipped"}
-        status, call.payload, err = self._done(header, deadline)
-        stderr = err.decode("utf-8", "replace")
-        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
-        if call.check and status != 0:
-            answer["error"] = f"a check sent earlier exited {status}"
-        return answer
-
-    def _done(self, header: bytes, deadline: float | None) -> tuple[int, bytes, bytes]:
-        """A command's ``DONE`` line and what follows it: (exit status, stdout, stderr)."""
         parts = header.split()
         if len(parts) != 4 or parts[0] != b"DONE":
             raise SessionLost(f"unexpected answer {header[:80]!r}")
         status, out_len, err_len = (int(p) for p in parts[1:])
-        return status, self._read_exactly(out_len, deadline), self._read_exactly(err_len, deadline)
+        call.payload = self._read_exactly(out_len, deadline)
+        stderr = self._read_exactly(err_len, deadline).decode("utf-8", "replace")
+        answer: dict[str, Any] = {"ok": True, "status": status, "stderr": stderr}
+        if call.check and status != 0:
+            answer["error"] = f"a check sent earlier exited {status}"
+        return answer
 
     def _clear(self) -> None:
         """Tell the host the failure was seen: it serves requests and commands again."""
@@ -224,57 +224,38 @@ class Session:
             CallFailed: an earlier request failed; the command was not run.
             SessionLost: the channel closed, or no answer within ``timeout`` + `GRACE`.
         """
-        code = command.encode()
         seconds = 0 if timeout is None else max(1, round(timeout))
         began = time.monotonic()
-        head = b"RUN %d %d %d\n" % (len(code), len(stdin), seconds)
-        self._send(memoryview(b"".join((head, code, stdin, b"END\n"))))  # one copy of stdin
+        call = self._command(b"RUN", command, stdin, seconds)
         self.ops["wait"] = self.ops.get("wait", 0) + 1
-        deadline = None if timeout is None else began + seconds + GRACE
-        earlier: CallFailed | NoHelper | None = None
-        try:
-            checked = self._collect(deadline)
-            if checked is not None:  # the engine waits for its checks first: not expected
-                earlier = CallFailed(checked)
-        except (CallFailed, NoHelper) as exc:
-            earlier = exc
-        try:
-            header = self._read_line(deadline)
-            if earlier is not None:  # SKIP, or (CLEAR's race: cannot happen) its answer
-                raise earlier
-            if header == b"SKIP":
-                raise SessionLost("the host skipped a command after no failure")
-            status, out, err = self._done(header, deadline)
-        except SessionLost:
+        checked = self._collect(None if timeout is None else began + seconds + GRACE)
+        if checked is not None:  # the engine waits for its checks first: not expected
+            raise CallFailed(checked)
+        answer = call.answer or {}
+        if call.skipped:
             self.broken = True
-            raise
-        except (paramiko.SSHException, OSError, EOFError, ValueError) as exc:
-            self.broken = True
-            raise SessionLost(str(exc) or type(exc).__name__) from exc
+            raise SessionLost("the host skipped a command after no failure")
+        status = int(answer["status"])
         # timeout(1) exits 124 when it stopped the command (137 if it had to KILL it).
         timed_out = (
             bool(seconds) and status in (124, 137) and (time.monotonic() - began >= seconds - 0.5)
         )
-        return status, out, err, timed_out
+        return status, call.payload, str(answer["stderr"]).encode(), timed_out
 
     def _fill(self, deadline: float | None) -> None:
-        # The lock shell's own stderr (the helper's traceback or warning, say) is no answer's:
-        # read it away, since bytes left in it keep the channel's pipe readable and the select
-        # below would return at once, every wait spinning.
-        while self.channel.recv_stderr_ready():
-            self.channel.recv_stderr(1 << 16)
         while not self.channel.recv_ready():
+            # The lock shell's own stderr (the helper's traceback or warning, say) is no
+            # answer's: read it away before any select, since bytes left in it keep the
+            # channel's pipe readable and the select would return at once, every wait spinning.
             if self.channel.recv_stderr_ready():
                 self.channel.recv_stderr(1 << 16)
                 continue
-            ended = self.channel.closed or self.channel.exit_status_ready()
-            if ended and not self.channel.recv_ready():
+            if self.channel.closed or self.channel.exit_status_ready():
                 # Its last answer may follow the status: read on for AFTER_EXIT in all, within
                 # the deadline (a host trickling a byte at a time after it must not hold us).
                 now = time.monotonic()
-                if self._ended_at is None:
-                    self._ended_at = now
-                left = self._ended_at + AFTER_EXIT - now
+                self.ended_at = self.ended_at or now
+                left = self.ended_at + AFTER_EXIT - now
                 if deadline is not None:
                     left = min(left, deadline - now)
                 rest = rest_after_exit(self.channel, left)[0] if left > 0 else b""
@@ -291,7 +272,7 @@ class Session:
             raise SessionLost("the host's shell ended")
         self._buffer += chunk
 
-    def _read_line(self, deadline: float | None) -> bytes:
+    def read_line(self, deadline: float | None) -> bytes:
         searched = 0
         while (end := self._buffer.find(b"\n", searched)) < 0:
             searched = len(self._buffer)

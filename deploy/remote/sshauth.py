@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 _PROVIDED: dict[str, str] = {}
 _PROMPTER: list[Callable[[str], str]] = []
+#: Key passphrases known this run (the workers' included), by the prompt that asks for one.
 _PASSPHRASES: dict[str, str] = {}
 _SECRETS_LOCK = threading.Lock()
 
@@ -69,17 +70,14 @@ def take_secrets(secrets: dict[str, Any], ask: Callable[[str], str] | None) -> N
     set_prompter(ask if secrets["can_ask"] else None)
 
 
-_ASKED: dict[str, str] = {}
-
-
 def ask_passphrase(prompt: str) -> str:
     """In the parent, for a worker: ask ``prompt`` on the terminal, once per key for the whole
     run — its own hosts (`_load_key`) and all the workers' share the answer (a wrong answer
     is the worker's to report, as when one process asks)."""
     with _SECRETS_LOCK:
-        if prompt not in _ASKED:
-            _ASKED[prompt] = _PROMPTER[0](prompt) if _PROMPTER else ""
-        return _ASKED[prompt]
+        if prompt not in _PASSPHRASES:
+            _PASSPHRASES[prompt] = _PROMPTER[0](prompt) if _PROMPTER else ""
+        return _PASSPHRASES[prompt]
 
 
 def secret_of(host: str, kind: str, field: str, env: str | None) -> str | None:
@@ -98,12 +96,8 @@ _KEYS: dict[tuple[str, int, int, str | None], paramiko.PKey] = {}
 
 
 def _from_path(path: Path, passphrase: str | None) -> paramiko.PKey:
-    """paramiko's key loader, once per key file version per run (callers hold the lock).
-
-    An encrypted OpenSSH key costs its bcrypt rounds (~0.1-1 s) on every load: fifty hosts
-    loading it each would serialize that fifty times. The passphrase goes to cryptography as
-    bytes, which is what it wants.
-    """
+    """paramiko's key loader, once per key file version per run (callers hold the lock): an
+    encrypted key's bcrypt rounds take ~0.1-1 s a load (module docstring)."""
     info = path.stat()
     cache = (str(path), info.st_ino, info.st_mtime_ns, passphrase)
     key = _KEYS.get(cache)
@@ -118,8 +112,9 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
     someone can answer); None when the file does not exist (as ssh)."""
     if not path.exists():
         return None
+    prompt = f"Passphrase for key {path}"
     with _SECRETS_LOCK:  # one prompt per key even when many hosts connect at once
-        passphrase = secret if secret is not None else _PASSPHRASES.get(str(path))
+        passphrase = secret if secret is not None else _PASSPHRASES.get(prompt)
         try:
             return _from_path(path, passphrase)
         except (paramiko.PasswordRequiredException, TypeError):
@@ -144,14 +139,12 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
             raise HostUnreachable(
                 f"{settings.name}: cannot read the private key {path}: {exc.strerror}"
             ) from exc
-        prompt = f"Passphrase for key {path}"
-        # Asked already for a worker's host (`ask_passphrase`): that answer, not a new prompt.
-        answer = _ASKED[prompt] if prompt in _ASKED else _PROMPTER[0](prompt)
+        answer = _PROMPTER[0](prompt)
         try:
             key = _from_path(path, answer)
         except (paramiko.SSHException, ValueError) as exc:
             raise HostUnreachable(f"{settings.name}: wrong passphrase for the key {path}") from exc
-        _PASSPHRASES[str(path)] = _ASKED[prompt] = answer  # the workers' hosts take it too
+        _PASSPHRASES[prompt] = answer  # the workers' hosts take it too (`ask_passphrase`)
         return key
 
 

@@ -12,7 +12,6 @@ Failures are `OSError` (or paramiko's, inside `deploy.remote`), turned into `dep
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Protocol
 
@@ -23,9 +22,7 @@ AFTER_EXIT = 0.5
 class Channel(Protocol):
     """A started command: the subset of ``paramiko.Channel`` that deploy uses. ``fileno()`` is
     readable whenever stdout or stderr data, or the exit status, arrived (``select`` wakes for
-    all three, as on paramiko's pipe); ``status_event`` is set when the exit status is known."""
-
-    status_event: threading.Event
+    all three, as on paramiko's pipe)."""
 
     @property
     def closed(self) -> bool: ...

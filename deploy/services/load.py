@@ -138,7 +138,6 @@ def generator_input(
         "warmup": warmup,
         "plan": [list(item) for item in plan],
         "idle_wait": args.idle_wait,
-        "server_info": True,
     }
 
 

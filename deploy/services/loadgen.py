@@ -5,15 +5,13 @@ lock, its arguments as JSON on stdin (the API key among them: never in a command
 which every local user can read); it prints one JSON object. Standard library only, Python 3.8
 syntax, no annotations: it runs on whatever python3 the host has.
 
-Why on the host: 32 requests at once through one SSH connection would measure the workstation,
-the link and the connection's window, not the server; and a request relayed whole cannot say
-when its first token came. Here each request is its own TCP connection to the server's address
-with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`` so far,
+Why on the host: `deploy.services.load`. Each request is its own TCP connection to the server's
+address with ``"stream": true``: SGLang answers ``data: {json}`` events (``text`` so far,
 ``meta_info.completion_tokens``) as tokens come, then ``data: [DONE]``. The first event with a
 token is the time to first token; the last one ends the request.
 
-Input: ``{address, port, headers, prompts, max_new_tokens, timeout, warmup, plan, idle_wait,
-server_info}``, ``plan`` being ``[[concurrency, waves], ...]``. Output: ``{levels:
+Input: ``{address, port, headers, prompts, max_new_tokens, timeout, warmup, plan,
+idle_wait}``, ``plan`` being ``[[concurrency, waves], ...]``. Output: ``{levels:
 [{concurrency, waves: [{wall, busy, requests: [[ttft_s, decode_s, completion_tokens,
 spec_accept_length, first_tokens]]}]}], busy_max, busy_source, idle_waited,
 avg_spec_accept_length}``, or ``{error}``.
@@ -153,15 +151,13 @@ def wave(args, concurrency, offset):
 
 
 def wait_idle(args, budget):
-    """(requests running after waiting, where read, seconds waited): polls while busy."""
+    """(requests running, where read) after polling while busy, for ``budget`` seconds at most."""
     began = time.monotonic()
     count, source = running_requests(args)
-    while count and time.monotonic() - began < budget["left"]:
+    while count and time.monotonic() - began < budget:
         time.sleep(0.25)
         count, source = running_requests(args)
-    waited = time.monotonic() - began
-    budget["left"] = max(0.0, budget["left"] - waited)
-    return count, source, waited
+    return count, source
 
 
 def accept_length(args):
@@ -187,16 +183,17 @@ def measure(args):
     for offset in range(0, warm, high):  # uncounted: answers checked, not timed
         wave(args, min(high, warm - offset), offset)
     offset = warm
-    budget = {"left": float(args.get("idle_wait") or 0)}
-    checking = budget["left"] > 0
+    idle_wait = float(args.get("idle_wait") or 0)  # seconds, over the whole run
+    checking = idle_wait > 0
     busy_max, source, waited_total, levels = None, None, 0.0, []
     for concurrency, count in args["plan"]:
         waves = []
         for _ in range(int(count)):
             busy = None
             if checking:
-                busy, where, waited = wait_idle(args, budget)
-                waited_total += waited
+                began = time.monotonic()
+                busy, where = wait_idle(args, idle_wait - waited_total)
+                waited_total += time.monotonic() - began
                 if where is None:
                     checking = False  # the server cannot say: not asked again
                 else:
@@ -212,7 +209,7 @@ def measure(args):
         "busy_max": busy_max,
         "busy_source": source,
         "idle_waited": round(waited_total, 3),
-        "avg_spec_accept_length": accept_length(args) if args.get("server_info") else None,
+        "avg_spec_accept_length": accept_length(args),
     }
 
 

@@ -19,7 +19,7 @@ from deploy.remote import dial
 @pytest.fixture(autouse=True)
 def _nothing_left() -> Iterator[None]:
     yield
-    dial.close_all()
+    dial.discard()
 
 
 @pytest.fixture
@@ -236,11 +236,11 @@ def test_a_socket_the_server_hung_up_is_not_used(no_configs: None, server: socke
     server.close()
 
 
-def test_close_all_closes_what_no_login_took(no_configs: None, server: socket.socket) -> None:
+def test_discard_closes_what_no_login_took(no_configs: None, server: socket.socket) -> None:
     port = server.getsockname()[1]
     dial.start([("127.0.0.1", port, 5.0)], [None])
     peer, _ = server.accept()
-    dial.close_all()
+    dial.discard()
     peer.settimeout(5)
     assert peer.recv(100).startswith(b"SSH-2.0-")
     assert peer.recv(100) == b""  # closed by the client
@@ -328,7 +328,7 @@ def test_a_login_refused_before_its_connect_closes_the_socket_dialed_for_it(
 ) -> None:
     """A login that stops before it takes its socket (here: an encrypted key and nobody to ask
     for its passphrase) closes the socket dialed for it at once, rather than leaving an
-    unauthenticated client on the host until the whole run ends (`dial.close_all`)."""
+    unauthenticated client on the host until the whole run ends (`dial.discard`)."""
     import paramiko
 
     from deploy.errors import HostUnreachable

@@ -360,7 +360,7 @@ def test_once_answers_reads_only(tmp_path: Path) -> None:
         {"op": "write", "path": str(path)},
     ):
         head = json.dumps(args).encode()
-        frames += f"{len(head)} 0\n".encode() + head
+        frames += f"CALL {len(head)} 0 0\n".encode() + head
     source = program("fileagent")
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", source, "once"],

@@ -43,8 +43,6 @@ def test_the_agent_program_runs_isolated() -> None:
     assert isinstance(answer.pop("helper_cgroup"), str)
     assert answer == {
         "listeners": [],
-        "pid_file_pid": None,
         "pid_file_process": None,
-        "titled": [],
         "helper_ids": [os.geteuid(), os.getuid(), os.getgid()],
     }

@@ -156,7 +156,6 @@ def test_it_runs_as_the_host_runs_it() -> None:
             "warmup": 2,
             "plan": [[1, 2], [3, 1]],
             "idle_wait": 1,
-            "server_info": True,
         }
         out = subprocess.run(
             [sys.executable, "-I", "-S", "-c", text],

@@ -92,7 +92,7 @@ def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_onc
     asked: list[str] = []
     try:
         sshauth.provide_secret("become", "s3cret-become")
-        sshauth._PASSPHRASES["/k"] = "s3cret-key"
+        sshauth._PASSPHRASES["Passphrase for key /k"] = "s3cret-key"
         sshauth.set_prompter(lambda prompt: asked.append(prompt) or "typed")
         (sent,) = _roundtrip(("init", {"secrets": sshauth.secrets_for_worker()}))
         assert sshauth.ask_passphrase("Passphrase for key /k2") == "typed"
@@ -103,7 +103,7 @@ def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_onc
         sshauth._PASSPHRASES.clear()
         sshauth.take_secrets(sent[1]["secrets"], lambda prompt: "from the parent")  # type: ignore[index]
         assert sshauth._PROVIDED["become"] == "s3cret-become"
-        assert sshauth._PASSPHRASES["/k"] == "s3cret-key"
+        assert sshauth._PASSPHRASES["Passphrase for key /k"] == "s3cret-key"
         assert sshauth._PROMPTER[0]("any") == "from the parent"
         sshauth.take_secrets({**sent[1]["secrets"], "can_ask": False}, lambda p: "x")  # type: ignore[index]
         assert not sshauth._PROMPTER, "a worker asks only where the parent can"
@@ -113,7 +113,6 @@ def test_secrets_reach_a_worker_through_its_frames_and_a_passphrase_is_asked_onc
         sshauth._PASSPHRASES.clear()
         sshauth._PASSPHRASES.update(saved[1])
         sshauth._PROMPTER[:] = saved[2]
-        sshauth._ASKED.clear()
 
 
 def test_a_key_asked_for_here_is_not_asked_again_for_a_worker(tmp_path: Path) -> None:
@@ -134,7 +133,6 @@ def test_a_key_asked_for_here_is_not_asked_again_for_a_worker(tmp_path: Path) ->
 
     def forget() -> None:
         sshauth._PASSPHRASES.clear()
-        sshauth._ASKED.clear()
         sshauth._KEYS.clear()
 
     try:

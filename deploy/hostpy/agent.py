@@ -11,12 +11,12 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
     ``pid_file`` holds, if alive. With ``imports`` ({module: file}): where the server's own
     interpreter, environment and cwd (else ``fallback``'s) find each module, without
     importing it or its packages, compared with the file after realpath.
-``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
+``stop {pids, pgids, sids, port, timeout, drain_pids?, drain_timeout?}``
     SIGTERM to ``drain_pids`` first (SGLang's main process finishes its in-flight requests
     while its schedulers work) for up to ``drain_timeout``; then SIGTERM to each group, up to
-    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left, SIGKILL the
-    ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
-    memory and sometimes the port), and wait until nothing listens on the port.
+    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left of them and of
+    the sessions (SGLang orphans its schedulers, holding GPU memory and sometimes the port),
+    and wait until nothing listens on the port.
 ``pycheck {python, env, cwd, pid?, code, argv, timeout}``
     `deploy.hostpy.agent_proc.pycheck`: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
@@ -192,18 +192,15 @@ def stop(args):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
         _wait_gone(pgids, time.monotonic() + 10)
-    # Orphans: titled children of those groups or sessions, and whatever still holds the port.
+    # Orphans: what is left in those groups or sessions; only that tree: a process holding the
+    # port outside it is not ours to kill (issue 32: root's schedulers were killed for another
+    # user's listener).
     reaped = []
-    suspects = set(_members(pgids, sids)) | set(_listeners(port))
-    for pid in sorted(suspects):
+    for pid in sorted(_members(pgids, sids)):
         title = (_cmdline(pid) or [""])[0]
-        fields = _stat_fields(pid)
-        # Only the adopted tree: a titled process holding the port outside it is not ours to
-        # kill (issue 32: root's schedulers were killed for another user's listener).
-        if fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                reaped.append({"pid": pid, "title": title})
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            reaped.append({"pid": pid, "title": title})
     deadline = time.monotonic() + 10
     while _listening_inodes(port) and time.monotonic() < deadline:
         time.sleep(0.05)

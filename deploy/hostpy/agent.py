@@ -23,8 +23,7 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
     so the SSH session can end at once; record its pid. With ``user`` (whom the replaced
-    server ran as) the child takes exactly those ids first (`start_ids`); an agent that is
-    not root refuses rather than start the server as itself.
+    server ran as): as that user (`start_ids`).
 """
 
 import contextlib

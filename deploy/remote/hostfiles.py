@@ -1,11 +1,8 @@
 """`HostFiles`, the file half of `RemoteHost` (its base class).
 
 While the lock is held (every run), files go through the host's file helper
-(`deploy.hostpy.fileagent`, started in the lock's shell) by file descriptor, never a check by
-path followed by a change by path, which a symlink could redirect (issue 14; `FILES_RULE`).
-Writes, saved copies and journal records are sent without waiting and served in order (an
-intent is fsynced before the change it announces); the run waits once, at `flush` or the next
-command. Tools that only look (``deploy status``, ``--check`` where the host has no python3)
+(`deploy.hostpy.fileagent`; `FILES_RULE`). Writes, saved copies and journal records are sent
+without waiting, served in order; the run waits once, at `flush` or the next command. Tools that only look (``deploy status``, ``--check`` where the host has no python3)
 take no lock, so they read over SFTP; nothing is ever written over SFTP.
 """
 

@@ -43,8 +43,7 @@ class Session:
     """The client side of ``loop.sh``, on the channel that holds the host's lock; not
     thread-safe, like `RemoteHost`. Requests (`call`, `send_run`) are sent without waiting and
     answered in order; `wait` collects every answer due in one round trip, `run` collects them
-    with its own. After a failed request the host skips everything until ``CLEAR``
-    (`deploy.hostpy.fileagent` says why)."""
+    with its own."""
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
         """``channel`` None: what is sent is held (`held`) until one is `attach`ed (the lock

@@ -187,7 +187,7 @@ class HostFiles:
         """`Host.flush`: `StepFailed` when a write, saved copy or record failed (those after it
         were skipped), `HostUnreachable` when the connection was lost."""
         session = self.session
-        if session is None or not session.pending:
+        if session is None:
             return
         try:
             session.wait()
@@ -210,7 +210,7 @@ class HostFiles:
             return
         answers.feed(out)
         with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
-            answers.collect()
+            answers.wait()
         for path, call in zip(paths, calls, strict=True):
             if call.ok:
                 self.prefetched[path] = fetch_answer(path, call)

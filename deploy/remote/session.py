@@ -93,10 +93,6 @@ class Session:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
         """Send one request to the host's file helper; do not wait for its answer."""
         head = json.dumps(args, sort_keys=True).encode()
@@ -124,8 +120,9 @@ class Session:
         return call
 
     @trace.spanned("session.wait")
-    def wait(self, timeout: float | None = None) -> None:
-        """Collect every outstanding answer (one round trip; none if nothing is outstanding).
+    def wait(self, timeout: float | None = None, *, counted: bool = False) -> None:
+        """Collect every outstanding answer (one round trip, unless ``counted`` with another:
+        the lock's, prefetch; none if nothing is outstanding).
 
         A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
 
@@ -139,16 +136,13 @@ class Session:
             return
         if self.broken:  # the framing is lost: nothing more can be read as an answer
             raise SessionLost("the session was lost earlier in this run")
-        self.ops["wait"] = self.ops.get("wait", 0) + 1
-        self.collect(timeout)
+        if not counted:
+            self.ops["wait"] = self.ops.get("wait", 0) + 1
+        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
 
     def feed(self, data: bytes) -> None:
         """Answers read another way (`HostFiles.read_ahead`: an exec's output), to parse."""
         self._buffer += data
-
-    def collect(self, timeout: float | None = None) -> None:
-        """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
-        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
 
     def _collect(self, deadline: float | None) -> Call | None:
         """Read every pending answer; return the first ``CHECK`` that failed (None if none),

@@ -109,7 +109,7 @@ class HostFiles:
     ops: dict[str, int]
     session: Session | None
     become: Become | None
-    #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once; a write
+    #: What the lock's exec read and ran ahead (`Host.prefetched`), each used once; a write
     #: or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
     speculated: dict[str, tuple[int, bytes, str]]
@@ -127,13 +127,6 @@ class HostFiles:
 
     def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
         return self.speculated.pop(command, None)
-
-    def keep_read_ahead(
-        self,
-        files: dict[str, tuple[FileStat | None, bytes | None]],
-        commands: dict[str, tuple[int, bytes, str]],
-    ) -> None:
-        self.prefetched, self.speculated = files, commands
 
     def forget_read_ahead(self) -> None:
         self.prefetched.clear()

@@ -225,7 +225,7 @@ def acquire(
             for command, call in ahead
             if call.ok and call.answer is not None
         }
-        remote.keep_read_ahead(files, ran)
+        remote.prefetched, remote.speculated = files, ran
         return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):

@@ -44,7 +44,6 @@ from deploy.hostpy.agent_proc import (
     _listen_table,
     _listeners,
     _listening_inodes,
-    _pid_from_file,
     _pids,
     _read,
     _stat_fields,
@@ -60,11 +59,18 @@ def probe(args):
     port = int(args["port"])
     table = _listen_table()
     listeners = [item for item in (_describe(pid, table) for pid in _listeners(port)) if item]
-    recorded = _pid_from_file(args.get("pid_file"))
-    process = _describe(recorded, table) if recorded else None
+    raw = (_read(args.get("pid_file") or "") or "").strip()
+    recorded = int(raw) if raw.isdecimal() else None
+    process = _describe(recorded, table) if recorded and _alive(recorded) else None
     for info in [process, *listeners]:
         if info and not _titled_by(info, args.get("prefix")):
-            info["start_problem"] = _start_problem(info)
+            # Why starting it again as it runs (same argv, env, cwd and user) would not be safe.
+            uid = (info.get("user") or {}).get("uid")
+            info["start_problem"] = f"cannot tell whom pid {info['pid']} runs as"
+            if uid is not None:
+                argv, env = info.get("cmdline") or [], info.get("env") or {}
+                cwd = info.get("cwd") or "/"
+                info["start_problem"] = start_problem(_interpreter(info), argv, env, cwd, int(uid))
     answer = {
         "listeners": listeners,
         "pid_file_process": process,
@@ -79,21 +85,6 @@ def probe(args):
 
 def _titled_by(info, prefix):
     return bool(prefix) and (info.get("cmdline") or [""])[0].startswith(prefix)
-
-
-def _start_problem(info):
-    """`start_problem` for starting ``info``'s server again as it runs (same argv, env, cwd
-    and user); None when it may be."""
-    user = info.get("user") or {}
-    if user.get("uid") is None:
-        return "cannot tell whom pid " + str(info.get("pid")) + " runs as"
-    return start_problem(
-        _interpreter(info),
-        info.get("cmdline") or [],
-        info.get("env") or {},
-        info.get("cwd") or "/",
-        int(user["uid"]),
-    )
 
 
 def _probe_imports(imports, args, answer):

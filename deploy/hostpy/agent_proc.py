@@ -306,12 +306,3 @@ def _listening_inodes(port):
 def _listeners(port):
     targets = _listening_inodes(port)
     return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
-
-
-def _pid_from_file(path):
-    raw = _read(path) if path else None
-    try:
-        pid = int((raw or "").strip())
-    except ValueError:
-        return None
-    return pid if _alive(pid) else None

@@ -146,7 +146,7 @@ class Session:
 
     def _collect(self, deadline: float | None) -> Call | None:
         """Read every pending answer; return the first ``CHECK`` that failed (None if none),
-        cleared on the host (`_clear`) once seen, like a failed request (which raises)."""
+        cleared on the host (``CLEAR``) once seen, like a failed request (which raises)."""
         failed: Call | None = None
         checked: Call | None = None
         missing = False
@@ -181,7 +181,7 @@ class Session:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
         if failed is not None or checked is not None:
-            self._clear()
+            self._send(b"CLEAR 0 0 0\n")  # the host serves requests and commands again
         if missing:
             raise NoHelper("python3 is needed on the host for deploy's file operations")
         if failed is not None:
@@ -202,10 +202,6 @@ class Session:
         if call.check and status != 0:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer
-
-    def _clear(self) -> None:
-        """Tell the host the failure was seen: it serves requests and commands again."""
-        self._send(b"CLEAR 0 0 0\n")
 
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None

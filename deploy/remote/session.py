@@ -65,10 +65,8 @@ class Session:
         return self._channel
 
     def held(self) -> bytes:
-        """What was sent before a channel was attached, in order (and no longer held)."""
-        data = bytes(self._held)
-        self._held.clear()
-        return data
+        """What was sent before a channel was attached, in order."""
+        return bytes(self._held)
 
     def attach(self, channel: Channel) -> None:
         """Send on ``channel`` from now on (what was held is the caller's to deliver)."""

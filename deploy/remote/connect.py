@@ -12,8 +12,12 @@ ProxyJump (through Fabric), IdentitiesOnly and UserKnownHostsFile (here). ``ssh_
 inventory (or ``--ssh-config``) names the one file to read, as ``ssh -F`` does; without it
 Fabric reads ~/.ssh/config and /etc/ssh/ssh_config.
 
-A login continues on the socket `deploy.remote.dial` connected ahead, where it did (it says
-when it does not); otherwise it connects itself.
+``deploy apply`` dials its first hosts (TCP connect and client banner) once the whole input is
+valid and the workstation's lock is held, while it loads the SSH stack (`deploy.remote.dial`);
+the login then continues on that socket. Nothing is dialed ahead for a host with
+``connect_ahead: false``, nor when an ssh_config file or Fabric's own configuration could send
+a login elsewhere (HostName, Port, ProxyJump, ProxyCommand, Match, CanonicalizeHostname;
+``port``, ``gateway``, ``ssh_config_path``): each login then connects itself, as it can.
 
 Logging in, and the one line that says each failure, are `deploy.remote.sshauth`'s. The open
 connection is an `SshTransport` (`deploy.remote.transport`) over a `Wire`.

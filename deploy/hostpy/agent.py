@@ -11,20 +11,19 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
     ``pid_file`` holds, if alive. With ``imports`` ({module: file}): where the server's own
     interpreter, environment and cwd (else ``fallback``'s) find each module, without
     importing it or its packages, compared with the file after realpath.
-``stop {pids, pgids, sids, port, prefix, timeout, drain_pids?, drain_timeout?}``
+``stop {pids, pgids, sids, port, timeout, drain_pids?, drain_timeout?}``
     SIGTERM to ``drain_pids`` first (SGLang's main process finishes its in-flight requests
     while its schedulers work) for up to ``drain_timeout``; then SIGTERM to each group, up to
-    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left, SIGKILL the
-    ``prefix``-titled processes of those groups or sessions (SGLang orphans them, holding GPU
-    memory and sometimes the port), and wait until nothing listens on the port.
+    ``timeout`` (or 2 s after the main ``pids`` are gone), SIGKILL what is left of them and of
+    the sessions (SGLang orphans its schedulers, holding GPU memory and sometimes the port),
+    and wait until nothing listens on the port.
 ``pycheck {python, env, cwd, pid?, code, argv, timeout}``
     `deploy.hostpy.agent_proc.pycheck`: the checks made before a running server is stopped.
 ``start {argv | command, cwd, env, env_mode, env_unset?, log_file, pid_file, header, user?}``
     Start the server in its own session (``setsid``), stdin /dev/null, output appended to
     ``log_file`` (opened here, in deploy's own directory: the server needs no right to it),
     so the SSH session can end at once; record its pid. With ``user`` (whom the replaced
-    server ran as) the child takes exactly those ids first (`start_ids`); an agent that is
-    not root refuses rather than start the server as itself.
+    server ran as): as that user (`start_ids`).
 """
 
 import contextlib
@@ -45,7 +44,6 @@ from deploy.hostpy.agent_proc import (
     _listen_table,
     _listeners,
     _listening_inodes,
-    _pid_from_file,
     _pids,
     _read,
     _stat_fields,
@@ -61,11 +59,18 @@ def probe(args):
     port = int(args["port"])
     table = _listen_table()
     listeners = [item for item in (_describe(pid, table) for pid in _listeners(port)) if item]
-    recorded = _pid_from_file(args.get("pid_file"))
-    process = _describe(recorded, table) if recorded else None
+    raw = (_read(args.get("pid_file") or "") or "").strip()
+    recorded = int(raw) if raw.isdecimal() else None
+    process = _describe(recorded, table) if recorded and _alive(recorded) else None
     for info in [process, *listeners]:
         if info and not _titled_by(info, args.get("prefix")):
-            info["start_problem"] = _start_problem(info)
+            # Why starting it again as it runs (same argv, env, cwd and user) would not be safe.
+            uid = (info.get("user") or {}).get("uid")
+            info["start_problem"] = f"cannot tell whom pid {info['pid']} runs as"
+            if uid is not None:
+                argv, env = info.get("cmdline") or [], info.get("env") or {}
+                cwd = info.get("cwd") or "/"
+                info["start_problem"] = start_problem(_interpreter(info), argv, env, cwd, int(uid))
     answer = {
         "listeners": listeners,
         "pid_file_process": process,
@@ -80,21 +85,6 @@ def probe(args):
 
 def _titled_by(info, prefix):
     return bool(prefix) and (info.get("cmdline") or [""])[0].startswith(prefix)
-
-
-def _start_problem(info):
-    """`start_problem` for starting ``info``'s server again as it runs (same argv, env, cwd
-    and user); None when it may be."""
-    user = info.get("user") or {}
-    if user.get("uid") is None:
-        return "cannot tell whom pid " + str(info.get("pid")) + " runs as"
-    return start_problem(
-        _interpreter(info),
-        info.get("cmdline") or [],
-        info.get("env") or {},
-        info.get("cwd") or "/",
-        int(user["uid"]),
-    )
 
 
 def _probe_imports(imports, args, answer):
@@ -192,18 +182,15 @@ def stop(args):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
         _wait_gone(pgids, time.monotonic() + 10)
-    # Orphans: titled children of those groups or sessions, and whatever still holds the port.
+    # Orphans: what is left in those groups or sessions; only that tree: a process holding the
+    # port outside it is not ours to kill (issue 32: root's schedulers were killed for another
+    # user's listener).
     reaped = []
-    suspects = set(_members(pgids, sids)) | set(_listeners(port))
-    for pid in sorted(suspects):
+    for pid in sorted(_members(pgids, sids)):
         title = (_cmdline(pid) or [""])[0]
-        fields = _stat_fields(pid)
-        # Only the adopted tree: a titled process holding the port outside it is not ours to
-        # kill (issue 32: root's schedulers were killed for another user's listener).
-        if fields is not None and (fields["pgid"] in pgids or fields["sid"] in sids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                reaped.append({"pid": pid, "title": title})
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            reaped.append({"pid": pid, "title": title})
     deadline = time.monotonic() + 10
     while _listening_inodes(port) and time.monotonic() < deadline:
         time.sleep(0.05)

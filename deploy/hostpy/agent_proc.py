@@ -216,12 +216,10 @@ def resolve_imports(imports, python, env, cwd, pid=None):
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         found, failure = None, str(exc)
     for module, wanted in sorted(imports.items()):
-        entry = {"module": module, "python": python, "cwd": cwd, "expected": wanted}
-        entry["ran_as"] = note
+        entry = {"module": module, "python": python, "cwd": cwd, "ran_as": note}
         entry["expected_real"] = os.path.realpath(wanted)
         answer = (found or {}).get(module) or {"error": failure or "no answer"}
         origin = answer.get("origin")
-        entry["origin"] = origin
         entry["origin_real"] = os.path.realpath(origin) if origin else None
         entry["error"] = answer.get("error")
         entry["ok"] = bool(origin) and entry["origin_real"] == entry["expected_real"]
@@ -308,12 +306,3 @@ def _listening_inodes(port):
 def _listeners(port):
     targets = _listening_inodes(port)
     return [pid for pid in _pids() if targets and _fd_links(pid) & targets]
-
-
-def _pid_from_file(path):
-    raw = _read(path) if path else None
-    try:
-        pid = int((raw or "").strip())
-    except ValueError:
-        return None
-    return pid if _alive(pid) else None

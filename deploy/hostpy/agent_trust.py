@@ -140,11 +140,10 @@ def judge(paths, me):
 
 
 def judge_stats(stats, me):
-    """(reason or None, the one other owner's uid or None) for ``(path, uid, mode)`` items:
-    each judged by the one rule (`deploy.hostpy.trust_rule.verdict`, whose table
-    ``deploy/hostsh/judge.sh`` renders for the shell), the reasons worded as there: the first
-    path writable by group or others, else the first owned by another user. The uid is -1
-    when there is nobody to pick (two other owners, or a path anyone may write)."""
+    """(reason or None, the one other owner's uid or None) for ``(path, uid, mode)`` items,
+    each judged by `deploy.hostpy.trust_rule.verdict` (worded as ``judge.sh`` words it): the
+    first path writable by group or others, else the first owned by another user. The uid is
+    -1 when there is nobody to pick (two other owners, or a path anyone may write)."""
     reason, owner, writable = None, None, None
     for path, uid, mode in stats:
         found = verdict(uid, mode, me)
@@ -273,16 +272,14 @@ def run_as(python, env, cwd, pid=None):
     return (owner, entry.pw_gid, groups), note, None
 
 
-#: Besides ``PYTHON*``, what a lookup run as another user keeps of its environment: what
-#: decides where the interpreter imports from, or lets it start. The rest is not theirs to
-#: read: the agent's own environment is root's (a token in ``.bashrc``) when no server runs,
-#: and a server's may hold the service's secrets.
+#: Besides ``PYTHON*``, what a lookup run as another user keeps of its environment (what
+#: decides imports, or lets the interpreter start); the rest is root's (a token in
+#: ``.bashrc``) or the server's secrets (module docstring).
 _IMPORT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
 
 
 def lookup_env(env, ids):
-    """The environment to start the lookup with: ``env`` as it is when it runs as we are
-    (``ids`` None), else only what decides imports (`_IMPORT_ENV`)."""
+    """``env`` for the lookup: all of it run as we are (``ids`` None), else `_IMPORT_ENV`'s."""
     if ids is None:
         return env
     return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _IMPORT_ENV}

@@ -22,7 +22,6 @@ from json import dumps, loads
 
 # host-program: part (deploy.hostpy.program)
 from deploy.hostpy.fileagent_ops import (
-    _APPENDS,
     Refused,
     append,
     mkdir,
@@ -79,7 +78,8 @@ def read_payload(header, size):
 
 
 def serve(go_fd, ack_fd):
-    """Serve requests until the ``go`` pipe ends (the run's shell loop ended)."""
+    """Serve requests until the ``go`` pipe ends (the run's shell loop ended); the process
+    exits then, which closes the journals `append` kept open (each fsynced as it asked)."""
     go = os.fdopen(go_fd, "rb")
     failed = False
     for line in go:
@@ -100,8 +100,6 @@ def serve(go_fd, ack_fd):
         text = dumps(answer).encode("utf-8")
         write_all(1, b"ANS %d %d\n" % (len(text), len(body)) + text + body)
         write_all(ack_fd, b"1\n" if failed else b"0\n")
-    for fd in _APPENDS.values():
-        os.close(fd)
 
 
 def once():

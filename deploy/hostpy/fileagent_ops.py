@@ -83,11 +83,9 @@ def _judge(fd, shown, last):
 
 
 def walk(directory, judge=True, unsafe_dir=False):
-    """An fd on ``directory`` (absolute), opened from ``/`` one component at a time with
-    ``O_NOFOLLOW``; each directory on the way judged (`_judge`) when ``judge`` and not
-    ``unsafe_dir``. A symlink on the way is followed only when root or we own it, even with
-    ``unsafe_dir`` (which allows a directory others may write, never a detour they choose).
-    Raises `Refused`, or the OSError of a component that is missing or not a directory."""
+    """An fd on ``directory`` (absolute), walked as `FILES_RULE` says (``unsafe_dir`` allows a
+    directory others may write, never a symlink of theirs), each directory judged (`_judge`)
+    when ``judge``. Raises `Refused`, or the OSError of a missing or non-directory component."""
     check = judge and not unsafe_dir
     parts = [part for part in directory.split("/") if part]
     parts.reverse()  # a stack: the next component last
@@ -223,13 +221,10 @@ ACL_ACCESS = "system.posix_acl_access"
 
 
 def _apply_meta(fd, path, meta, exact):
-    """fchown, then fchmod, then the xattrs, in that order (module docstring says why).
-
-    ``exact`` (a file replaced, or metadata recorded for it): the file gets exactly
-    ``meta``'s ACL, none if it has none. A temp file created in a directory with a default
-    ACL took that ACL as its own; it is removed before the fchmod (with an ACL the group bits
-    of a chmod set only its mask), so an original without an ACL never comes back with one.
-    Without ``exact`` (a new file) it keeps what any new file in that directory gets."""
+    """fchown, then fchmod, then the xattrs (module docstring says why). ``exact`` (a file
+    replaced, or metadata recorded for it): exactly ``meta``'s ACL (`FILES_RULE`), the
+    directory's default one removed before the fchmod (with an ACL a chmod's group bits set
+    only its mask); else (a new file) what any new file in that directory gets."""
     st = os.fstat(fd)
     uid = st.st_uid if meta.get("uid") is None else int(meta["uid"])
     gid = st.st_gid if meta.get("gid") is None else int(meta["gid"])
@@ -305,12 +300,9 @@ def write(args, data):
             raise
         finally:
             os.close(fd)
-        answer = {"stat": _stat_dict(st), "xattrs": sorted(meta.get("xattrs") or {})}
-        try:
+        with contextlib.suppress(OSError):  # renamed already: a failed answer means "not written"
             os.fsync(dfd)
-        except OSError as exc:  # renamed already: a failed answer must mean "not written"
-            answer["warning"] = "fsync of the directory: " + (exc.strerror or str(exc))
-        return answer
+        return {}
 
 
 _APPENDS = {}  # type: dict[str, int]

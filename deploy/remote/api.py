@@ -55,6 +55,10 @@ class Host(Protocol):
     session: Session | None
     #: Set when every operation runs through sudo (`deploy.remote.become`).
     become: Become | None
+    #: What the lock's round trip read and ran ahead (`deploy.remote.lock` sets them), for
+    #: `fetch` and `ran_ahead`, each used once.
+    prefetched: dict[str, tuple[FileStat | None, bytes | None]]
+    speculated: dict[str, tuple[int, bytes, str]]
 
     @property
     def login_user(self) -> str: ...
@@ -108,14 +112,6 @@ class Host(Protocol):
     def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
         """The answer of ``command`` if it was sent ahead with the lock (exit status, stdout,
         stderr), handed out once; None if it was not (then run it)."""
-        ...
-
-    def keep_read_ahead(
-        self,
-        files: dict[str, tuple[FileStat | None, bytes | None]],
-        commands: dict[str, tuple[int, bytes, str]],
-    ) -> None:
-        """Hold what the lock's round trip read and ran ahead, for `fetch` and `ran_ahead`."""
         ...
 
     def forget_read_ahead(self) -> None:

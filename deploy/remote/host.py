@@ -51,8 +51,6 @@ class RemoteHost(HostFiles):
         self.ops: dict[str, int] = {"exec": 0, "cmd": 0, "sftp": 0, "call": 0, "wait": 0}
         self.become: Become | None = None  # set by `open` under become
         self.prefetched, self.speculated = {}, {}
-        #: stderr the command wrote before `start` returned (read while waiting for sudo).
-        self._early_stderr: dict[int, bytes] = {}
 
     def open(self) -> RemoteHost:
         if self._conn is None:
@@ -102,9 +100,7 @@ class RemoteHost(HostFiles):
         if self._sftp is None:
             try:
                 if self.become is not None:
-                    channel = self.start(sftp_command())
-                    self._early_stderr.pop(id(channel), None)
-                    self._sftp = paramiko.SFTPClient(channel)
+                    self._sftp = paramiko.SFTPClient(self.start(sftp_command()))
                 else:
                     self._sftp = self.transport.open_sftp()
             except (paramiko.SSHException, OSError, EOFError) as exc:  # a refused subsystem too
@@ -120,9 +116,10 @@ class RemoteHost(HostFiles):
         """Whether the connection is still up (tells a full disk from a lost host)."""
         return self._conn is not None and self._conn.is_active()
 
-    def start(self, command: str) -> Channel:
+    def start(self, command: str, stderr: list[bytes] | None = None) -> Channel:
         """`Host.start`; under become through sudo, returning once sudo started it
-        (`deploy.remote.become.handshake`: `BecomeFailed` when sudo refused)."""
+        (`deploy.remote.become.handshake`: `BecomeFailed` when sudo refused), what the command
+        already wrote on stderr appended to ``stderr``."""
         self.ops["exec"] += 1
         log.debug("%s: $ %.400s", self.name, command)
         line, marker, nonce = command, "", ""
@@ -131,11 +128,9 @@ class RemoteHost(HostFiles):
         try:
             channel = self.transport.open_exec(line, self.settings.connect_timeout)
             if self.become is not None:
-                early = handshake(
-                    channel, self.become, marker, nonce, self.settings.connect_timeout
-                )
-                if early:
-                    self._early_stderr[id(channel)] = early
+                said = handshake(channel, self.become, marker, nonce, self.settings.connect_timeout)
+                if stderr is not None:
+                    stderr.append(said)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self.lost(exc, f"starting {command[:60]!r}") from exc
         return channel
@@ -203,10 +198,10 @@ class RemoteHost(HostFiles):
         """Run ``command`` on a new exec channel, whatever the lock: (status, out, err,
         timed out). `run` without the lock, and what must not go to its shell (`read_ahead`)."""
         began = time.monotonic()
-        channel = self.start(command)
-        self.ops["wait"] += 1
         out: list[bytes] = []
-        err: list[bytes] = [self._early_stderr.pop(id(channel), b"")]
+        err: list[bytes] = []
+        channel = self.start(command, err)
+        self.ops["wait"] += 1
         timed_out = False
         try:
             if stdin:

@@ -1,11 +1,8 @@
 """`HostFiles`, the file half of `RemoteHost` (its base class).
 
 While the lock is held (every run), files go through the host's file helper
-(`deploy.hostpy.fileagent`, started in the lock's shell) by file descriptor, never a check by
-path followed by a change by path, which a symlink could redirect (issue 14; `FILES_RULE`).
-Writes, saved copies and journal records are sent without waiting and served in order (an
-intent is fsynced before the change it announces); the run waits once, at `flush` or the next
-command. Tools that only look (``deploy status``, ``--check`` where the host has no python3)
+(`deploy.hostpy.fileagent`; `FILES_RULE`). Writes, saved copies and journal records are sent
+without waiting, served in order; the run waits once, at `flush` or the next command. Tools that only look (``deploy status``, ``--check`` where the host has no python3)
 take no lock, so they read over SFTP; nothing is ever written over SFTP.
 """
 
@@ -112,7 +109,7 @@ class HostFiles:
     ops: dict[str, int]
     session: Session | None
     become: Become | None
-    #: What the lock's exec read and ran ahead (`keep_read_ahead`), each used once; a write
+    #: What the lock's exec read and ran ahead (`Host.prefetched`), each used once; a write
     #: or removal of the path drops it.
     prefetched: dict[str, tuple[FileStat | None, bytes | None]]
     speculated: dict[str, tuple[int, bytes, str]]
@@ -130,13 +127,6 @@ class HostFiles:
 
     def ran_ahead(self, command: str) -> tuple[int, bytes, str] | None:
         return self.speculated.pop(command, None)
-
-    def keep_read_ahead(
-        self,
-        files: dict[str, tuple[FileStat | None, bytes | None]],
-        commands: dict[str, tuple[int, bytes, str]],
-    ) -> None:
-        self.prefetched, self.speculated = files, commands
 
     def forget_read_ahead(self) -> None:
         self.prefetched.clear()
@@ -190,7 +180,7 @@ class HostFiles:
         """`Host.flush`: `StepFailed` when a write, saved copy or record failed (those after it
         were skipped), `HostUnreachable` when the connection was lost."""
         session = self.session
-        if session is None or not session.pending:
+        if session is None:
             return
         try:
             session.wait()
@@ -213,7 +203,7 @@ class HostFiles:
             return
         answers.feed(out)
         with contextlib.suppress(CallFailed, SessionLost):  # a short answer ends the reading
-            answers.collect()
+            answers.wait()
         for path, call in zip(paths, calls, strict=True):
             if call.ok:
                 self.prefetched[path] = fetch_answer(path, call)

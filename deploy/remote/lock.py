@@ -95,7 +95,7 @@ class HostLock:
             session = None
         self.remote.forget_read_ahead()
         try:
-            if session is not None and session.pending and not session.broken:
+            if session is not None:
                 with contextlib.suppress(CallFailed, NoHelper, SessionLost):
                     session.wait(timeout=30)
             self.channel.shutdown_write()
@@ -206,7 +206,7 @@ def acquire(
         runs = _scanned(lines[1:])
         remote.session = session
         try:  # the prefetched files' answers, already on their way
-            session.collect(timeout)
+            session.wait(timeout, counted=True)
         except CallFailed:
             pass  # a file the helper could not read is left out: its step's own read says why
         except NoHelper as exc:
@@ -225,7 +225,7 @@ def acquire(
             for command, call in ahead
             if call.ok and call.answer is not None
         }
-        remote.keep_read_ahead(files, ran)
+        remote.prefetched, remote.speculated = files, ran
         return HostLock(remote, channel, previous, runs)
     channel.close()
     if first.startswith("BUSY"):

@@ -43,8 +43,7 @@ class Session:
     """The client side of ``loop.sh``, on the channel that holds the host's lock; not
     thread-safe, like `RemoteHost`. Requests (`call`, `send_run`) are sent without waiting and
     answered in order; `wait` collects every answer due in one round trip, `run` collects them
-    with its own. After a failed request the host skips everything until ``CLEAR``
-    (`deploy.hostpy.fileagent` says why)."""
+    with its own."""
 
     def __init__(self, channel: Channel | None, ops: dict[str, int] | None = None) -> None:
         """``channel`` None: what is sent is held (`held`) until one is `attach`ed (the lock
@@ -66,10 +65,8 @@ class Session:
         return self._channel
 
     def held(self) -> bytes:
-        """What was sent before a channel was attached, in order (and no longer held)."""
-        data = bytes(self._held)
-        self._held.clear()
-        return data
+        """What was sent before a channel was attached, in order."""
+        return bytes(self._held)
 
     def attach(self, channel: Channel) -> None:
         """Send on ``channel`` from now on (what was held is the caller's to deliver)."""
@@ -93,10 +90,6 @@ class Session:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
 
     def call(self, args: dict[str, Any], payload: bytes = b"") -> Call:
         """Send one request to the host's file helper; do not wait for its answer."""
@@ -125,8 +118,9 @@ class Session:
         return call
 
     @trace.spanned("session.wait")
-    def wait(self, timeout: float | None = None) -> None:
-        """Collect every outstanding answer (one round trip; none if nothing is outstanding).
+    def wait(self, timeout: float | None = None, *, counted: bool = False) -> None:
+        """Collect every outstanding answer (one round trip, unless ``counted`` with another:
+        the lock's, prefetch; none if nothing is outstanding).
 
         A ``CHECK`` that failed raises nothing: its sender reads it (`Call.failed_check`).
 
@@ -140,20 +134,17 @@ class Session:
             return
         if self.broken:  # the framing is lost: nothing more can be read as an answer
             raise SessionLost("the session was lost earlier in this run")
-        self.ops["wait"] = self.ops.get("wait", 0) + 1
-        self.collect(timeout)
+        if not counted:
+            self.ops["wait"] = self.ops.get("wait", 0) + 1
+        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
 
     def feed(self, data: bytes) -> None:
         """Answers read another way (`HostFiles.read_ahead`: an exec's output), to parse."""
         self._buffer += data
 
-    def collect(self, timeout: float | None = None) -> None:
-        """`wait` for answers already counted in another round trip (the lock's: prefetch)."""
-        self._collect(None if timeout is None else time.monotonic() + timeout + GRACE)
-
     def _collect(self, deadline: float | None) -> Call | None:
         """Read every pending answer; return the first ``CHECK`` that failed (None if none),
-        cleared on the host (`_clear`) once seen, like a failed request (which raises)."""
+        cleared on the host (``CLEAR``) once seen, like a failed request (which raises)."""
         failed: Call | None = None
         checked: Call | None = None
         missing = False
@@ -188,7 +179,7 @@ class Session:
             self.broken = True
             raise SessionLost(str(exc) or type(exc).__name__) from exc
         if failed is not None or checked is not None:
-            self._clear()
+            self._send(b"CLEAR 0 0 0\n")  # the host serves requests and commands again
         if missing:
             raise NoHelper("python3 is needed on the host for deploy's file operations")
         if failed is not None:
@@ -209,10 +200,6 @@ class Session:
         if call.check and status != 0:
             answer["error"] = f"a check sent earlier exited {status}"
         return answer
-
-    def _clear(self) -> None:
-        """Tell the host the failure was seen: it serves requests and commands again."""
-        self._send(b"CLEAR 0 0 0\n")
 
     def run(
         self, command: str, *, stdin: bytes = b"", timeout: float | None = None

@@ -150,16 +150,6 @@ def wave(args, concurrency, offset):
     return {"wall": ended - began, "requests": results}
 
 
-def wait_idle(args, budget):
-    """(requests running, where read) after polling while busy, for ``budget`` seconds at most."""
-    began = time.monotonic()
-    count, source = running_requests(args)
-    while count and time.monotonic() - began < budget:
-        time.sleep(0.25)
-        count, source = running_requests(args)
-    return count, source
-
-
 def accept_length(args):
     """``avg_spec_accept_length`` from /server_info (or /get_server_info), None if absent."""
     for path in ("/server_info", "/get_server_info"):
@@ -191,8 +181,11 @@ def measure(args):
         for _ in range(int(count)):
             busy = None
             if checking:
-                began = time.monotonic()
-                busy, where = wait_idle(args, idle_wait - waited_total)
+                began = time.monotonic()  # polled while busy, within what is left of idle_wait
+                busy, where = running_requests(args)
+                while busy and time.monotonic() - began < idle_wait - waited_total:
+                    time.sleep(0.25)
+                    busy, where = running_requests(args)
                 waited_total += time.monotonic() - began
                 if where is None:
                     checking = False  # the server cannot say: not asked again

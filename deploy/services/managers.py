@@ -108,7 +108,6 @@ class ProcessManager:
                 "pgids": pgids,
                 "sids": sids,
                 "port": self.spec.port,
-                "prefix": self.spec.process_prefix,
                 "timeout": wait,
                 "drain_pids": [state.pid] if draining else [],
                 "drain_timeout": drain_timeout,

@@ -60,7 +60,7 @@ class JournalSink(Protocol):
 
     def append(self, line: bytes, *, durable: bool) -> Call | None: ...
 
-    def save_copy(self, name: str, content: bytes, source: str | None = None) -> None: ...
+    def save_copy(self, name: str, content: bytes, source: str | None = None) -> Call | None: ...
 
     def replace_journal(self, body: bytes) -> None: ...
 
@@ -92,11 +92,11 @@ class HelperSink:
         self._ready()
         return self.remote.append_file(self.layout.journal(self.run_id), line, durable=durable)
 
-    def save_copy(self, name: str, content: bytes, source: str | None = None) -> None:
+    def save_copy(self, name: str, content: bytes, source: str | None = None) -> Call | None:
         self._ready()
         copy = f"{self.layout.copies(self.run_id)}/{name}"
         known = None if source is None else (source, content)
-        self.remote.write_atomic(copy, content, mode=0o600, known=known)
+        return self.remote.write_atomic(copy, content, mode=0o600, known=known)
 
     def replace_journal(self, body: bytes) -> None:
         self.remote.write_atomic(self.layout.journal(self.run_id), body, mode=0o600)
@@ -133,6 +133,8 @@ class Journal:
         self.sink: JournalSink = HelperSink(remote, self.layout, run_id, create=existing is None)
         self._started = existing is not None
         self._saved: set[str] = set()
+        #: Copies made on the host from the file itself: the bytes, and the request.
+        self._copies: dict[str, tuple[bytes, Call | None]] = {}
         self.records: list[Record] = list(existing.records) if existing else []
         self.events: list[dict[str, Any]] = [r.fields_dict() for r in self.records]
         #: Per record written in this run, the helper request that appended it (None when it
@@ -199,10 +201,27 @@ class Journal:
             if change is not None and change.done and not change.ok:
                 continue  # its change was refused or failed: the target is untouched
             kept.append(index)
+        backups = {e["sha256"]: e for e in self.events if e.get("event") == "backup"}
         self.records = [self.records[i] for i in kept]
         self.events = [self.events[i] for i in kept]
         self._calls = [self._calls[i] for i in kept]
         self._guards = {}
+        self._resend_copies(backups)
+
+    def _resend_copies(self, backups: dict[str, dict[str, Any]]) -> None:
+        """A copy the host was to make from the file itself, refused because the file no
+        longer held what the run read (someone's edit between the read and the write, which
+        the write itself refuses too): the run still holds those bytes, so they are sent whole
+        and recorded, and the original is not lost with the refused run."""
+        for digest, (content, call) in list(self._copies.items()):
+            if call is None or not call.done or call.ok or call.skipped:
+                continue
+            del self._copies[digest]
+            self.sink.save_copy(digest, content)
+            if digest in backups:
+                self.write({k: v for k, v in backups[digest].items() if k not in ("ts", "seq")})
+        with contextlib.suppress(StepFailed):
+            self.remote.flush()
 
     def save_copy(self, content: bytes, source: str | None = None) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha.
@@ -210,7 +229,9 @@ class Journal:
         digest = sha256(content)
         if digest not in self._saved:
             self.start()
-            self.sink.save_copy(digest, content, source)
+            call = self.sink.save_copy(digest, content, source)
+            if source is not None:
+                self._copies[digest] = (content, call)
             self._saved.add(digest)
         return digest
 

@@ -160,6 +160,9 @@ def test_foreign_edit_between_read_and_write_keeps_size_and_mtime(
     record.bytes_lost = 0 if kept else len(foreign)
     assert kept, f"deploy overwrote an edit made after its read:\n{result.output}"
     assert result.exit_code == 1, result.output
+    # The copy the host was to make from the file was refused with the write (the file no
+    # longer held what the run read): the run sent the original it read instead.
+    assert host.bytes_lost() == 0, "the original the run read is in no saved copy"
 
 
 def test_foreign_edit_between_apply_and_rollback_touches_nothing(

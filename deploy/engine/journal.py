@@ -217,11 +217,13 @@ class Journal:
             if call is None or not call.done or call.ok or call.skipped:
                 continue
             del self._copies[digest]
-            self.sink.save_copy(digest, content)
-            if digest in backups:
+            resent = self.sink.save_copy(digest, content)
+            with contextlib.suppress(StepFailed):
+                self.remote.flush()
+            if digest in backups and resent is not None and resent.ok:  # recorded once there
                 self.write({k: v for k, v in backups[digest].items() if k not in ("ts", "seq")})
-        with contextlib.suppress(StepFailed):
-            self.remote.flush()
+                with contextlib.suppress(StepFailed):
+                    self.remote.flush()
 
     def save_copy(self, content: bytes, source: str | None = None) -> str:
         """Store ``content`` as ``files/<sha256>`` (atomically, once per run); return the sha.

@@ -49,7 +49,8 @@ class Host(Protocol):
 
     name: str
     #: Round trips by kind: ``exec`` (a login shell), ``cmd`` (in the lock's shell), ``sftp``,
-    #: ``call`` (a helper request), ``wait`` (a time the client blocked for answers).
+    #: ``call`` (a helper request), ``wait`` (a time the client blocked for answers); and
+    #: ``sent``, the bytes of the requests to the helper and the lock's shell.
     ops: dict[str, int]
     #: The lock's shell while the lock is held (`deploy.remote.lock` sets and clears it).
     session: Session | None

@@ -8,10 +8,11 @@ in a ``finally`` (see `mounted`, `read_only`), whatever the test does.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
-from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, mounted, read_only
+from tests.faults.conftest import FILES_ONLY, LEDGER, FaultHost, Record, mounted, read_only, sha
 from tests.faults.harness import lock_taken
 
 PAGE = 4096
@@ -163,6 +164,10 @@ def test_foreign_edit_between_read_and_write_keeps_size_and_mtime(
     # The copy the host was to make from the file was refused with the write (the file no
     # longer held what the run read): the run sent the original it read instead.
     assert host.bytes_lost() == 0, "the original the run read is in no saved copy"
+    (run,) = set(host.runs()) - host.old_runs
+    lines = (host.state_dir / "runs" / run / "journal.jsonl").read_text().splitlines()
+    backups = [r for r in map(json.loads, lines) if r["event"] == "backup"]
+    assert [r["sha256"] for r in backups] == [sha(host.original)], "no backup record for it"
 
 
 def test_foreign_edit_between_apply_and_rollback_touches_nothing(

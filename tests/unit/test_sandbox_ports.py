@@ -41,6 +41,10 @@ def test_picks_are_distinct_free_and_never_ephemeral() -> None:
     for port in picked:
         assert 10000 <= port <= 65535 and not low <= port <= high
         with socket.socket() as probe:
+            # As the sandbox's servers bind: a port whose last server closed within the
+            # minute still has TIME_WAIT connections, which only a bind without
+            # SO_REUSEADDR refuses (the clean-clone CI flake of session 17).
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(("127.0.0.1", port))  # free at the time of the pick
     assert not set(picked) & set(ports.pick_ports(40)), "one process never gets a port twice"
 

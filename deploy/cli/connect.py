@@ -89,8 +89,13 @@ def _ask(prompt: str) -> str:
     away, the command left waiting at a prompt that had already had its answer. getpass
     writes the prompt itself, once echo is off. An empty answer asks again, and Ctrl-C or
     Ctrl-D ends the command (a newline, then exit 1 with "Aborted!"), as click.prompt did.
+
+    The answer is masked in everything deploy writes from then on, as a ``password_env``
+    value is: a password typed here may also sit in a file whose diff is shown.
     """
     import getpass
+
+    from deploy import masking
 
     while True:
         try:
@@ -99,6 +104,7 @@ def _ask(prompt: str) -> str:
             click.echo(err=True)  # getpass leaves the cursor after the prompt
             raise click.Abort() from None
         if value:
+            masking.register(value)
             return value
 
 

@@ -250,6 +250,23 @@ def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
     assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"
 
 
+def test_a_password_asked_for_is_masked_where_it_shows(clean: Fleet, tmp_path: Path) -> None:
+    """-K's answer is a secret like a ``password_env`` value: the file holds it (the same
+    password kept in an app's config), and the plan's diff shows that line as context."""
+    deploy = clean.deploy(tmp_path, "pw")
+    clean.target.write_bytes(ORIGINAL + f"admin_pass={PASSWORD}\n".encode())
+    env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
+    code, screen = on_terminal(
+        ["apply", "conf.yaml", "--check", "-b", "-K"],
+        tmp_path,
+        env,
+        [("BECOME (sudo) password", PASSWORD)],
+    )
+    assert code == 0, screen
+    assert "+feature=on" in screen and " admin_pass=***" in screen, screen
+    assert PASSWORD not in screen
+
+
 def test_ask_pass_logs_in_with_a_password_then_k_becomes_root(clean: Fleet, tmp_path: Path) -> None:
     """--ask-pass over a second sshd of the same host that allows passwords (the sandbox's do
     not), then -K: two prompts, one login by password, everything as root."""

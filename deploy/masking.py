@@ -9,6 +9,7 @@ What counts as a secret:
   hides the change it is about;
 - the value of a variable listed in ``secret_vars:`` (playbook or inventory);
 - the value of the environment variable named by a host's ``password_env``;
+- a password or passphrase typed at deploy's prompt (``--ask-pass``, ``-K``, a key's passphrase);
 - the value of a service ``env`` entry whose name is secret by the rules above;
 - in any text, what follows ``NAME=`` for a secret-looking upper-case NAME (``HF_TOKEN=hf_...`` in a
   server's command line or environment we never registered, such as an adopted server's).

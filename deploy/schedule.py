@@ -16,7 +16,7 @@ systemd service shows as failed until the drift is fixed.
 
 A secret never goes into the schedule: a ``-e`` value lands in the unit file or crontab and,
 each time the job runs, in the process's command line, which every user of the workstation can
-read (``ps``, ``/proc/PID/cmdline``). `check_secrets` refuses a secret-looking ``-e KEY=VALUE``
+read (``ps``, ``/proc/PID/cmdline``). `check_secrets` refuses a secret-looking ``-e NAME=VALUE``
 (a name `deploy.masking` treats as secret, or one listed in ``secret_vars``) and a ``-e @FILE``
 that defines one while group or others can read the file: the way to schedule a secret is a
 vars file only its owner can read, passed as ``-e @FILE`` (its path, not its content, is in
@@ -135,10 +135,10 @@ def check_secrets(extra_vars: Iterable[str], listed: Iterable[str] = ()) -> None
 
     ``extra_vars``: the job's ``-e`` items as typed; ``listed``: the names the playbook and
     inventory declare in ``secret_vars``. Called after the items were parsed, so every item
-    is ``KEY=VALUE`` or ``@FILE`` naming a readable YAML mapping.
+    is ``NAME=VALUE`` or ``@FILE`` naming a readable YAML mapping.
 
     Raises:
-        InputError: a secret-looking ``KEY=VALUE`` with a value, or an ``@FILE`` defining
+        InputError: a secret-looking ``NAME=VALUE`` with a value, or an ``@FILE`` defining
             one that group or others may read.
     """
     names = list(listed)

@@ -38,7 +38,7 @@ from deploy.errors import DeployError, InputError
     "--extra-vars",
     "extra",
     multiple=True,
-    metavar="KEY=VALUE",
+    metavar="NAME=VALUE",
     help="Variable, highest precedence (repeatable; @file.yaml too).",
 )
 @click.option(

@@ -55,7 +55,7 @@ def validate(inventory: str | None, playbooks_dir: str | None) -> None:
 @click.option("--on-calendar", required=True, metavar="WHEN", help='e.g. "Mon *-*-* 03:00".')
 @inventory_option
 @limit_option
-@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE")
+@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="NAME=VALUE")
 @click.option("--cron", is_flag=True, help="Print a crontab line instead of systemd units.")
 @click.option("--install", is_flag=True, help="Write the units to ~/.config/systemd/user.")
 @click.option("--name", metavar="UNIT", help="Unit name (default: deploy-PLAYBOOK).")

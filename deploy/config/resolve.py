@@ -71,7 +71,7 @@ def merge_vars(
     3. ``vars`` of each group that lists the host, groups in alphabetical order of their names,
        a later group winning (as in Ansible);
     4. the host's own ``vars``;
-    5. extra vars, ``-e KEY=VALUE`` / ``-e @FILE.yaml`` (a later ``-e`` winning).
+    5. extra vars, ``-e NAME=VALUE`` / ``-e @FILE.yaml`` (a later ``-e`` winning).
 
     On top of all, built-ins no source may set: ``inventory_hostname`` (the host's name in the
     inventory) and ``playbook_dir`` (the playbook's directory, absolute; absent when no

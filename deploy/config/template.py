@@ -361,7 +361,7 @@ class ExtraVars(dict[str, Any]):
 
 
 def parse_extra_vars(items: Sequence[str]) -> ExtraVars:
-    """``-e KEY=VALUE`` and ``-e @FILE.yaml`` options, in order (a later one wins).
+    """``-e NAME=VALUE`` and ``-e @FILE.yaml`` options, in order (a later one wins).
 
     Values after ``=`` stay strings, exactly as typed (``-e tp=8`` is ``"8"``; fields that
     want a number coerce it). ``@FILE`` loads a YAML mapping, with its types.
@@ -383,7 +383,7 @@ def parse_extra_vars(items: Sequence[str]) -> ExtraVars:
             continue
         name, sep, value = item.partition("=")
         if not sep or not _NAME.match(name):
-            raise InputError(f"expected KEY=VALUE or @FILE.yaml, got {item!r}", _EXTRA)
+            raise InputError(f"expected NAME=VALUE or @FILE.yaml, got {item!r}", _EXTRA)
         if name in BUILTIN_VARS:
             raise InputError(f"variable {name!r} is built in and cannot be set", _EXTRA)
         out[name] = value

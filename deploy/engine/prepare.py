@@ -17,7 +17,7 @@ from deploy.config.locate import find_playbook, inventory_path
 
 
 def _extra_vars(value: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
-    """``-e`` as a mapping, or as the command line's items (``KEY=VALUE``, ``@FILE``)."""
+    """``-e`` as a mapping, or as the command line's items (``NAME=VALUE``, ``@FILE``)."""
     if value is None:
         return {}
     if isinstance(value, Mapping):

@@ -243,9 +243,9 @@ def test_extra_vars_parsing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("item", "expected"),
     [
-        ("novalue", "-e: expected KEY=VALUE or @FILE.yaml, got 'novalue'"),
-        ("=x", "-e: expected KEY=VALUE or @FILE.yaml, got '=x'"),
-        ("my-var=1", "-e: expected KEY=VALUE or @FILE.yaml, got 'my-var=1'"),
+        ("novalue", "-e: expected NAME=VALUE or @FILE.yaml, got 'novalue'"),
+        ("=x", "-e: expected NAME=VALUE or @FILE.yaml, got '=x'"),
+        ("my-var=1", "-e: expected NAME=VALUE or @FILE.yaml, got 'my-var=1'"),
         ("inventory_hostname=x", "-e: variable 'inventory_hostname' is built in and cannot be set"),
         ("@/nonexistent/x.yaml", "-e: extra vars file not found: /nonexistent/x.yaml"),
     ],

@@ -203,8 +203,9 @@ class Pool:
         for worker in self.workers:
             with worker.write_lock, contextlib.suppress(OSError):
                 worker.stdin.close()
+        until = time.monotonic() + _EXIT_GRACE  # one grace for all: stuck workers add none
         for worker in self.workers:
-            _reap(worker)
+            _reap(worker, until)
 
     def _pass_cancel(self) -> None:
         assert self.cancel is not None
@@ -313,10 +314,10 @@ class Pool:
             ticket.done.set()
 
 
-def _reap(worker: _Worker) -> None:
-    """Wait for a worker's exit (killed after `_EXIT_GRACE`), and say (``-v``) what it cost:
-    the run's CPU and memory per process, which the fleet's total alone does not show."""
-    pid, until = worker.process.pid, time.monotonic() + _EXIT_GRACE
+def _reap(worker: _Worker, until: float) -> None:
+    """Wait for a worker's exit (killed at ``until``), and say (``-v``) what it cost: the
+    run's CPU and memory per process, which the fleet's total alone does not show."""
+    pid = worker.process.pid
     while True:
         try:
             done, status, usage = os.wait4(pid, os.WNOHANG)

@@ -8,7 +8,10 @@ import io
 import pickle
 import subprocess
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from deploy.engine import shards, workers
 from deploy.engine.results import HostResult
@@ -54,3 +57,23 @@ def test_an_unreadable_frame_ends_the_worker_and_reports_its_hosts() -> None:
     assert sink.said and sink.said[0][0] == "gpu-1"
     assert worker.process.poll() is not None, "the worker is ended"
     assert not worker.alive
+
+
+def test_closing_gives_stuck_workers_one_grace_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers that do not exit when their stdin closes are killed after one `_EXIT_GRACE`
+    for all of them, not one each: three stuck workers held the end of a run 15 s."""
+    monkeypatch.setattr(workers, "_EXIT_GRACE", 1.0)
+    pool = workers.Pool(1, None, _Sink(), None, _local)  # no worker started: made below
+    stuck = []
+    for number in (1, 2, 3):
+        worker: Any = object.__new__(workers._Worker)
+        worker.number = number
+        worker.process = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)
+        worker.stdin, worker.write_lock = worker.process.stdin, threading.Lock()
+        stuck.append(worker)
+    pool.workers = stuck
+    began = time.monotonic()
+    pool.close()
+    took = time.monotonic() - began
+    assert all(worker.process.returncode is not None for worker in stuck), "every one ended"
+    assert 1.0 <= took < 2.0, f"closing took {took:.1f} s"

@@ -236,15 +236,16 @@ def test_sudo_without_a_sudoers_rule_but_the_right_password_is_refused(
     assert clean.untouched()
 
 
-def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
+def _apply_with_k(clean: Fleet, tmp_path: Path, *options: str) -> tuple[int, str]:
+    """``deploy apply conf.yaml OPTIONS -b -K`` on a terminal, -K answered with `PASSWORD`."""
     deploy = clean.deploy(tmp_path, "pw")
     env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
-    code, screen = on_terminal(
-        ["apply", "conf.yaml", "--yes", "-b", "-K"],
-        tmp_path,
-        env,
-        [("BECOME (sudo) password", PASSWORD)],
-    )
+    argv = ["apply", "conf.yaml", *options, "-b", "-K"]
+    return on_terminal(argv, tmp_path, env, [("BECOME (sudo) password", PASSWORD)])
+
+
+def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
+    code, screen = _apply_with_k(clean, tmp_path, "--yes")
     assert code == 0, screen
     assert "<BECOME (sudo) password>" in screen and PASSWORD not in screen, "asked, not echoed"
     assert clean.target.read_bytes() == ORIGINAL + b"feature=on\n"
@@ -253,15 +254,8 @@ def test_ask_become_pass_on_a_terminal(clean: Fleet, tmp_path: Path) -> None:
 def test_a_password_asked_for_is_masked_where_it_shows(clean: Fleet, tmp_path: Path) -> None:
     """-K's answer is a secret like a ``password_env`` value: the file holds it (the same
     password kept in an app's config), and the plan's diff shows that line as context."""
-    deploy = clean.deploy(tmp_path, "pw")
     clean.target.write_bytes(ORIGINAL + f"admin_pass={PASSWORD}\n".encode())
-    env = {**os.environ, "DEPLOY_INVENTORY": str(deploy.inventory)}
-    code, screen = on_terminal(
-        ["apply", "conf.yaml", "--check", "-b", "-K"],
-        tmp_path,
-        env,
-        [("BECOME (sudo) password", PASSWORD)],
-    )
+    code, screen = _apply_with_k(clean, tmp_path, "--check")
     assert code == 0, screen
     assert "+feature=on" in screen and " admin_pass=***" in screen, screen
     assert PASSWORD not in screen

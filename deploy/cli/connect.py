@@ -144,29 +144,19 @@ def dial_ahead(plans: list[Any]) -> None:
     """Start the TCP connects of ``plans``' hosts (after `with_connection`: its overrides name
     the address, port and ssh_config); `deploy.remote.dial` says when it dials nothing.
 
-    Left out: a host with ``connect_ahead: false``, and one whose ``password_env`` (or, under
-    become, ``become_password_env``) names an unset variable — its login stops before any
-    connect and it is reported "not attempted" (`deploy.remote.sshauth`), so nothing may
-    reach it.
+    Left out: a host with ``connect_ahead: false``, and one whose login reads a secret from an
+    unset variable (`ConnectSettings.secret_envs`) — its login stops before any connect and it
+    is reported "not attempted" (`deploy.remote.sshauth.secret_of`), so nothing may reach it.
     """
+    from deploy.engine.connect_settings import connect_settings
     from deploy.remote import dial
 
-    specs = [
-        (plan.name, plan.spec)
-        for plan in plans
-        if plan.spec.connect_ahead and _secrets_set(plan.spec)
-    ]
+    hosts = [connect_settings(plan.name, plan.spec) for plan in plans if plan.spec.connect_ahead]
+    # -K's or --ask-pass's answer aside (conservative): every variable the login reads is set.
+    hosts = [h for h in hosts if all(env in os.environ for env in h.secret_envs().values())]
     dial.start(
-        [(spec.address or name, spec.port or 22, spec.connect_timeout) for name, spec in specs],
-        [spec.ssh_config for _, spec in specs],
+        [(h.address, h.port or 22, h.connect_timeout) for h in hosts], [h.ssh_config for h in hosts]
     )
-
-
-def _secrets_set(spec: Any) -> bool:
-    """Whether the variables a host's login reads its secrets from are set (-K's or
-    --ask-pass's answer aside: conservative)."""
-    names = [spec.password_env, spec.become_password_env if spec.become else None]
-    return all(name in os.environ for name in names if name)
 
 
 def _overrides(given: dict[str, Any]) -> dict[str, Any]:

@@ -102,10 +102,7 @@ def _judge(result: StepResult, check: HostCheck) -> bool:
             )
         return False
     status = int(answer["status"])
-    if check.call.command:
-        stdout = check.call.payload.decode("utf-8", "replace")
-    else:  # the file helper ran it (`RemoteHost.send_check`): its answer holds the output
-        stdout = str(answer.get("stdout", ""))
+    stdout = check.call.payload.decode("utf-8", "replace")  # a shell command's, as every check
     result.summary = check.explain(status, stdout, str(answer.get("stderr", "")))
     if status == 0:
         return False

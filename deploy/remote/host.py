@@ -55,9 +55,7 @@ class RemoteHost(HostFiles):
     def open(self) -> RemoteHost:
         if self._conn is None:
             settings = self.settings
-            # Before connecting: an unset become_password_env touches nothing.
-            env = settings.become_password_env if settings.become else None
-            password = secret_of(settings.name, "become", "become_password_env", env)
+            password = secret_of(settings, "become")  # unset: refused before connecting
             self._conn = self._connector(settings)
             if settings.become:
                 self.become = Become(settings.name, self.login_user, settings.become_user, password)

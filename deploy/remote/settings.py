@@ -35,3 +35,10 @@ class ConnectSettings:
     become_password_env: str | None = None
     #: Offer delayed zlib compression (`deploy.remote.connect.Wire`).
     compression: bool = True
+
+    def secret_envs(self) -> dict[str, str]:
+        """The variables the login reads its secrets from, by kind: ``password`` (SSH's) and,
+        under become only, ``become`` (sudo's). `deploy.remote.sshauth.secret_of` reads them;
+        the CLI dials ahead no host with one unset (refused before any connect), SSH unimported."""
+        envs = {"password": self.password_env, "become": self.become and self.become_password_env}
+        return {kind: env for kind, env in envs.items() if env}

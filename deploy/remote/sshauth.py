@@ -80,15 +80,16 @@ def ask_passphrase(prompt: str) -> str:
         return _PASSPHRASES[prompt]
 
 
-def secret_of(host: str, kind: str, field: str, env: str | None) -> str | None:
-    """The ``kind`` secret (``password``, ``become``) the CLI asked for, else ``$env`` (named by
-    the inventory's ``field``), else None; `InputError` when ``env`` is not set."""
-    prompted = _PROVIDED.get(kind)
+def secret_of(settings: ConnectSettings, kind: str) -> str | None:
+    """The ``kind`` secret (``password``, ``become``) the CLI asked for, else the variable
+    `ConnectSettings.secret_envs` names, else None; `InputError` when that is not set."""
+    prompted, env = _PROVIDED.get(kind), settings.secret_envs().get(kind)
     if prompted is not None or not env:
         return prompted
     value = os.environ.get(env)
     if value is None:
-        raise InputError(f"{host}: {field} names ${env}, which is not set")
+        field = "become_password_env" if kind == "become" else "password_env"
+        raise InputError(f"{settings.name}: {field} names ${env}, which is not set")
     return value
 
 
@@ -150,7 +151,7 @@ def _load_key(settings: ConnectSettings, path: Path, secret: str | None) -> para
 
 def auth_kwargs(settings: ConnectSettings, conn: Connection) -> tuple[dict[str, Any], Attempt]:
     """paramiko's authentication arguments for ``conn``, and what they try (for messages)."""
-    secret = secret_of(settings.name, "password", "password_env", settings.password_env)
+    secret = secret_of(settings, "password")
     explicit = [settings.identity_file] if settings.identity_file else []
     listed = conn.ssh_config.get("identityfile", [])
     files = [Path(p).expanduser() for p in explicit + list(listed)]

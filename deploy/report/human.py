@@ -83,14 +83,18 @@ def render_steps(
         )
         lines.append(f"  {step.index + 1:>2}. {status}  {title}")
         if step.summary and step.status not in ("not run",):
-            lines.extend(wrap(step.summary, width, " " * 20))
+            lines.extend(wrap(own(host.host, step.summary), width, " " * 20))
         if diffs and step.diff:  # as it is: a diff cut or wrapped would not read as one
             lines.extend("        " + line for line in mask(step.diff).rstrip("\n").splitlines())
     return lines
 
 
 def render_plan(run: RunResult, *, colour: bool = False, width: int | None = None) -> str:
-    """The plan as ``--check`` shows it and as ``apply`` shows it before asking."""
+    """The plan as ``--check`` shows it and as ``apply`` shows it before asking.
+
+    A host's error is left out when it only says why a step listed below failed (a preflight's
+    refusal: ``step 5 failed: <the step's summary>``): the step's line says it, once.
+    """
     width = width or terminal_width()
     out = wrap(
         f"Plan for {run.playbook or run.command} ({len(run.hosts)} host(s)); "
@@ -100,12 +104,27 @@ def render_plan(run: RunResult, *, colour: bool = False, width: int | None = Non
     for host in run.hosts:
         out.append("")
         out.append(f"{host.host}: {paint(host.outcome, host.outcome, colour)}")
-        if host.error:
+        if host.error and not _said_by_a_step(host):
             out.extend(wrap(own(host.host, host.error), width, "  "))
         for line in host.recovered:
             out.extend(wrap(line, width, "  first: "))
         out.extend(render_steps(host, colour=colour, diffs=True, width=width))
     return "\n".join(out)
+
+
+def _said_by_a_step(host: HostResult) -> bool:
+    """Whether ``host.error`` is no more than a failed step's summary (`render_steps` shows it),
+    as `deploy.engine.step_fail.fail` words it or as a refused host has it."""
+    error = own(host.host, host.error or "")
+    for step in host.steps:
+        said = own(host.host, step.summary)
+        if (
+            step.status == "failed"
+            and said
+            and error in (said, f"step {step.index + 1} failed: {said}")
+        ):
+            return True
+    return False
 
 
 def figures(step: StepResult) -> dict[str, Any]:

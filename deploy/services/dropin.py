@@ -16,7 +16,7 @@ operator's ``override.conf`` and ``50-*.conf``)::
 The empty ``ExecStart=`` resets the list, so the next line replaces the unit's command rather
 than adding a second one. Because the effective ExecStart already includes this file's earlier
 line, changes accumulate across runs and playbooks. The unit file and the operator's drop-ins
-are never written. Pure functions: `deploy.steps.service` does the I/O.
+are never written. Pure functions: `deploy.steps.service_systemd` does the I/O.
 """
 
 from __future__ import annotations

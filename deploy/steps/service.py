@@ -32,9 +32,9 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from deploy.errors import ServiceUnsupported, StepFailed
+from deploy.errors import StepFailed
 from deploy.statedir.records import Done, ServiceIntent
-from deploy.steps import register
+from deploy.steps import register, service_preflight
 from deploy.steps.base import Planned, RecordUndo, Step, StepContext
 from deploy.steps.files import before_change
 from deploy.steps.service_args import RestartArgs, ServiceArgs
@@ -46,12 +46,6 @@ if TYPE_CHECKING:  # the service machinery (SSH-tunnelled HTTP, the desired comm
     from deploy.services.desired import Desired
     from deploy.services.endpoint import Endpoint
     from deploy.services.state import ServiceState
-
-
-def svc_spec_is_systemd(ctx: StepContext, name: str) -> bool:
-    """Whether the playbook runs service ``name`` through systemd (its state has no argv)."""
-    spec = ctx.services.get(name)
-    return getattr(spec, "manager", "process") == "systemd" and bool(getattr(spec, "unit", None))
 
 
 def _new_endpoint(svc: ServiceControl, want: Desired | None) -> Endpoint:
@@ -186,117 +180,8 @@ class ServiceStep(Step[ServiceArgsT]):
         return planned
 
     def preflight(self, ctx: StepContext) -> None:
-        """Before the run changes anything: the interpreter that runs the server must find
-        every ``imports`` module in the file named (a pip-installed sglang in site-packages
-        beside an edited checkout would otherwise load the unpatched copy after the restart).
-
-        A server deploy cannot restart as it runs — in a container, or one of several nodes
-        — is refused here too, before anything is touched (`deploy.services.identity`).
-
-        Raises:
-            ServiceUnsupported: the server runs in a container or on several nodes (exit 4).
-            StepFailed: a module resolves elsewhere, or not at all; both paths named.
-        """
-        args = self.args
-        has_imports = isinstance(args, RestartArgs) and bool(args.imports)
-        systemd = svc_spec_is_systemd(ctx, self.service)
-        if not self.stops or (systemd and not has_imports and not isinstance(args, RestartArgs)):
-            return
-        svc = control(ctx, self.service)
-        if isinstance(args, RestartArgs) and args.imports:
-            python = svc.spec.python or (shlex.split(svc.spec.command or "") or ["python3"])[0]
-            fallback = {"python": python, "env": svc.spec.env, "cwd": svc.spec.cwd}
-            state, answer = svc.resolve_imports(dict(args.imports), fallback)
-            self._refuse_unsupported(ctx, svc, state)
-            # Who holds the port, judged before anything is touched (issue 32): a second
-            # process tree or user on it, or another user's server, is not attempted.
-            svc.refuse_stranger(restart=True)
-            if state.running:  # a stranger on the port: refuse that first, and say so
-                svc.check_ownership(state, force=ctx.force)
-            from deploy.services.desired import imports_problem
-
-            problem = imports_problem(answer)
-            if problem:
-                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or changed")
-            self._systemd_preflight(ctx, svc)
-            versions: dict[str, str] = next(
-                (r["versions"] for r in answer.get("results") or [] if r.get("versions")), {}
-            )
-            runtime(ctx, self.service)["interpreter_versions"] = versions
-            ran = next((r["ran_as"] for r in answer.get("results") or [] if r.get("ran_as")), None)
-            if ran:  # not root's to run (`deploy.hostpy.agent_trust`): say whom it ran as
-                runtime(ctx, self.service)["imports_ran_as"] = ran
-                ctx.note(f"{self.service}: the module lookup ran {ran}")
-        else:
-            state = svc.current()
-            self._refuse_unsupported(ctx, svc, state)
-            if svc.spec.manager == "systemd" and state.running:
-                svc.process.probe()  # who holds the port: the unit's server, as its User=
-            svc.refuse_stranger(restart=isinstance(args, RestartArgs))
-            self._systemd_preflight(ctx, svc)
-            if not isinstance(args, RestartArgs):
-                return
-        if isinstance(args, RestartArgs) and args.imports and svc.spec.manager == "process":
-            from deploy.errors import NothingTouched
-            from deploy.services.prechecks import drift_problem
-
-            drift = drift_problem(ctx.remote, ctx.state_dir, state, sorted(args.imports.values()))
-            if drift:
-                raise NothingTouched(
-                    f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
-                )
-        if not state.argv and svc.process.last_probe is not None:
-            # A unit's server (systemd's view has no command line): the process as the kernel
-            # shows it, whose command line the checks before the stop start from.
-            from deploy.services.identity import state_from_probe
-
-            state = state_from_probe(svc.process.last_probe, svc.spec.process_prefix)
-        runtime(ctx, self.service)["server"] = state
-        self._before_stop(ctx, svc, state)
-
-    def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
-        """Checks of the new server that need no stop (`deploy.services.prechecks`), made
-        before anything is touched when the server will be replaced: the draft model, and
-        the new command line against the server's own argument parser.
-
-        Raises:
-            NothingTouched: a check refused; nothing was stopped or changed (exit 4).
-        """
-        from deploy.errors import NothingTouched
-        from deploy.services import prechecks
-        from deploy.services.desired import checked
-
-        assert isinstance(self.args, RestartArgs)
-        want = checked(state, self.args.changes(), svc.spec)
-        if want is None or want.satisfied:
-            return  # a template's server, or nothing to restart unless a file changes
-        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
-        if problem is None:
-            problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
-        if problem is None:
-            problem = prechecks.argparse_problem(
-                svc, want.argv, want.env, want.cwd, state.pid, note=ctx.note
-            )
-        if problem:
-            raise NothingTouched(
-                f"{ctx.host}: {self.service}: {problem}; nothing was stopped or changed"
-            )
-
-    def _systemd_preflight(self, ctx: StepContext, svc: ServiceControl) -> None:
-        """A restart of a unit: its unloaded edits refused, a short stop timeout noted
-        (`deploy.steps.service_systemd.preflight`)."""
-        if isinstance(self.args, RestartArgs) and svc.spec.manager == "systemd":
-            from deploy.steps import service_systemd
-
-            service_systemd.preflight(ctx, svc, self.service)
-
-    @staticmethod
-    def _refuse_unsupported(ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
-        from deploy.services.identity import unsupported
-
-        problem = unsupported(state, svc.spec)
-        if problem:
-            raise ServiceUnsupported(f"{ctx.host}: {problem}; nothing was touched")
+        """Before the run changes anything: `deploy.steps.service_preflight.preflight`."""
+        service_preflight.preflight(ctx, self.args, stops=self.stops)
 
     def apply(self, ctx: StepContext, planned: Planned) -> None:
         if planned.noop or ctx.check_mode:

@@ -67,6 +67,22 @@ def test_a_draft_model_path_that_cannot_load_is_refused_before_the_stop(
     assert ok.exit_code == 0, ok.output
 
 
+def test_a_refusal_before_the_stop_is_said_once_in_the_plan(
+    serving_059: tuple[GpuHost, Deploy],
+) -> None:
+    """``--check`` printed a preflight refusal twice: as the host's error ("step 5 failed:
+    ...") and as the failed step's summary just below it. The step's line says it, once."""
+    gpu, deploy = serving_059
+    pid, digest = listener_pid(gpu.port), sha256(gpu.model_file)
+    check = deploy("apply", "kimi-eagle3", "--check", "-e", "draft_model_path=/no/such")
+    assert check.exit_code == 4, check.output
+    _untouched(gpu, pid, digest)
+    assert check.output.count("the draft model path /no/such does not exist") == 1, check.output
+    failed = next(line for line in check.output.splitlines() if line.strip().startswith("5."))
+    assert "failed" in failed, check.output
+    assert "step 5 failed" not in check.output, check.output
+
+
 def test_a_flag_the_servers_argparse_refuses_is_found_before_the_stop(
     serving_059: tuple[GpuHost, Deploy], tmp_path: Path
 ) -> None:

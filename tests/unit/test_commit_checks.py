@@ -58,6 +58,9 @@ def test_a_passed_check_lets_the_record_behind_it_be_written(
     locked.flush()
     assert check is not None and record is not None
     assert not check.failed_check and check.payload == b"out" and record.ok
+    # A check is a shell command whose stdout is its payload: what `deploy.engine.verdicts`
+    # hands the step's ``explain`` (no other kind of check exists since 5d5af98).
+    assert check.command
     assert journal.read_bytes() == b"end\n"
 
 

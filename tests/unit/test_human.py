@@ -11,7 +11,7 @@ import pytest
 from deploy.config.inventory import HostSpec
 from deploy.engine import history, rollback_target
 from deploy.engine.results import HostResult, RunResult, StepResult
-from deploy.report.human import render_summary, use_colour
+from deploy.report.human import render_plan, render_summary, use_colour
 from deploy.report.progress import ProgressPrinter
 from deploy.report.records import render_history, render_rollback_question, render_status
 from deploy.report.text import own, shorten_middle, table_lines
@@ -271,3 +271,23 @@ def test_rollback_question_fits_80_columns(monkeypatch: pytest.MonkeyPatch, tmp_
     (files,) = [line for line in question.splitlines() if line.startswith("  files:")]
     assert files.startswith("  files:    /opt/sglang/") and files.endswith("/kimi_k25.py")
     assert "  services: Restart SGLang with EAGLE-3" in question and question.endswith("Proceed?")
+
+
+def test_the_plan_says_a_refusal_once_at_its_step() -> None:
+    """A host's error that only restates its failed step's summary (a preflight's refusal, as
+    `deploy.engine.step_fail.fail` or a refused host words it) is said by the step alone; an
+    error that says more is kept."""
+    why = "gpu-1: sglang: the draft model path /no/such does not exist; nothing was stopped"
+    steps = [
+        StepResult(4, "restart", "Restart SGLang", "failed", why),
+        StepResult(5, "wait_healthy", "Wait until SGLang serves", "not run"),
+    ]
+    for error in (f"step 5 failed: {why}", why):
+        host = HostResult("gpu-1", "not attempted", steps=steps, error=error)
+        run = RunResult("r", "apply", "kimi-eagle3", "now", check_mode=True, hosts=[host])
+        plan = render_plan(run, width=200)
+        assert plan.count("the draft model path /no/such does not exist") == 1, plan
+        assert "gpu-1: sglang" not in plan, "the host is named by its heading"
+    other = HostResult("gpu-1", "failed", steps=steps, error="gpu-1: cannot connect")
+    plan = render_plan(RunResult("r", "apply", "pb", "now", hosts=[other]), width=200)
+    assert "  cannot connect" in plan and plan.count("does not exist") == 1, plan

@@ -25,6 +25,19 @@ def test_ruff_check_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_ruff_format_is_clean() -> None:
+    """``ruff format --check .`` passes: the code and, as ruff formats them, the Python blocks of
+    the Markdown docs (docs/api.md's examples are what a user copies)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--quiet", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_mypy_strict_is_clean() -> None:
     """The package type-checks under ``mypy --strict`` (configured in pyproject.toml)."""
     assert importlib.util.find_spec("mypy"), (

@@ -4,7 +4,8 @@ Read from the source with `ast` (every import, a function's lazy one and a TYPE_
 included): among `deploy.services` and the service steps there is no import circle, the
 services never import a step or the engine, and a step reaches a service only through
 `deploy.services` and `deploy.steps.service_client`, never through another service step (the
-restart's own undo handler, `deploy.steps.service_undo`, aside).
+restart's own parts aside: its preflight, `deploy.steps.service_preflight`, and its undo
+handler, `deploy.steps.service_undo`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import deploy
 ROOT = Path(deploy.__file__).parent
 SERVICE_STEPS = (
     "service",
+    "service_preflight",
     "service_client",
     "service_undo",
     "wait_healthy",
@@ -108,5 +110,9 @@ def test_a_service_step_reaches_services_through_the_client_only() -> None:
     for stem in SERVICE_STEPS:
         name = f"deploy.steps.{stem}"
         others = {m for m in edges[name] if m.startswith("deploy.steps.")}
-        allowed = {"deploy.steps.service_client", "deploy.steps.service_undo"}
+        allowed = {
+            "deploy.steps.service_client",
+            "deploy.steps.service_preflight",
+            "deploy.steps.service_undo",
+        }
         assert others <= allowed, f"{name} imports {sorted(others)}"

@@ -270,8 +270,15 @@ def _plan(
         masking.register(service.api_key)  # None and "" are not registered
     if spec is None or len(steps) != len(indexes):
         return None
-    masking.register_env(spec.password_env)
+    _register_logins(spec)
     return HostPlan(host, spec, resolved, steps, pb.playbook, pb.path, services)
+
+
+def _register_logins(spec: HostSpec) -> None:
+    """The SSH and sudo passwords the host's ``*_env`` variables hold are masked from now
+    (sudo's whether or not the inventory says ``become``: ``-b`` may turn it on later)."""
+    masking.register_env(spec.password_env)
+    masking.register_env(spec.become_password_env)
 
 
 def _register_secrets(
@@ -367,6 +374,6 @@ def resolve_hosts(
         values, origins = merge_vars(inv, None, host, extra_vars or {})
         spec = _host_spec(inv, host, Variables(values, origins))
         _register_secrets(values, {}, inv.inventory.secret_vars)
-        masking.register_env(spec.password_env)
+        _register_logins(spec)
         out.append((host, spec))
     return out

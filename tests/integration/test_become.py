@@ -192,6 +192,20 @@ def test_become_with_a_password_sends_it_to_sudo_only(
     assert PASSWORD not in run.output and PASSWORD not in log.read_text()
 
 
+def test_the_become_password_is_masked_where_it_shows(
+    clean: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """become_password_env's value is a secret like password_env's: kept in the host's file
+    too, the plan's diff shows that line as context, masked."""
+    monkeypatch.setenv("SUDO_SECRET", PASSWORD)
+    clean.target.write_bytes(ORIGINAL + f"admin_pass={PASSWORD}\n".encode())
+    deploy = clean.deploy(tmp_path, "pw", become=True, become_password_env="SUDO_SECRET")
+    run = deploy("apply", "conf.yaml", "--check")
+    assert run.exit_code == 0, run.output
+    assert "+feature=on" in run.output and " admin_pass=***" in run.output, run.output
+    assert PASSWORD not in run.output
+
+
 @pytest.mark.parametrize(
     ("role", "password", "expected"),
     [

@@ -8,7 +8,7 @@ What counts as a secret:
   ``max_new_tokens`` and ``--speculative-num-draft-tokens`` stay readable, so a plan never
   hides the change it is about;
 - the value of a variable listed in ``secret_vars:`` (playbook or inventory);
-- the value of the environment variable named by a host's ``password_env``;
+- the value of the environment variables named by a host's ``password_env`` and ``become_password_env``;
 - a password or passphrase typed at deploy's prompt (``--ask-pass``, ``-K``, a key's passphrase);
 - the value of a service ``env`` entry whose name is secret by the rules above;
 - in any text, what follows ``NAME=`` for a secret-looking upper-case NAME (``HF_TOKEN=hf_...`` in a

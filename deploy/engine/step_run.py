@@ -5,7 +5,8 @@ recovery, before the lock's release. A run goes through these phases (`Phase`):
 
 preflight
     every step's read-only pre-checks (`Step.preflight`): a host that cannot be served is
-    refused with nothing touched.
+    refused with nothing touched. Under ``--check`` the steps in front of the refusing one
+    are still planned, so the plan shows their changes (diffs) beside the refusal.
 before first change
     every step's `Step.before_first_change`, once, just before the run's first change to the
     host (the first file written or server stopped: `StepContext.first_change`), never under
@@ -94,7 +95,18 @@ def run_steps(
     remote: Host, plan: HostPlan, options: RunOptions, result: HostResult, host_seq: int
 ) -> None:
     run = _begin(remote, plan, options, result, host_seq)
-    if not _preflight(run.remote, run.spec, run.ctx, run.journal, run.steps, result, run.progress):
+    refused = _preflight(run)
+    if refused is not None:
+        position, exc = refused
+        earlier = run.steps[:position]
+        if options.check_mode:  # what --check is for: every change, and why the run would stop
+            for at, (index, entry) in enumerate(earlier):
+                if not _run_step(run, at, index, entry):
+                    return
+            result.changed_files.clear()  # refused first: the run would change none of them
+        else:  # listed, so that the table shows the whole playbook
+            _not_run(result, earlier)
+        _refuse(run, position, exc)
         return
     run.ctx.on_first_change = lambda: _before_first_change(run)
     for position, (index, entry) in enumerate(run.steps):
@@ -304,41 +316,35 @@ def _not_run(result: HostResult, steps: list[tuple[int, Any]]) -> None:
         result.steps.append(StepResult(index, step.kind, step.title, "not run"))
 
 
-def _preflight(
-    remote: Host,
-    spec: HostSpec,
-    ctx: StepContext,
-    journal: Journal,
-    steps: list[tuple[int, Any]],
-    result: HostResult,
-    progress: Progress,
-) -> bool:
-    """Every step's read-only pre-checks, before the first step: False (and the host failed,
-    nothing touched) if one refuses."""
-    for position, (index, entry) in enumerate(steps):
+def _preflight(run: _Run) -> tuple[int, DeployError] | None:
+    """Every step's read-only pre-checks, before the first step: the position of the first
+    step that refuses, and why (None: none does)."""
+    for position, (index, entry) in enumerate(run.steps):
         step = build_step(entry, index)
-        ctx.step_index = index
+        run.ctx.step_index = index
         try:
-            step.preflight(ctx)
-        except ServiceUnsupported as exc:  # a host deploy will not serve: refused, untouched
-            result.steps.append(StepResult(index, step.kind, step.title, "failed", str(exc)))
-            progress.step_finished(remote.name, result.steps[-1])
-            _not_run(result, steps[position + 1 :])
-            result.outcome, result.error = "not attempted", str(exc)
-            return False
+            step.preflight(run.ctx)
         except DeployError as exc:
-            failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
-            result.steps.append(failed)
-            progress.step_finished(remote.name, failed)
-            result.steps.extend(
-                StepResult(i, build_step(e, i).kind, build_step(e, i).title, "not run")
-                for i, e in steps[position + 1 :]
-            )
-            fail(remote, spec, ctx, journal, result, index, str(exc), exc, progress)
-            if isinstance(exc, NothingTouched) and result.outcome == "failed":
-                result.outcome = "not attempted"  # exit 4: the operator's server untouched
-            return False
-    return True
+            return position, exc
+    return None
+
+
+def _refuse(run: _Run, position: int, exc: DeployError) -> None:
+    """The host refused by the step at ``position``'s pre-checks: that step failed, the rest
+    not run, the host failed with nothing touched (a server deploy will not serve, or a
+    `NothingTouched` refusal: "not attempted", exit 4)."""
+    result, (index, entry) = run.result, run.steps[position]
+    step = build_step(entry, index)
+    failed = StepResult(index, step.kind, step.title, "failed", summary=str(exc))
+    result.steps.append(failed)
+    run.progress.step_finished(run.remote.name, failed)
+    _not_run(result, run.steps[position + 1 :])
+    if isinstance(exc, ServiceUnsupported):
+        result.outcome, result.error = "not attempted", str(exc)
+        return
+    run.fail(index, str(exc), exc)
+    if isinstance(exc, NothingTouched) and result.outcome == "failed":
+        result.outcome = "not attempted"  # exit 4: the operator's server untouched
 
 
 def _manifest(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

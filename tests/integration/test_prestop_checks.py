@@ -83,6 +83,28 @@ def test_a_refusal_before_the_stop_is_said_once_in_the_plan(
     assert "step 5 failed" not in check.output, check.output
 
 
+def test_check_shows_every_change_and_the_refusal_and_apply_lists_every_step(
+    serving_059: tuple[GpuHost, Deploy],
+) -> None:
+    """A step refused before the stop hid the steps in front of it: ``--check`` showed the
+    refusal without the file's diff, which the operator still had to see before fixing the
+    draft path, and the report of either run left those steps out altogether."""
+    gpu, deploy = serving_059
+    pid, digest = listener_pid(gpu.port), sha256(gpu.model_file)
+    check = deploy("apply", "kimi-eagle3", "--check", "-e", "draft_model_path=/no/such", "--json")
+    assert check.exit_code == 4, check.output
+    host = json.loads(check.stdout)["hosts"][0]
+    statuses = [step["status"] for step in host["steps"]]
+    assert statuses == ["ok", "would change", "ok", "ok", "failed", *["not run"] * 3], statuses
+    assert "+    def set_eagle3_layers_to_capture(" in host["steps"][1]["diff"]
+    assert host["outcome"] == "not attempted" and host["changed_files"] == [], host
+    applied = deploy("apply", "kimi-eagle3", "--yes", "-e", "draft_model_path=/no/such", "--json")
+    assert applied.exit_code == 4, applied.output
+    statuses = [step["status"] for step in json.loads(applied.stdout)["hosts"][0]["steps"]]
+    assert statuses == [*["not run"] * 4, "failed", *["not run"] * 3], statuses
+    _untouched(gpu, pid, digest)
+
+
 def test_a_flag_the_servers_argparse_refuses_is_found_before_the_stop(
     serving_059: tuple[GpuHost, Deploy], tmp_path: Path
 ) -> None:

@@ -127,7 +127,7 @@ class ProgressPrinter:
         head = f"{host}: [{result.index + 1}] "
         tail = f": {result.status} ({result.duration:.2f} s)"
         line = head + self._title(head, result.title, tail) + tail
-        summary = result.summary
+        summary = own(host, result.summary)  # the line starts with the host already
         lines = [line]
         if summary and (self.width is None or len(line) + 1 + len(summary) <= self.width):
             lines = [f"{line} {summary}"]

@@ -193,7 +193,9 @@ def test_progress_lines_fit_and_keep_host_names_whole() -> None:
         4, "restart", long_title, "ok", "a file changed: stopped pid 5306; " * 3, duration=10.1
     )
     printer.step_finished(NODE1, ok)
-    printer.step_finished(NODE1, StepResult(0, "backup", "Save", "ok", "saved", duration=0.0))
+    printer.step_finished(
+        NODE1, StepResult(0, "backup", "Save", "ok", f"{NODE1}: saved", duration=0.0)
+    )  # an error raised on the host names it; the line starts with its name already
     failed = StepResult(7, "gate_throughput", "Gate", "failed", "why it failed " * 10, duration=4.7)
     printer.step_finished(NODE2, failed)
     printer.host_event(NODE2, "draining sglang (pid 7048): up to 300 s for its requests in flight")

@@ -131,16 +131,16 @@ def _members(pgids, sids=()):
     return out
 
 
-def _wait_gone(pgids, deadline, main=()):
-    """Wait until the groups are empty; give up early once the ``main`` pids are gone and only
-    stragglers remain after 2 s (SGLang's orphans ignore SIGTERM for ever). Without ``main``
-    (after SIGKILL) the whole time: a process that held GPUs and much memory can take seconds
-    to finish dying."""
+def _wait_gone(pgids, deadline, main=None):
+    """Wait until the groups are empty; give up early once the ``main`` pids are gone (or none
+    were known: ``[]``) and only stragglers remain after 2 s (SGLang's orphans ignore SIGTERM
+    for ever). With ``main`` None (after SIGKILL) the whole time: a process that held GPUs and
+    much memory can take seconds to finish dying."""
     main_gone_at = None
     while time.monotonic() < deadline:
         if not _members(pgids):
             return True
-        if main and not any(_alive(pid) for pid in main):
+        if main is not None and not any(_alive(pid) for pid in main):
             main_gone_at = main_gone_at or time.monotonic()
             if time.monotonic() - main_gone_at > 2.0:
                 return False

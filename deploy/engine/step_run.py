@@ -100,10 +100,7 @@ def run_steps(
         position, exc = refused
         earlier = run.steps[:position]
         if options.check_mode:  # what --check is for: every change, and why the run would stop
-            for at, (index, entry) in enumerate(earlier):
-                if not _run_step(run, at, index, entry):
-                    return
-            result.changed_files.clear()  # refused first: the run would change none of them
+            _plan_in_front(run, position)
         else:  # listed, so that the table shows the whole playbook
             _not_run(result, earlier)
         _refuse(run, position, exc)
@@ -113,6 +110,20 @@ def run_steps(
         if not _run_step(run, position, index, entry):
             return
     _finish(run)
+
+
+def _plan_in_front(run: _Run, refused_at: int) -> None:
+    """Under ``--check``, plan the steps in front of a refused one. One that fails to plan is
+    shown failed and ends the planning, but it does not decide the host's outcome: the real
+    run would be refused before it ran (`_refuse` then says the refusal, as apply would)."""
+    result = run.result
+    for at, (index, entry) in enumerate(run.steps[:refused_at]):
+        if not _run_step(run, at, index, entry):
+            del result.steps[len(result.steps) - (len(run.steps) - refused_at) :]  # _refuse's
+            result.failed_step = None
+            result.error = None
+            break
+    result.changed_files.clear()  # refused first: the run would change none of them
 
 
 def _begin(

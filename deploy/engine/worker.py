@@ -110,6 +110,9 @@ class _Asks:
         return self.answers.pop(key)
 
     def answer(self, key: int, value: str) -> None:
+        from deploy import masking
+
+        masking.register(value)  # typed after this worker started: its stderr masks it too
         self.answers[key] = value
         self.events.pop(key).set()
 

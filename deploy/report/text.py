@@ -6,7 +6,9 @@ The rules every human rendering follows (issue 34): a line fits the width when t
 (``$COLUMNS``, else the terminal's); a host name is never cut (it is what an operator greps
 for and types back); free text (an error, an undo action) is wrapped, never cut; only what is
 also in ``deploy show`` and ``--json`` (a path, a title) is shortened, with ``…`` (``...``
-under ``TERM=dumb``, which may not have the glyph).
+under ``TERM=dumb``, which may not have the glyph). Secrets are masked before a text is
+wrapped or shortened: the terminal's masking sees one line at a time, and a secret split over
+two lines or cut short would match on neither.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import IO, Literal
+
+from deploy.masking import mask
 
 
 def own(host: str, text: str) -> str:
@@ -59,6 +63,7 @@ def shorten_middle(text: str, width: int) -> str:
     The end of a path (the file name) and its start (which tree) say the most; the tail gets
     the larger share.
     """
+    text = mask(text)
     if len(text) <= width:
         return text
     mark = ellipsis()
@@ -71,6 +76,7 @@ def shorten_middle(text: str, width: int) -> str:
 
 def shorten_end(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, cut at the end (a title: its start says most)."""
+    text = mask(text)
     if len(text) <= width:
         return text
     mark = ellipsis()
@@ -95,6 +101,7 @@ def wrap(
     a line of its own, however wide (``-v``: paths whole).
     """
     rest = " " * len(first) if rest is None else rest
+    text = mask(text)
     if width is None or len(first) + len(text) <= width:
         return [first + text]
     room = max(width, len(first) + 20, len(rest) + 20)

@@ -54,7 +54,7 @@ def test_a_shortened_text_shows_no_piece_of_a_secret(shorten: object) -> None:
 def test_a_failed_steps_summary_on_a_narrow_terminal_shows_no_piece_of_a_secret() -> None:
     out = io.StringIO()
     stream = masking.MaskedStream(out)
-    printer = ProgressPrinter(stream, width=40, colour=False, heartbeat=0)
+    printer = ProgressPrinter(stream, width=40, colour=False, heartbeat=0)  # type: ignore[arg-type]
     summary = f"sudo: the password ops:{SECRET}@gpu-1 was refused"
     printer.step_finished("gpu-1", StepResult(4, "restart", "Restart", "failed", summary))
     stream.flush()

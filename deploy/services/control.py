@@ -97,8 +97,16 @@ class ServiceControl:
     # -- state ---------------------------------------------------------------------------------
 
     def current(self) -> ServiceState:
-        """What runs now: our own server (pid file), else whatever listens on the port."""
-        return self.manager.current()
+        """What runs now: our own server (pid file), else whatever listens on the port. A
+        unit's server (systemd's view has only its pid) gets where it listens, its command
+        line and environment from the process helper's view of the port: its address and
+        API key, which the baseline, the drain and the undo's wait ask it with."""
+        state = self.manager.current()
+        if state.running and self.manager is not self.process:
+            seen = identity.state_from_probe(self.process.probe(), self.spec.process_prefix)
+            if seen.running:
+                state.listen, state.argv, state.env = seen.listen, seen.argv, seen.env
+        return state
 
     def resolve_imports(
         self, imports: dict[str, str], fallback: dict[str, Any]

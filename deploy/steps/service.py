@@ -228,10 +228,8 @@ class ServiceStep(Step[ServiceArgsT]):
                 runtime(ctx, self.service)["imports_ran_as"] = ran
                 ctx.note(f"{self.service}: the module lookup ran {ran}")
         else:
-            state = svc.current()
+            state = svc.current()  # a unit's server: probed too (who holds the port)
             self._refuse_unsupported(ctx, svc, state)
-            if svc.spec.manager == "systemd" and state.running:
-                svc.process.probe()  # who holds the port: the unit's server, as its User=
             svc.refuse_stranger(restart=isinstance(args, RestartArgs))
             self._systemd_preflight(ctx, svc)
             if not isinstance(args, RestartArgs):
@@ -245,7 +243,7 @@ class ServiceStep(Step[ServiceArgsT]):
                 raise NothingTouched(
                     f"{ctx.host}: {self.service}: {drift}; nothing was stopped or changed"
                 )
-        if not state.argv and svc.process.last_probe is not None:
+        if state.origin == "systemd" and svc.process.last_probe is not None:
             # A unit's server (systemd's view has no command line): the process as the kernel
             # shows it, whose command line the checks before the stop start from.
             from deploy.services.identity import state_from_probe

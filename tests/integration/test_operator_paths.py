@@ -6,13 +6,17 @@ the host it leaves: which server serves, with which flags, where, and what the o
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from deploy.sandbox import gpu_host
-from deploy.sandbox.gpu_host import listener_cmdline
+from deploy.sandbox.gpu_host import listener_cmdline, listener_pid
 from tests.integration import test_systemd
 from tests.integration.test_systemd import UNIT, Unit
 
@@ -77,3 +81,39 @@ def test_a_units_keyed_server_on_one_address_is_measured_and_rolled_back_there(
     assert listener_cmdline(unit.gpu.port) == argv
     assert status(f"http://{ADDRESS}:{unit.gpu.port}/server_info", KEY) == 200
     assert KEY not in result.output and KEY not in log.read_text()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL ``pid``'s process group and wait until it is gone (a crash, or a reboot)."""
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_pid_file_naming_a_reused_pid_is_not_taken_for_the_server(make_gpu_hosts: Any) -> None:
+    """The server deploy started is gone (crashed; the host rebooted) and its pid now belongs to
+    another process: a flags run must neither stop that process nor report it as the server."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    gpu_host.start_old_server(gpu)
+    applied = deploy("apply", "sglang-flags", "-e", "set_flags=--mem-fraction-static 0.88", "--yes")
+    assert applied.exit_code == 0, applied.output
+    pid_file = gpu.ssh.state_dir / "services" / "sglang.pid"
+    recorded = pid_file.read_text().split()  # the pid and its start time
+    server, start = int(recorded[0]), recorded[1]
+    assert listener_pid(gpu.port) == server
+    _kill_group(server)
+    # Another program now has the pid the file names (pids wrap; a reboot starts anew).
+    sleeper = subprocess.Popen(["sleep", "607"], start_new_session=True)
+    other = sleeper.pid
+    pid_file.write_text(f"{other} {start}\n")  # as the file reads once its pid is reused
+    try:
+        status = deploy("status")
+        assert f"pid {other}" not in status.output, status.output
+        again = deploy("apply", "sglang-flags", "-e", "set_flags=--mem-fraction-static 0.9",
+                       "--yes", "--json")  # fmt: skip
+        assert Path(f"/proc/{other}").exists(), "another program was stopped as the server"
+        assert f"pid {other}" not in again.output, again.output
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -37,6 +37,7 @@ def serving(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> 
     current = svc.current()
     if not current.running:
         return "not running"
+    svc.endpoint = endpoint_of_state(svc.spec, current)  # where it listens (its --host)
     try:
         answer = get(svc, svc.spec.health_path, timeout=10)
         health = f"health {svc.spec.health_path}: HTTP {answer.status}"

@@ -5,6 +5,7 @@ the host it leaves: which server serves, with which flags, where, and what the o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,3 +118,70 @@ def test_a_pid_file_naming_a_reused_pid_is_not_taken_for_the_server(make_gpu_hos
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_rollback_after_a_reboot_starts_the_old_server(serving_059: Any) -> None:
+    """The run succeeded, then the host rebooted: its server is gone, state_dir is not. The
+    rollback says nothing ran to stop and brings the old server back (exit 0)."""
+    gpu, deploy = serving_059
+    old = listener_cmdline(gpu.port)
+    applied = deploy("apply", "kimi-eagle3", "--yes")
+    assert applied.exit_code == 0, applied.output
+    new = listener_pid(gpu.port)
+    assert new is not None
+    _kill_group(new)  # the reboot
+    back = deploy("rollback", "--yes")
+    assert back.exit_code == 0, back.output
+    assert "sglang: nothing running to stop" in back.output
+    assert listener_cmdline(gpu.port) == old
+    assert "sglang: healthy" in deploy("status").output
+
+
+def test_a_second_run_while_the_first_waits_for_its_server_touches_nothing(
+    serving_059: Any,
+) -> None:
+    """A second apply (and a rollback) while the first holds the lock through its new server's
+    load: not attempted (exit 4), the first run ends as if alone."""
+    gpu, deploy = serving_059
+    gpu.configure(eagle3_load_seconds=15.0)
+    first = deploy.popen("apply", "kimi-eagle3", "--yes", "--json")
+    try:
+        pid_file = gpu.ssh.state_dir / "services" / "sglang.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the old server is stopped, the new one started: it loads
+        assert listener_pid(gpu.port) is None
+        loading = pid_file.read_text()
+        second = deploy("apply", "kimi-eagle3", "--yes")
+        assert second.exit_code == 4 and "nothing was done" in second.output, second.output
+        undo = deploy("rollback", "--yes")
+        assert undo.exit_code == 4 and "not attempted" in undo.output, undo.output
+        assert pid_file.read_text() == loading, "the loading server was left alone"
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, out + err
+
+
+def test_resolve_asks_a_keyed_server_on_one_address_where_it_listens(make_gpu_hosts: Any) -> None:
+    """After a failed undo (exit 3) a human restarts the keyed server on 127.0.0.7; `deploy
+    resolve` says what deploy sees: that server, healthy where it listens."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    flags = ["--host", ADDRESS, "--api-key", KEY]
+    gpu_host.start_old_server(gpu, address=ADDRESS, extra_args=flags)
+    gpu.configure(die_after_ready_seconds=0.0)  # every server dies once ready: the undo fails
+    failed = deploy("apply", "kimi-eagle3", "--yes", "--json", "-e", "sglang_ready_timeout=30",
+                    timeout=300)  # fmt: skip
+    assert failed.exit_code == 3, failed.output
+    run_id = report(failed.stdout)["run_id"]
+    for pid in gpu_host.listener_pids(gpu.port):
+        with contextlib.suppress(ProcessLookupError):
+            _kill_group(pid)
+    gpu.configure(die_after_ready_seconds=None)
+    gpu_host.start_old_server(gpu, address=ADDRESS, extra_args=flags)
+    resolved = deploy("resolve", run_id, "-m", "restarted by hand", "--yes")
+    assert resolved.exit_code == 0, resolved.output
+    assert f"sglang: pid {listener_pid(gpu.port)}" in resolved.stdout, resolved.output
+    assert "health /health_generate: HTTP 200" in resolved.stdout, resolved.output
+    assert KEY not in resolved.output

@@ -185,3 +185,38 @@ def test_resolve_asks_a_keyed_server_on_one_address_where_it_listens(make_gpu_ho
     assert f"sglang: pid {listener_pid(gpu.port)}" in resolved.stdout, resolved.output
     assert "health /health_generate: HTTP 200" in resolved.stdout, resolved.output
     assert KEY not in resolved.output
+
+
+def test_equals_forms_and_spaces_in_the_operators_flags(make_gpu_hosts: Any) -> None:
+    """An operator's server typed with ``--flag=value`` forms, a value with spaces, bound to
+    one address with its key in ``=`` form: the restart replaces the EAGLE-3 flags in place,
+    keeps the rest word for word, and a failed gate brings exactly that command line back."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    flags = [
+        f"--host={ADDRESS}", f"--api-key={KEY}", "--served-model-name", "kimi k2.5 (prod)",
+        "--speculative-algorithm=NEXTN", "--mem-fraction-static=0.85",
+    ]  # fmt: skip
+    gpu_host.start_old_server(gpu, address=ADDRESS, extra_args=flags)
+    old = listener_cmdline(gpu.port)
+    check = deploy("apply", "kimi-eagle3", "--check")
+    assert check.exit_code == 0, check.output
+    assert "--speculative-algorithm=NEXTN" in check.output and "EAGLE3" in check.output
+    gpu.configure(eagle3_tokens_per_s=80.0)  # EAGLE-3 slower: the gate fails
+    failed = deploy("apply", "kimi-eagle3", "--yes", "--json")
+    assert failed.exit_code == 1, failed.output
+    assert (
+        "throughput gate failed"
+        in step(report(failed.stdout)["hosts"][0], "gate_throughput")["summary"]
+    )
+    assert listener_cmdline(gpu.port) == old
+    gpu.configure(eagle3_tokens_per_s=320.0)
+    applied = deploy("apply", "kimi-eagle3", "--yes")
+    assert applied.exit_code == 0, applied.output
+    argv = listener_cmdline(gpu.port) or []
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert "--speculative-algorithm=NEXTN" not in argv
+    kept = [f"--host={ADDRESS}", f"--api-key={KEY}", "--mem-fraction-static=0.85"]
+    assert all(word in argv for word in kept)
+    assert argv[argv.index("--served-model-name") + 1] == "kimi k2.5 (prod)"
+    for output in (check.output, failed.output, applied.output):
+        assert KEY not in output

@@ -59,6 +59,18 @@ def keyed_unit(unit: Unit) -> list[str]:
     return argv
 
 
+def _unit_argv(unit: Unit) -> list[str]:
+    """The command line of the unit's main process, loading or serving ([] when none)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"sglang.launch_server" in words and str(unit.gpu.port).encode() in words:
+            return [w.decode() for w in words if w]
+    return []
+
+
 def test_a_units_keyed_server_on_one_address_is_measured_and_rolled_back_there(
     unit: Unit, tmp_path: Path
 ) -> None:
@@ -220,3 +232,27 @@ def test_equals_forms_and_spaces_in_the_operators_flags(make_gpu_hosts: Any) -> 
     assert argv[argv.index("--served-model-name") + 1] == "kimi k2.5 (prod)"
     for output in (check.output, failed.output, applied.output):
         assert KEY not in output
+
+
+def test_an_interrupt_while_a_units_new_server_loads(unit: Unit) -> None:
+    """SIGINT while the keyed unit's EAGLE-3 server loads: the loading unit is stopped at once,
+    deploy's drop-in put back, the old unit serves where it did (exit 1); a later `deploy
+    rollback` of that run has nothing to do and touches nothing."""
+    argv = keyed_unit(unit)
+    unit.gpu.configure(eagle3_load_seconds=120.0)
+    process = unit.deploy.popen("apply", "kimi-eagle3", "--yes", "--json")
+    deadline = time.monotonic() + 90
+    while "--speculative-algorithm" not in _unit_argv(unit) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    os.kill(process.pid, signal.SIGINT)
+    signalled = time.monotonic()
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, out + err
+    assert time.monotonic() - signalled < 60, "the load was waited out"
+    assert listener_cmdline(unit.gpu.port) == argv
+    assert status(f"http://{ADDRESS}:{unit.gpu.port}/server_info", KEY) == 200
+    assert not (unit.dropins / "90-deploy.conf").exists()
+    again = unit.deploy("rollback", "--yes")
+    assert again.exit_code == 0 and "was already rolled back" in again.output, again.output
+    assert listener_cmdline(unit.gpu.port) == argv

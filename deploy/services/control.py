@@ -173,7 +173,7 @@ class ServiceControl:
             StepFailed: the port is still held, or the GPUs are not released, in time.
         """
         done = self.manager.stop(state, timeout=timeout, drain=drain)
-        return done + self.wait_gpus_released()
+        return done + self.wait_gpus_released(state)
 
     def start(
         self,
@@ -201,9 +201,11 @@ class ServiceControl:
             user=user,
         )
 
-    def wait_gpus_released(self) -> str:
-        """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
-        return wait_gpus_released(self.remote, self.spec, self.driver)
+    def wait_gpus_released(self, state: ServiceState | None = None) -> str:
+        """Poll nvidia-smi until the GPUs of the server ``state`` describes (its
+        ``CUDA_VISIBLE_DEVICES``, else the service's ``gpus``) are free (bounded); '' when
+        not asked."""
+        return wait_gpus_released(self.remote, self.spec, self.driver, state)
 
     # -- logs ----------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from deploy.checks.nvidia_smi import (
     COMPUTE_APP_FIELDS,
@@ -48,6 +48,7 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.host import quote
 from deploy.services.control import ServiceControl
+from deploy.services.gpus import server_gpus
 from deploy.services.state import ServiceState
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import sha256
@@ -149,20 +150,6 @@ def _documents(text: str) -> list[dict[str, Any]]:
             return found
         if isinstance(document, dict):
             found.append(document)
-
-
-def server_gpus(state: ServiceState, spec: ServiceSpec) -> Literal["all"] | list[int] | None:
-    """The GPUs the server uses: its ``CUDA_VISIBLE_DEVICES`` (indices), else the service's
-    ``gpus`` (None: not asked to check GPUs)."""
-    if spec.gpus is None:
-        return None
-    visible = state.env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        try:
-            return [int(item) for item in visible.split(",") if item.strip()]
-        except ValueError:
-            return spec.gpus  # UUIDs or MIG names: the service's own selection decides
-    return spec.gpus
 
 
 def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) -> str | None:

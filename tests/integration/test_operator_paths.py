@@ -256,3 +256,29 @@ def test_an_interrupt_while_a_units_new_server_loads(unit: Unit) -> None:
     again = unit.deploy("rollback", "--yes")
     assert again.exit_code == 0 and "was already rolled back" in again.output, again.output
     assert listener_cmdline(unit.gpu.port) == argv
+
+
+def test_another_users_job_on_gpus_the_server_does_not_use(make_gpu_hosts: Any) -> None:
+    """A shared 8-GPU host: the server runs on GPUs 0,1 (CUDA_VISIBLE_DEVICES), someone's job
+    holds GPU 5. The check before the stop judges GPUs 0,1 and passes; the wait for the GPUs
+    after the stop must judge the same ones, not all eight (it waited out gpu_timeout for GPU 5
+    with the old server stopped, then rolled back: a restart that can never succeed there)."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    gpu_host.start_old_server(gpu, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    job = subprocess.Popen(["sleep", "611"], start_new_session=True)
+    try:
+        start = Path(f"/proc/{job.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        registry = gpu.ssh.root / "sglang" / ".standin-gpu"
+        registry.mkdir(exist_ok=True)
+        (registry / str(job.pid)).write_text(
+            json.dumps({"pid": job.pid, "name": "python3", "used_memory_mib": 30000,
+                        "gpu_index": 5, "start_time": int(start)})
+        )  # fmt: skip
+        result = deploy("apply", "kimi-eagle3", "--yes", "--json", timeout=400)
+        assert result.exit_code == 0, result.output
+        assert job.poll() is None, "the other job was left alone"
+        argv = listener_cmdline(gpu.port) or []
+        assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    finally:
+        job.kill()
+        job.wait()

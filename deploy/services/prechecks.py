@@ -13,6 +13,8 @@ load, then the old one's. Everything that can be known without stopping is check
 the server's own interpreter, environment and cwd (run by the process helper's ``pycheck``
 under the same trust rule as the ``imports`` lookup):
 
+- the server's working directory (`cwd_problem`): one removed since the server started
+  (``/proc`` shows ``PATH (deleted)``, a checkout made again) can start no server, new or old;
 - the draft model (``--speculative-draft-model-path``): a local path must be a directory
   holding ``config.json``; a Hugging Face id (``org/name``) passes;
 - the new command line against the server's own argument parser
@@ -219,6 +221,20 @@ def draft_path(argv: list[str]) -> str | None:
         if flag in DRAFT_FLAGS:
             found = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
     return found
+
+
+def cwd_problem(cwd: str | None) -> str | None:
+    """Why no server could start in ``cwd`` as /proc read it (the server's own), or None: a
+    directory removed after the server started reads ``PATH (deleted)`` (a new one at PATH is
+    another directory, judged by no check made of this server)."""
+    if not cwd or not cwd.endswith(" (deleted)"):
+        return None
+    return (
+        f"the server's working directory {cwd.removesuffix(' (deleted)')} was removed after it "
+        "started (/proc shows it deleted): neither the new server nor, on a failure, the old "
+        "one could be started there again; restart the server by hand from an existing "
+        "directory first"
+    )
 
 
 def draft_problem(remote: Host, argv: list[str], cwd: str | None) -> str | None:

@@ -254,8 +254,9 @@ class ServiceStep(Step[ServiceArgsT]):
 
     def _before_stop(self, ctx: StepContext, svc: ServiceControl, state: ServiceState) -> None:
         """Checks of the new server that need no stop (`deploy.services.prechecks`), made
-        before anything is touched when the server will be replaced: the draft model, and
-        the new command line against the server's own argument parser.
+        before anything is touched when the server will be replaced: its working directory
+        still there, the draft model, and the new command line against the server's own
+        argument parser.
 
         Raises:
             NothingTouched: a check refused; nothing was stopped or changed (exit 4).
@@ -268,7 +269,9 @@ class ServiceStep(Step[ServiceArgsT]):
         want = checked(state, self.args.changes(), svc.spec)
         if want is None or want.satisfied:
             return  # a template's server, or nothing to restart unless a file changes
-        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
+        problem = prechecks.cwd_problem(want.cwd)
+        if problem is None:
+            problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
         if problem is None:
             problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
         if problem is None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -282,3 +284,26 @@ def test_another_users_job_on_gpus_the_server_does_not_use(make_gpu_hosts: Any) 
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_server_whose_working_directory_was_removed_is_refused_saying_so(
+    make_gpu_hosts: Any,
+) -> None:
+    """The operator started the server from a directory that was since removed and made again
+    (a fresh checkout): /proc shows its cwd as 'PATH (deleted)'. Neither the new server nor the
+    undo could start there: refused before the stop, naming the directory (it said 'cannot run
+    PYTHON: No such file or directory', about an interpreter that exists)."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    run = gpu.ssh.root / "checkout"
+    run.mkdir()
+    root = f"cd {shlex.quote(str(gpu.ssh.root))} ;"
+    gpu_host.run_by_hand(gpu, gpu.old_server_command().replace(root, f"cd {run} ;"))
+    gpu_host.wait_healthy(gpu.port)
+    pid = listener_pid(gpu.port)
+    shutil.rmtree(run)
+    run.mkdir()
+    result = deploy("apply", "sglang-flags", "-e", "set_flags=--mem-fraction-static 0.8", "--yes")
+    assert result.exit_code == 4, result.output
+    assert f"working directory {run} was removed" in result.output, result.output
+    assert "cannot run" not in result.output
+    assert listener_pid(gpu.port) == pid, "nothing was stopped"

@@ -24,7 +24,10 @@ under the same trust rule as the ``imports`` lookup):
   costs seconds; bounded in time, with progress (importing sglang pulls in torch);
 - the GPUs the server uses (its ``CUDA_VISIBLE_DEVICES``, or all): a compute process on them
   outside the server's own process tree (another user's job) would fail the after-stop memory
-  check, so it is found now.
+  check, so it is found now. With no server running, a start is refused while a compute
+  process holds the service's GPUs: a server started by hand still loading (SGLang binds its
+  port once loaded) would otherwise get a second one beside it, and an undo that is not its
+  own to make.
 """
 
 from __future__ import annotations
@@ -157,9 +160,11 @@ def _documents(text: str) -> list[dict[str, Any]]:
 def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) -> str | None:
     """A compute process on the server's GPUs outside its own process tree (its session or
     process group): another user's job. After the stop the GPU would not be released, and the
-    run would fail there with the old server already stopped; so it is found now."""
+    run would fail there with the old server already stopped; so it is found now. With no
+    server running, any compute process on the service's GPUs: a server still loading (not
+    listening yet) or another job, beside which a server must not be started."""
     gpus = server_gpus(state, spec)
-    if gpus is None or not state.running:
+    if gpus is None:
         return None
     smi = quote(spec.nvidia_smi)
     command = (
@@ -196,7 +201,16 @@ def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) ->
         pgid, sid, uid = owners.get(app.pid, (None, None, None))
         if (state.sid and sid == state.sid) or (state.pgid and pgid == state.pgid):
             continue  # the server's own scheduler
+        if pgid is not None and pgid in state.leftover_pgids:
+            continue  # a dead server's orphan on the port: the stop reaps it
         memory = f"{app.used_memory_mib} MiB" if app.used_memory_mib is not None else "memory"
+        if not state.running:
+            return (
+                f"no server listens on port {spec.port}, yet GPU {index} is used by pid "
+                f"{app.pid} ({app.process_name}, uid {uid}, {memory}): a server still loading "
+                "(SGLang binds its port once loaded), a dead server's orphan or another job; "
+                "a server started now would not get the GPU"
+            )
         return (
             f"GPU {index} is used by pid {app.pid} ({app.process_name}, uid {uid}, {memory}), "
             "outside the server's process tree (another user's job?): after the stop the GPU "

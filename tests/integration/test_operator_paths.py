@@ -21,6 +21,8 @@ from typing import Any
 from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import listener_cmdline, listener_pid
 from tests.integration import test_systemd
+from tests.integration.conftest import sha256
+from tests.integration.test_interrupts import _servers
 from tests.integration.test_systemd import UNIT, Unit
 
 #: A sandbox host whose SGLang runs as the systemd unit (test_systemd's fixture).
@@ -307,3 +309,28 @@ def test_a_server_whose_working_directory_was_removed_is_refused_saying_so(
     assert f"working directory {run} was removed" in result.output, result.output
     assert "cannot run" not in result.output
     assert listener_pid(gpu.port) == pid, "nothing was stopped"
+
+
+def test_a_server_still_loading_when_the_run_begins_is_left_to_load(make_gpu_hosts: Any) -> None:
+    """The operator has just started the server by hand: it loads, holding its GPUs, and does
+    not listen yet (SGLang binds its port once loaded). The run saw 'not running', waited out
+    gpu_timeout for those GPUs, then refused to undo beside the server that had meanwhile bound
+    the port (exit 3, the patched file left in place). It must fail before it stops or starts
+    anything, say why, and put the file back (exit 1), the loading server untouched."""
+    (gpu,), deploy = make_gpu_hosts(["0.5.9"])
+    original = sha256(gpu.model_file)
+    gpu.configure(load_seconds=20.0)
+    gpu_host.run_by_hand(gpu, gpu.old_server_command())
+    deadline = time.monotonic() + 10
+    while not _servers(gpu.port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hand = _servers(gpu.port)
+    result = deploy("apply", "kimi-eagle3", "--yes", "--json", timeout=300)
+    assert result.exit_code == 1, result.output
+    host = report(result.stdout)["hosts"][0]
+    assert host["outcome"] == "rolled back", host
+    assert "a server still loading" in host["error"], host["error"]
+    assert sha256(gpu.model_file) == original
+    assert _servers(gpu.port) == hand, "no server stopped or started beside it"
+    gpu_host.wait_healthy(gpu.port, 60)
+    assert listener_pid(gpu.port) == hand[0]

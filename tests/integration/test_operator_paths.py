@@ -334,3 +334,28 @@ def test_a_server_still_loading_when_the_run_begins_is_left_to_load(make_gpu_hos
     assert _servers(gpu.port) == hand, "no server stopped or started beside it"
     gpu_host.wait_healthy(gpu.port, 60)
     assert listener_pid(gpu.port) == hand[0]
+
+
+def test_an_interrupt_during_the_baseline_changes_nothing(serving_059: Any) -> None:
+    """Ctrl-C while the old server is measured (the gate's baseline, taken just before the
+    run's first change): the run must not go on to make that change (it patched the file after
+    the signal, then rolled it back): nothing changed, said so, the old server untouched."""
+    gpu, deploy = serving_059
+    pid = listener_pid(gpu.port)
+    original = sha256(gpu.model_file)
+    gpu.configure(tokens_per_s=20.0)  # 3 s a request: the baseline takes a while
+    log = gpu.ssh.root / "manual-sglang.log"
+    process = deploy.popen("apply", "kimi-eagle3", "--yes", "--json")
+    deadline = time.monotonic() + 60
+    while "POST /generate" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # inside the baseline's first batch
+    os.kill(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, out + err
+    host = report(out)["hosts"][0]
+    assert "nothing was changed" in host["error"], host["error"]
+    assert host["changed_files"] == [], host
+    assert not any(s["status"] == "changed" for s in host["steps"]), host["steps"]
+    assert sha256(gpu.model_file) == original
+    assert listener_pid(gpu.port) == pid

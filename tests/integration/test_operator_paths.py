@@ -359,3 +359,26 @@ def test_an_interrupt_during_the_baseline_changes_nothing(serving_059: Any) -> N
     assert not any(s["status"] == "changed" for s in host["steps"]), host["steps"]
     assert sha256(gpu.model_file) == original
     assert listener_pid(gpu.port) == pid
+
+
+def test_a_rollback_does_not_load_a_units_unreviewed_edits(unit: Unit) -> None:
+    """After the run, the operator edits their own drop-in and has not reloaded systemd. The
+    apply refuses that (its daemon-reload would deploy the edit unreviewed); the rollback's
+    daemon-reload loaded it silently and restarted the unit with it. It must refuse before it
+    touches anything, saying why, and go through once the operator has reloaded."""
+    unit.systemctl("start", UNIT)
+    gpu_host.wait_healthy(unit.gpu.port)
+    applied = unit.deploy("apply", "kimi-eagle3", "--yes")
+    assert applied.exit_code == 0, applied.output
+    serving = listener_pid(unit.gpu.port)
+    (unit.dropins / "override.conf").write_text('[Service]\nEnvironment="OPERATOR=2"\n')
+    refused = unit.deploy("rollback", "--yes")
+    assert refused.exit_code != 0, refused.output
+    assert "NeedDaemonReload=yes" in refused.output, refused.output
+    assert listener_pid(unit.gpu.port) == serving, "nothing was stopped"
+    assert (unit.dropins / "90-deploy.conf").exists(), "nothing was restored"
+    unit.systemctl("daemon-reload")  # the operator reviewed the edit and loaded it
+    back = unit.deploy("rollback", "--yes")
+    assert back.exit_code == 0, back.output
+    assert not (unit.dropins / "90-deploy.conf").exists()
+    assert "--speculative-algorithm" not in _unit_argv(unit)

@@ -1,6 +1,7 @@
 """Scenarios an operator on a shared 8-GPU host meets, combining what other tests cover one at a
-time (an operator's review of the service paths), over real sshd with the SGLang stand-in. Each test judges the run by
-the host it leaves: which server serves, with which flags, where, and what the output said.
+time (an operator's review of the service paths), over real sshd with the SGLang stand-in.
+Each test judges the run by the host it leaves: which server serves, with which flags, where,
+and what the output said.
 """
 
 from __future__ import annotations

@@ -102,7 +102,8 @@ class ServiceSpec(_Strict):
     )
     gpus: Literal["all"] | list[int] | None = Field(
         default=None,
-        description="GPUs the server uses: after a stop, wait until nvidia-smi shows them free.",
+        description="GPUs the server uses where its own CUDA_VISIBLE_DEVICES does not say "
+        "(which then decides): after a stop, wait until nvidia-smi shows them free.",
     )
     gpu_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for GPUs to free.")
     gpu_threshold_mib: int = Field(

@@ -79,10 +79,10 @@ def _handlers(
         by_op.setdefault(str(event.get("op")), []).append(event)
         newest[str(event.get("op"))] = position
     handlers: list[tuple[RecordUndo, list[dict[str, Any]]]] = []
-    for op, events in by_op.items():
+    for op, records in by_op.items():
         kind = undo_for(op)
         if kind is None:
-            raise _refuse(remote, run_id, f"it has a change this version cannot undo: {events[0]}")
+            raise _refuse(remote, run_id, f"it has a change this version cannot undo: {records[0]}")
         handler = kind(
             remote,
             state_dir,
@@ -90,9 +90,9 @@ def _handlers(
             force=force,
             saved_copy=lambda digest: read_copy(remote, state_dir, run_id, digest),
             note=note,
-            journal=events,
+            journal=events,  # the run's every record: what its changes produced
         )
-        handlers.append((handler, events))
+        handlers.append((handler, records))
     # Within a phase, the kind of change made last is undone first.
     return sorted(handlers, key=lambda pair: (pair[0].phase, -newest[pair[0].op]))
 

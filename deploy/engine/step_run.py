@@ -46,6 +46,7 @@ from deploy.errors import (
     CheckFailed,
     DeployError,
     HostUnreachable,
+    Interrupted,
     NothingTouched,
     ServiceUnsupported,
 )
@@ -173,6 +174,10 @@ def _before_first_change(run: _Run) -> None:
                 step.before_first_change(ctx)
     finally:
         ctx.phase, ctx.step_index = phase, index
+    if run.options.cancel.is_set():  # came while the old server was measured: change nothing
+        raise Interrupted(
+            f"{run.options.cancel.reason} before the first change: nothing was changed"
+        )
 
 
 def _run_step(run: _Run, position: int, index: int, entry: Any) -> bool:

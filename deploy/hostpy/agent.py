@@ -8,7 +8,7 @@ every Linux host (no ``ss``, ``lsof`` or ``pgrep``). Operations:
 ``probe {port, pid_file, prefix, imports?, fallback?}``
     Who listens on the port (pid, group, session, command line, cwd, environment,
     interpreter, and every address:port each listens on) and the process whose pid
-    ``pid_file`` holds, if alive. With ``imports`` ({module: file}): where the server's own
+    ``pid_file`` holds, if alive and started when the file says. With ``imports`` ({module: file}): where the server's own
     interpreter, environment and cwd (else ``fallback``'s) find each module, without
     importing it or its packages, compared with the file after realpath.
 ``stop {pids, pgids, sids, port, timeout, drain_pids?, drain_timeout?}``
@@ -59,9 +59,11 @@ def probe(args):
     port = int(args["port"])
     table = _listen_table()
     listeners = [item for item in (_describe(pid, table) for pid in _listeners(port)) if item]
-    raw = (_read(args.get("pid_file") or "") or "").strip()
-    recorded = int(raw) if raw.isdecimal() else None
+    raw = (_read(args.get("pid_file") or "") or "").split()  # "PID START": start in ticks
+    recorded = int(raw[0]) if raw and raw[0].isdecimal() else None
     process = _describe(recorded, table) if recorded and _alive(recorded) else None
+    if process and len(raw) > 1 and raw[1] != str(process["start"]):
+        process = None  # the pid is another process's now (pids wrap; a reboot starts anew)
     for info in [process, *listeners]:
         if info and not _titled_by(info, args.get("prefix")):
             # Why starting it again as it runs (same argv, env, cwd and user) would not be safe.
@@ -253,13 +255,14 @@ def start(args):
                 "error": f"cannot start {argv[0]}{who}: {getattr(exc, 'strerror', None) or exc}"
             }
     tmp = args["pid_file"] + ".tmp"  # its one client always names one
+    start = (_stat_fields(child.pid) or {}).get("start")
     with open(tmp, "w") as handle:
-        handle.write(f"{child.pid}\n")
+        handle.write(f"{child.pid} {start}\n" if start is not None else f"{child.pid}\n")
     os.replace(tmp, args["pid_file"])
     child.returncode = 0  # detached on purpose: silence Popen's "still running" warning
     return {
         "pid": child.pid,  # its group and session too (start_new_session)
-        "start": (_stat_fields(child.pid) or {}).get("start"),
+        "start": start,
         "log_offset": offset,
         "argv": argv,
         "user": user or None,

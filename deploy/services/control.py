@@ -97,8 +97,16 @@ class ServiceControl:
     # -- state ---------------------------------------------------------------------------------
 
     def current(self) -> ServiceState:
-        """What runs now: our own server (pid file), else whatever listens on the port."""
-        return self.manager.current()
+        """What runs now: our own server (pid file), else whatever listens on the port. A
+        unit's server (systemd's view has only its pid) gets where it listens, its command
+        line and environment from the process helper's view of the port: its address and
+        API key, which the baseline, the drain and the undo's wait ask it with."""
+        state = self.manager.current()
+        if state.running and self.manager is not self.process:
+            seen = identity.state_from_probe(self.process.probe(), self.spec.process_prefix)
+            if seen.running:
+                state.listen, state.argv, state.env = seen.listen, seen.argv, seen.env
+        return state
 
     def resolve_imports(
         self, imports: dict[str, str], fallback: dict[str, Any]
@@ -165,7 +173,7 @@ class ServiceControl:
             StepFailed: the port is still held, or the GPUs are not released, in time.
         """
         done = self.manager.stop(state, timeout=timeout, drain=drain)
-        return done + self.wait_gpus_released()
+        return done + self.wait_gpus_released(state)
 
     def start(
         self,
@@ -193,9 +201,11 @@ class ServiceControl:
             user=user,
         )
 
-    def wait_gpus_released(self) -> str:
-        """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked."""
-        return wait_gpus_released(self.remote, self.spec, self.driver)
+    def wait_gpus_released(self, state: ServiceState | None = None) -> str:
+        """Poll nvidia-smi until the GPUs of the server ``state`` describes (its
+        ``CUDA_VISIBLE_DEVICES``, else the service's ``gpus``) are free (bounded); '' when
+        not asked."""
+        return wait_gpus_released(self.remote, self.spec, self.driver, state)
 
     # -- logs ----------------------------------------------------------------------------------
 

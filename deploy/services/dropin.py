@@ -51,12 +51,15 @@ the change survives a later ``systemctl restart``. Undo puts the drop-in back by
 ``reset-failed`` (a crash loop's start limit cannot block it) and ``start``.
 
 Refused before anything is touched (exit 4): a unit with edits systemd has not loaded
-(``NeedDaemonReload=yes``), since deploy's ``daemon-reload`` would deploy them unreviewed.
+(``NeedDaemonReload=yes``), since deploy's ``daemon-reload`` would deploy them unreviewed;
+``deploy rollback`` refuses them the same way (touching nothing) once the run's own reload
+was made, rather than load them with deploy's drop-in put back.
 Said as a note in the plan and the report: a ``TimeoutStopSec`` shorter than the service's
 ``drain_timeout`` (systemd's stop is then the drain, and kills the server at its end). Who
 holds the port is judged as for any server (the rule above), with the unit's ``User=``
-counting as the service naming that user: systemd starts the server again as it. Not yet for a
-unit: the checks before the stop that run the new command line (draft model, argparse).
+counting as the service naming that user: systemd starts the server again as it. The checks
+before the stop that run the new command line (draft model, argparse) run on the unit's
+server as the kernel shows it, as for any server.
 """
 
 #: deploy's drop-in, in ``UNIT.d/``: after an operator's ``override.conf`` and ``50-*.conf``.

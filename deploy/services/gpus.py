@@ -1,11 +1,14 @@
-"""After a stop: wait until nvidia-smi shows the service's GPUs released (bounded).
+"""After a stop: wait until nvidia-smi shows the server's GPUs released (bounded).
 
 A GPU still held by a dying scheduler would only fail the new server after its full model load.
+The server's GPUs are the ones it can see (`server_gpus`): the wait after the stop judges the
+GPUs the check before it judged, so another user's job on the host's other GPUs fails neither.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from deploy.checks.nvidia_smi import (
     COMPUTE_APP_FIELDS,
@@ -18,13 +21,35 @@ from deploy.config.services import ServiceSpec
 from deploy.errors import CheckFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.host import quote
+from deploy.services.state import ServiceState
 
 
-def wait_gpus_released(remote: Host, spec: ServiceSpec, driver: list[str] | None = None) -> str:
-    """Poll nvidia-smi until the service's GPUs are free (bounded); '' when not asked. The
-    GPU driver's version, asked in the same exec, is appended to ``driver`` (for the report:
-    no command of its own after the restart)."""
+def server_gpus(state: ServiceState, spec: ServiceSpec) -> Literal["all"] | list[int] | None:
+    """The GPUs the server uses: its ``CUDA_VISIBLE_DEVICES`` (indices), else the service's
+    ``gpus`` (None: not asked to check GPUs)."""
     if spec.gpus is None:
+        return None
+    visible = state.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        try:
+            return [int(item) for item in visible.split(",") if item.strip()]
+        except ValueError:
+            return spec.gpus  # UUIDs or MIG names: the service's own selection decides
+    return spec.gpus
+
+
+def wait_gpus_released(
+    remote: Host,
+    spec: ServiceSpec,
+    driver: list[str] | None = None,
+    state: ServiceState | None = None,
+) -> str:
+    """Poll nvidia-smi until the GPUs of the server ``state`` describes (`server_gpus`; without
+    it the service's ``gpus``) are free (bounded); '' when not asked. The GPU driver's version,
+    asked in the same exec, is appended to ``driver`` (for the report: no command of its own
+    after the restart)."""
+    gpus = server_gpus(state, spec) if state is not None else spec.gpus
+    if gpus is None:
         return ""
     smi = quote(spec.nvidia_smi)
     command = (
@@ -47,7 +72,7 @@ def wait_gpus_released(remote: Host, spec: ServiceSpec, driver: list[str] | None
         try:
             released, why = gpus_released(
                 parse_compute_apps(apps_text),
-                spec.gpus,
+                gpus,
                 parse_query_gpu(gpu_text),
                 threshold_mib=spec.gpu_threshold_mib,
             )

@@ -20,8 +20,10 @@ from deploy.services.state import ServiceState, ids_from_helper
 IDENTITY_RULE = """
 Before a restart or stop touches anything (the run's preflight), deploy's process helper lists
 every process listening on the service's port, in every address family (``/proc/net/tcp`` and
-``tcp6``), and the process of deploy's own pid file. They must be one process tree (one
-session: a server and the ``sglang::`` children it started share it) of one user; otherwise
+``tcp6``), and the process of deploy's own pid file (its pid and start time: a pid reused by
+another program after the server died or the host rebooted is not it). They must be one
+process tree (one session: a server and the ``sglang::`` children it started share it) of one
+user; otherwise
 the host is not attempted (exit 4) and each tree is named with its pid, user and command line
 — another user's program on ``[::1]:PORT`` beside root's server on ``127.0.0.1:PORT`` is never
 taken for the server. That user must be the one deploy acts as (the login user, or the become

@@ -13,6 +13,8 @@ load, then the old one's. Everything that can be known without stopping is check
 the server's own interpreter, environment and cwd (run by the process helper's ``pycheck``
 under the same trust rule as the ``imports`` lookup):
 
+- the server's working directory (`cwd_problem`): one removed since the server started
+  (``/proc`` shows ``PATH (deleted)``, a checkout made again) can start no server, new or old;
 - the draft model (``--speculative-draft-model-path``): a local path must be a directory
   holding ``config.json``; a Hugging Face id (``org/name``) passes;
 - the new command line against the server's own argument parser
@@ -22,7 +24,10 @@ under the same trust rule as the ``imports`` lookup):
   costs seconds; bounded in time, with progress (importing sglang pulls in torch);
 - the GPUs the server uses (its ``CUDA_VISIBLE_DEVICES``, or all): a compute process on them
   outside the server's own process tree (another user's job) would fail the after-stop memory
-  check, so it is found now.
+  check, so it is found now. With no server running, a start is refused while a compute
+  process holds the service's GPUs: a server started by hand still loading (SGLang binds its
+  port once loaded) would otherwise get a second one beside it, and an undo that is not its
+  own to make.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from deploy.checks.nvidia_smi import (
     COMPUTE_APP_FIELDS,
@@ -48,6 +53,7 @@ from deploy.errors import CheckFailed, StepFailed
 from deploy.remote.api import Host
 from deploy.remote.host import quote
 from deploy.services.control import ServiceControl
+from deploy.services.gpus import server_gpus
 from deploy.services.state import ServiceState
 from deploy.statedir.layout import Layout
 from deploy.statedir.records import sha256
@@ -151,26 +157,14 @@ def _documents(text: str) -> list[dict[str, Any]]:
             found.append(document)
 
 
-def server_gpus(state: ServiceState, spec: ServiceSpec) -> Literal["all"] | list[int] | None:
-    """The GPUs the server uses: its ``CUDA_VISIBLE_DEVICES`` (indices), else the service's
-    ``gpus`` (None: not asked to check GPUs)."""
-    if spec.gpus is None:
-        return None
-    visible = state.env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        try:
-            return [int(item) for item in visible.split(",") if item.strip()]
-        except ValueError:
-            return spec.gpus  # UUIDs or MIG names: the service's own selection decides
-    return spec.gpus
-
-
 def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) -> str | None:
     """A compute process on the server's GPUs outside its own process tree (its session or
     process group): another user's job. After the stop the GPU would not be released, and the
-    run would fail there with the old server already stopped; so it is found now."""
+    run would fail there with the old server already stopped; so it is found now. With no
+    server running, any compute process on the service's GPUs: a server still loading (not
+    listening yet) or another job, beside which a server must not be started."""
     gpus = server_gpus(state, spec)
-    if gpus is None or not state.running:
+    if gpus is None:
         return None
     smi = quote(spec.nvidia_smi)
     command = (
@@ -207,7 +201,16 @@ def foreign_gpu_problem(remote: Host, spec: ServiceSpec, state: ServiceState) ->
         pgid, sid, uid = owners.get(app.pid, (None, None, None))
         if (state.sid and sid == state.sid) or (state.pgid and pgid == state.pgid):
             continue  # the server's own scheduler
+        if pgid is not None and pgid in state.leftover_pgids:
+            continue  # a dead server's orphan on the port: the stop reaps it
         memory = f"{app.used_memory_mib} MiB" if app.used_memory_mib is not None else "memory"
+        if not state.running:
+            return (
+                f"no server listens on port {spec.port}, yet GPU {index} is used by pid "
+                f"{app.pid} ({app.process_name}, uid {uid}, {memory}): a server still loading "
+                "(SGLang binds its port once loaded), a dead server's orphan or another job; "
+                "a server started now would not get the GPU"
+            )
         return (
             f"GPU {index} is used by pid {app.pid} ({app.process_name}, uid {uid}, {memory}), "
             "outside the server's process tree (another user's job?): after the stop the GPU "
@@ -232,6 +235,20 @@ def draft_path(argv: list[str]) -> str | None:
         if flag in DRAFT_FLAGS:
             found = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
     return found
+
+
+def cwd_problem(cwd: str | None) -> str | None:
+    """Why no server could start in ``cwd`` as /proc read it (the server's own), or None: a
+    directory removed after the server started reads ``PATH (deleted)`` (a new one at PATH is
+    another directory, judged by no check made of this server)."""
+    if not cwd or not cwd.endswith(" (deleted)"):
+        return None
+    return (
+        f"the server's working directory {cwd.removesuffix(' (deleted)')} was removed after it "
+        "started (/proc shows it deleted): neither the new server nor, on a failure, the old "
+        "one could be started there again; restart the server by hand from an existing "
+        "directory first"
+    )
 
 
 def draft_problem(remote: Host, argv: list[str], cwd: str | None) -> str | None:

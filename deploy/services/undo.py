@@ -37,6 +37,7 @@ def serving(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> 
     current = svc.current()
     if not current.running:
         return "not running"
+    svc.endpoint = endpoint_of_state(svc.spec, current)  # where it listens (its --host)
     try:
         answer = get(svc, svc.spec.health_path, timeout=10)
         health = f"health {svc.spec.health_path}: HTTP {answer.status}"
@@ -56,8 +57,8 @@ def whose(
     """Before an undo touches anything: is what serves ``name`` now the run's to stop?
 
     The run's own server (pid and start time as its ``done`` record has them, or — the run
-    cut between the start and that record — the one deploy's pid file names) is stopped and
-    the old server started again. The old server itself, never stopped (the run was cut
+    cut between the start and that record, or an undo cut after it started the old server
+    again — the one deploy's pid file names) is stopped and the old server started again. The old server itself, never stopped (the run was cut
     before its stop), is left running: returned is the line that says so. Anything else —
     a server someone started by hand to recover — is not this undo's to stop or restart.
 
@@ -74,14 +75,26 @@ def whose(
         return f"{name}: the old server (pid {current.pid}) was never stopped; left running"
     if started and current.same_process(started.get("pid"), started.get("start")):
         return None
-    if not started and current.origin == "deploy":
-        return None  # cut between its start and its record: the pid file names it
+    if current.origin == "deploy":
+        # deploy's pid file names it (pid and start time): this run's server cut between its
+        # start and its record, or the old one an interrupted undo of this run started again
+        return None
     ours = f"pid {started.get('pid')}" if started and started.get("pid") else "no server"
     raise RollbackFailed(
         f"{name} is served by {current.describe()}, which run {run_id} did not start (it "
         f"started {ours}): not stopping or restarting a server someone else started. If the "
         f"host is as it should be, record it with `deploy resolve {run_id} -m WHY`"
     )
+
+
+def reload_refusal(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str | None:
+    """Why the undo's ``daemon-reload`` (which loads deploy's drop-in put back) would also
+    deploy someone's unreviewed edit of a unit's files (``NeedDaemonReload=yes`` once the run's
+    own reload was made), or None; the restart refuses the same edits before its reload."""
+    manager = _control(remote, state_dir, name, record).manager
+    if not isinstance(manager, SystemdManager):
+        return None
+    return manager.reload_problem()
 
 
 def stop_current(remote: Host, state_dir: str, name: str, record: dict[str, Any]) -> str:

@@ -205,6 +205,12 @@ class ServiceStep(Step[ServiceArgsT]):
                     svc, sorted(self.args.imports), python=python, env=new.env, cwd=new.cwd,
                     pid=state.pid, note=ctx.note,
                 )  # fmt: skip
+        if self.starts and not state.running:  # nothing to stop: are the GPUs free to start?
+            from deploy.services.prechecks import foreign_gpu_problem
+
+            problem = foreign_gpu_problem(ctx.remote, svc.spec, state)
+            if problem:
+                raise StepFailed(f"{ctx.host}: {problem}; nothing was stopped or started")
         before_change(ctx)
         ctx.journal.write(
             {

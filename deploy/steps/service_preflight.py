@@ -77,10 +77,8 @@ def preflight(ctx: StepContext, args: ServiceArgs, *, stops: bool) -> None:
             runtime(ctx, name)["imports_ran_as"] = ran
             ctx.note(f"{name}: the module lookup ran {ran}")
     else:
-        state = svc.current()
+        state = svc.current()  # a unit's server: probed too (who holds the port)
         _refuse_unsupported(ctx, svc, state)
-        if svc.spec.manager == "systemd" and state.running:
-            svc.process.probe()  # who holds the port: the unit's server, as its User=
         svc.refuse_stranger(restart=restart is not None)
         _systemd_preflight(ctx, svc, restart)
         if restart is None:
@@ -91,7 +89,7 @@ def preflight(ctx: StepContext, args: ServiceArgs, *, stops: bool) -> None:
         drift = drift_problem(ctx.remote, ctx.state_dir, state, sorted(restart.imports.values()))
         if drift:
             raise NothingTouched(f"{ctx.host}: {name}: {drift}; nothing was stopped or changed")
-    if not state.argv and svc.process.last_probe is not None:
+    if state.origin == "systemd" and svc.process.last_probe is not None:
         # A unit's server (systemd's view has no command line): the process as the kernel
         # shows it, whose command line the checks before the stop start from.
         from deploy.services.identity import state_from_probe
@@ -105,8 +103,9 @@ def _before_stop(
     ctx: StepContext, svc: ServiceControl, args: RestartArgs, state: ServiceState
 ) -> None:
     """Checks of the new server that need no stop (`deploy.services.prechecks`), made
-    before anything is touched when the server will be replaced: the draft model, and
-    the new command line against the server's own argument parser.
+    before anything is touched when the server will be replaced: its working directory
+    still there, the draft model, and the new command line against the server's own
+    argument parser.
 
     Raises:
         NothingTouched: a check refused; nothing was stopped or changed (exit 4).
@@ -117,7 +116,9 @@ def _before_stop(
     want = checked(state, args.changes(), svc.spec)
     if want is None or want.satisfied:
         return  # a template's server, or nothing to restart unless a file changes
-    problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
+    problem = prechecks.cwd_problem(want.cwd)
+    if problem is None:
+        problem = prechecks.draft_problem(ctx.remote, want.argv, want.cwd)
     if problem is None:
         problem = prechecks.foreign_gpu_problem(ctx.remote, svc.spec, state)
     if problem is None:

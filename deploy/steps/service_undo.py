@@ -29,18 +29,26 @@ class ServiceUndo(RecordUndo):
         return services
 
     def check(self, records: list[dict[str, Any]]) -> None:
-        """The old server's executable and working directory must still exist, and what serves
-        now must be a server this run started (or the old one, never stopped).
+        """The old server's executable and working directory must still exist, what serves
+        now must be a server this run started (or the old one, never stopped), and a unit's
+        files must hold no edit systemd has not loaded (the undo reloads them).
 
         Raises:
             RollbackFailed: one is gone, so the old server could not be started again; or a
-                server this run did not start serves now (`deploy.services.undo.whose`).
+                server this run did not start serves now (`deploy.services.undo.whose`); or a
+                unit has unloaded edits (`deploy.services.undo.reload_refusal`).
         """
-        from deploy.services.undo import whose
+        from deploy.services.undo import reload_refusal, whose
 
         #: Services whose old server still runs (the run never stopped it): left alone.
         self.untouched: dict[str, str] = {}
         for name, first in self._first(records).items():
+            if (first.get("spec") or {}).get("manager") == "systemd" and self._started(name):
+                # The run's own reload was made (it started the unit after it): unloaded
+                # edits now are someone else's, which the undo's reload would deploy.
+                problem = reload_refusal(self.remote, self.state_dir, name, first)
+                if problem:
+                    raise RollbackFailed(f"{problem}; then run the rollback again")
             verdict = whose(
                 self.remote, self.state_dir, name, first, self._started(name), self.run_id
             )

@@ -203,6 +203,17 @@ def wait_healthy(port: int, timeout: float = 30.0, *, address: str = "127.0.0.1"
     raise TimeoutError(f"stand-in on port {port} not healthy after {timeout:g} s")
 
 
+def hold_gpu(gpu: GpuHost, pid: int, index: int, mib: int = 30000) -> None:
+    """Show process ``pid`` on the fake GPU ``index`` with ``mib`` of memory, as nvidia-smi
+    shows another user's job: an entry in the stand-in's GPU registry, with its start time so
+    that a reused pid is not taken for it."""
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    registry = gpu.ssh.root / "sglang" / ".standin-gpu"
+    registry.mkdir(exist_ok=True)
+    entry = {"pid": pid, "name": "python3", "used_memory_mib": mib, "gpu_index": index}
+    (registry / str(pid)).write_text(json.dumps({**entry, "start_time": start}))
+
+
 def listener_pid(port: int) -> int | None:
     """The pid of a process listening on ``port`` on this machine (the tests' oracle)."""
     pids = listener_pids(port)

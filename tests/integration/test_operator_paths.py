@@ -7,15 +7,12 @@ and what the output said.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import shutil
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +21,13 @@ from deploy.sandbox.gpu_host import listener_cmdline, listener_pid
 from tests.integration import test_systemd
 from tests.integration.conftest import sha256
 from tests.integration.test_interrupts import _servers
+from tests.integration.test_service_endpoint import report, status, step
 from tests.integration.test_systemd import UNIT, Unit
 
 #: A sandbox host whose SGLang runs as the systemd unit (test_systemd's fixture).
 unit = test_systemd.unit
 ADDRESS = "127.0.0.7"
 KEY = "sk-operator-unit-key-never-printed"
-
-
-def report(stdout: str) -> dict[str, Any]:
-    return dict(json.loads(stdout))
-
-
-def step(host: dict[str, Any], kind: str) -> dict[str, Any]:
-    return dict(next(s for s in host["steps"] if s["kind"] == kind))
-
-
-def status(url: str, key: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as error:
-        error.close()
-        return int(error.code)
 
 
 def keyed_unit(unit: Unit) -> list[str]:
@@ -272,13 +250,7 @@ def test_another_users_job_on_gpus_the_server_does_not_use(make_gpu_hosts: Any) 
     gpu_host.start_old_server(gpu, env={"CUDA_VISIBLE_DEVICES": "0,1"})
     job = subprocess.Popen(["sleep", "611"], start_new_session=True)
     try:
-        start = Path(f"/proc/{job.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        registry = gpu.ssh.root / "sglang" / ".standin-gpu"
-        registry.mkdir(exist_ok=True)
-        (registry / str(job.pid)).write_text(
-            json.dumps({"pid": job.pid, "name": "python3", "used_memory_mib": 30000,
-                        "gpu_index": 5, "start_time": int(start)})
-        )  # fmt: skip
+        gpu_host.hold_gpu(gpu, job.pid, 5)
         result = deploy("apply", "kimi-eagle3", "--yes", "--json", timeout=400)
         assert result.exit_code == 0, result.output
         assert job.poll() is None, "the other job was left alone"

@@ -13,6 +13,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from deploy.sandbox import gpu_host
 from deploy.sandbox.gpu_host import GpuHost, listener_cmdline, listener_pid
 from tests.integration.conftest import Deploy, sha256
 
@@ -155,20 +156,7 @@ def test_another_users_job_on_the_servers_gpus_is_found_before_the_stop(
     pid, digest = listener_pid(gpu.port), sha256(gpu.model_file)
     job = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        start = Path(f"/proc/{job.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        registry = gpu.ssh.root / "sglang" / ".standin-gpu"
-        registry.mkdir(exist_ok=True)
-        (registry / str(job.pid)).write_text(
-            json.dumps(
-                {
-                    "pid": job.pid,
-                    "name": "python3",
-                    "used_memory_mib": 30000,
-                    "gpu_index": 1,
-                    "start_time": start,
-                }
-            )
-        )
+        gpu_host.hold_gpu(gpu, job.pid, 1)
         result = deploy("apply", "kimi-eagle3", "--yes")
         assert result.exit_code == 4, result.output
         assert f"GPU 1 is used by pid {job.pid} (python3, uid 0, 30000 MiB)" in result.output

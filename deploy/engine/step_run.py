@@ -118,9 +118,12 @@ def _plan_in_front(run: _Run, refused_at: int) -> None:
     shown failed and ends the planning, but it does not decide the host's outcome: the real
     run would be refused before it ran (`_refuse` then says the refusal, as apply would)."""
     result = run.result
+    first = len(result.steps)
     for at, (index, entry) in enumerate(run.steps[:refused_at]):
         if not _run_step(run, at, index, entry):
-            del result.steps[len(result.steps) - (len(run.steps) - refused_at) :]  # _refuse's
+            # It listed every later step "not run": those from the refused one on are
+            # `_refuse`'s to list, after its failure line.
+            del result.steps[first + refused_at :]
             result.failed_step = None
             result.error = None
             break
